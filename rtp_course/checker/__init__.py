@@ -1,0 +1,44 @@
+"""The course checker: `check("comm")` from a notebook, `rtp-course check comm` from a shell."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rtp_course.checker import report
+from rtp_course.checker.engine import DEFAULT_WORLD_SIZES, run
+from rtp_course.checker.verdict import Result
+
+
+@dataclass
+class CheckReport:
+    results: list
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    def score(self, exercise: str | None = None) -> float:
+        """Fraction of checks (over every world size) that pass: partial credit for grading."""
+        groups = report.by_check([r for r in self.results if exercise in (None, r.exercise)])
+        if not groups:
+            return 0.0
+        return sum(all(r.passed for r in rs) for rs in groups.values()) / len(groups)
+
+    def __str__(self):
+        return report.text(self.results)
+
+    def _repr_pretty_(self, p, cycle):  # IPython shows the diagnosis, not a dataclass dump
+        p.text(str(self))
+
+
+def check(*exercises, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
+          quiet=False, only=None, timeout_scale=1.0) -> CheckReport:
+    """Run the checks of `exercises` (all if none) on `impl` and print the diagnosis."""
+    results = run(exercises or None, impl=impl, world_sizes=world_sizes, hidden=hidden,
+                  dtype=dtype, only=only, timeout_scale=timeout_scale)
+    rep = CheckReport(results)
+    if not quiet:
+        print(rep)
+    return rep
+
+
+__all__ = ["check", "CheckReport", "Result", "DEFAULT_WORLD_SIZES"]

@@ -1,0 +1,55 @@
+"""Inputs and training loops shared by both halves of a check.
+
+Everything here is a pure function of its arguments (seeds, world size,
+rank), so the parent can rebuild exactly what each worker fed to the code
+under test and compute the serial answer.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+DTYPE = torch.float64
+
+
+def randn(seed: int, *shape, dtype=DTYPE) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=dtype)
+
+
+def randint(seed: int, high: int, *shape) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, high, shape, generator=g)
+
+
+def seeded(factory, seed: int, dtype=DTYPE) -> nn.Module:
+    """factory() with parameters drawn from `seed`, in `dtype`."""
+    torch.manual_seed(seed)
+    return factory().to(dtype)
+
+
+def rank_slice(t: torch.Tensor, rank: int, world_size: int, dim: int = 0) -> torch.Tensor:
+    """Rank r's piece of a global batch: the r-th of world_size equal contiguous chunks."""
+    return t.chunk(world_size, dim=dim)[rank]
+
+
+def make_optimizer(name: str, params, lr: float = 0.05):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr * 0.2)
+    raise ValueError(name)
+
+
+def mlp(in_dim=8, hidden=12, out_dim=6) -> nn.Module:
+    """A small MLP for exercises that do not need a transformer."""
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.Tanh(), nn.Linear(hidden, out_dim))
+
+
+def named_grads(model: nn.Module) -> dict:
+    return {n: (p.grad.detach().clone() if p.grad is not None else None)
+            for n, p in model.named_parameters()}
+
+
+def named_params(model: nn.Module) -> dict:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -1,0 +1,188 @@
+"""Run checks: one spawned group per world size, a watchdog, and the verdict in this process.
+
+The parent never imports the code under test. It launches the workers
+(worker.run_checks), watches their status files, and when a group ends early
+(an exception, a deadlock) judges what finished, diagnoses the check that
+broke, and relaunches the group for the checks that remain.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from rtp_course import EXERCISES
+from rtp_course.checker.registry import check_modules, load_checks
+from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.worker import run_checks
+from rtp_course.impl import resolve
+from rtp_course.launcher import LaunchError, RankFailed, RankHung, default_backend, launch
+
+DEFAULT_WORLD_SIZES = (1, 2, 3, 4)
+
+
+class _Stuck(Exception):
+    def __init__(self, check_id, stacks, statuses):
+        self.check_id, self.stacks, self.statuses = check_id, stacks, statuses
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _watchdog(rundir: Path, world_size: int, checks: dict, scale: float):
+    def poll(processes):
+        now = time.time()
+        statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(world_size)}
+        for r, st in statuses.items():
+            if st and st.get("check") in checks and st.get("phase") != "done":
+                limit = checks[st["check"]].timeout * scale
+                if now - st["started"] > limit:
+                    for p in processes:
+                        if p.is_alive():
+                            os.kill(p.pid, signal.SIGUSR1)
+                    time.sleep(0.3)
+                    stacks = {q: (rundir / f"stack.{q}.txt").read_text()
+                              for q in range(world_size) if (rundir / f"stack.{q}.txt").exists()}
+                    raise _Stuck(st["check"], stacks, statuses)
+    return poll
+
+
+def _deadlock_message(check, statuses: dict, world_size: int) -> tuple[str, int | None]:
+    lines, first = [], None
+    for r in range(world_size):
+        st = statuses.get(r) or {}
+        if st.get("check") != check.id:
+            lines.append(f"rank {r} never started this check")
+            continue
+        if st.get("phase") == "done":
+            lines.append(f"rank {r} finished the check and waited for the others")
+            continue
+        call = st.get("call")
+        if first is None:
+            first = r
+        where = f"waited in {call}" if call else "was computing (no communication call in progress)"
+        lines.append(f"rank {r} {where} during phase '{st.get('phase')}'")
+    msg = f"deadlock: no progress for {check.timeout:.0f} s; " + "; ".join(lines)
+    return msg, first
+
+
+def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
+        timeout_scale=1.0, backend=None, progress=None, only=None) -> list[Result]:
+    """Run the checks of `exercises` on `impl`; return one Result per check and world size."""
+    exercises = list(exercises or EXERCISES)
+    for ex in exercises:
+        if ex not in EXERCISES:
+            raise ValueError(f"unknown exercise {ex!r}: choose from {', '.join(EXERCISES)}")
+    impl_dir = str(resolve(impl))
+    modules = check_modules(exercises, hidden)
+    checks = load_checks(modules)
+    if only:
+        checks = [c for c in checks if c.name in only or c.id in only]
+    world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
+    results: list[Result] = []
+    for ws in world_sizes:
+        todo = [c for c in checks if c.applies(ws)]
+        if not todo:
+            continue
+        if progress:
+            progress(f"world size {ws}: {len(todo)} checks")
+        results += _run_world(todo, ws, impl_dir, modules, dtype, timeout_scale,
+                              backend or default_backend(ws))
+    order = {c.id: i for i, c in enumerate(checks)}
+    results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
+                                r.world_size))
+    return results
+
+
+def _run_world(todo, ws, impl_dir, modules, dtype, scale, backend) -> list[Result]:
+    results = []
+    by_id = {c.id: c for c in todo}
+    while todo:
+        rundir = Path(tempfile.mkdtemp(prefix=f"rtp-check-w{ws}-"))
+        job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
+                   check_ids=[c.id for c in todo], dtype=dtype)
+        budget = sum(c.timeout for c in todo) * scale + 60
+        failure = None
+        try:
+            launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
+                   on_poll=_watchdog(rundir, ws, by_id, scale))
+        except (_Stuck, RankFailed, RankHung) as e:
+            failure = e
+        except LaunchError:
+            raise
+        done = 0
+        for check in todo:
+            outcomes = _load_outcomes(rundir, check.id, ws)
+            if outcomes is None:
+                break
+            results.append(_judge(check, ws, outcomes))
+            done += 1
+        if done < len(todo):
+            broken = todo[done]
+            results.append(_diagnose(broken, ws, rundir, failure))
+            done += 1
+        shutil.rmtree(rundir, ignore_errors=True)
+        todo = todo[done:]
+    return results
+
+
+def _load_outcomes(rundir: Path, cid: str, ws: int):
+    outcomes = {}
+    for r in range(ws):
+        p = rundir / f"result.{cid}.{r}.pt"
+        if not p.exists():
+            return None
+        outcomes[r] = torch.load(p, weights_only=False)
+    return outcomes
+
+
+def _judge(check, ws, outcomes) -> Result:
+    try:
+        expected = check.expected(ws)
+        rules = check.comm_rules(ws)
+    except Exception as e:  # a bug in the course's own check, not the student's
+        return Result(check.exercise, check.name, ws, "error",
+                      f"internal error in the check itself ({type(e).__name__}: {e}); "
+                      f"please report it to the course staff")
+    return judge(check, ws, outcomes, expected, rules)
+
+
+def _diagnose(check, ws, rundir: Path, failure) -> Result:
+    """The check during which the group ended early."""
+    partial = {r: torch.load(rundir / f"result.{check.id}.{r}.pt", weights_only=False)
+               for r in range(ws) if (rundir / f"result.{check.id}.{r}.pt").exists()}
+    for status in ("notimpl", "error"):  # the rank that failed first explains the rest
+        for r, o in sorted(partial.items()):
+            if o["status"] == status:
+                res = judge(check, ws, partial, {}, [])
+                stuck = [q for q in range(ws) if q not in partial]
+                if stuck:
+                    res.message += f" (rank(s) {stuck} were left waiting for it)"
+                return res
+    base = dict(exercise=check.exercise, check=check.name, world_size=ws)
+    if isinstance(failure, _Stuck):
+        msg, rank = _deadlock_message(check, failure.statuses, ws)
+        return Result(**base, status="deadlock", message=msg, rank=rank,
+                      phase=(failure.statuses.get(rank) or {}).get("phase", "") if rank is not None else "",
+                      hint="every rank must make the same collective calls in the same order; "
+                           "point-to-point sends need a matching receive on the peer (post the "
+                           "irecv before a blocking send, or use isend/irecv together)",
+                      details={"stacks": failure.stacks})
+    if isinstance(failure, RankFailed):
+        return Result(**base, status="error", rank=failure.rank,
+                      message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}",
+                      details={"traceback": failure.traceback})
+    if isinstance(failure, RankHung):
+        return Result(**base, status="deadlock", message=str(failure).splitlines()[0],
+                      details={"stacks": failure.stacks})
+    return Result(**base, status="error", message="the worker group ended without a result")

@@ -1,0 +1,203 @@
+"""Public checks for E1 `data_parallel` (mini-DDP).
+
+Data-parallel training on N ranks, each with its own 1/N of the batch, must
+match serial training on the whole batch: same outputs per sample, the same
+(averaged) gradients, the same weights after optimizer steps.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rtp_course.checker.common import (make_optimizer, mlp, named_grads, named_params, randn,
+                                       rank_slice, seeded)
+from rtp_course.checker.registry import Bound, Check, CommRule
+
+BATCH = 12          # divisible by 1, 2, 3 and 4
+OPTIMIZERS = ("sgd", "adam")
+STEPS = 2
+
+
+def batch(step: int, seed: int = 0):
+    return randn(100 + 7 * step + seed, BATCH, 8), randn(200 + 7 * step + seed, BATCH, 6)
+
+
+def serial_run(init_seed: int, data_seed: int = 0) -> dict:
+    """Everything a rank should see, computed on one process with the whole batch."""
+    out = {}
+    model = seeded(mlp, init_seed)
+    out["params"] = named_params(model)
+    x, y = batch(0, data_seed)
+    pred = model(x)
+    F.mse_loss(pred, y).backward()
+    out["output"], out["grads"] = pred.detach(), named_grads(model)
+    for opt_name in OPTIMIZERS:
+        model = seeded(mlp, init_seed)
+        opt = make_optimizer(opt_name, model.parameters())
+        for k in range(1, STEPS + 1):
+            opt.zero_grad()
+            x, y = batch(k, data_seed)
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            out[(opt_name, k)] = named_params(model)
+    return out
+
+
+def expected_for(serial: dict, rank: int, world_size: int, with_init: bool) -> dict:
+    exp = {}
+    if with_init:
+        exp.update({f"init/{n}": t for n, t in serial["params"].items()})
+    exp["forward/output"] = rank_slice(serial["output"], rank, world_size)
+    exp.update({f"backward/grad {n}": g for n, g in serial["grads"].items()})
+    for opt_name in OPTIMIZERS:
+        for k in range(1, STEPS + 1):
+            exp.update({f"step{k} {opt_name}/{n}": t for n, t in serial[(opt_name, k)].items()})
+    return exp
+
+
+class AverageGradients(Check):
+    exercise, name = "data_parallel", "average_gradients"
+    hints = {
+        "backward/grad": "after average_gradients every rank must hold the MEAN over ranks of "
+                         "the local gradients: all-reduce (sum) each .grad, then divide by the "
+                         "world size of `group`",
+        "step": "the gradients were right but the steps went wrong: average before opt.step()",
+        "forward": "forward needs no communication: each rank runs its own slice",
+    }
+
+    def run(self, ctx):
+        dp = ctx.impl.data_parallel
+        model = seeded(mlp, 0).to(ctx.device)
+        x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(0))
+        with ctx.phase("forward"):
+            pred = model(x)
+        ctx.record("forward/output", pred)
+        F.mse_loss(pred, y).backward()
+        with ctx.phase("backward"):
+            dp.average_gradients(model, group=ctx.group)
+        for n, g in named_grads(model).items():
+            ctx.record(f"backward/grad {n}", g)
+        for opt_name in OPTIMIZERS:
+            model = seeded(mlp, 0).to(ctx.device)
+            opt = make_optimizer(opt_name, model.parameters())
+            for k in range(1, STEPS + 1):
+                with ctx.phase(f"step{k}"):
+                    opt.zero_grad()
+                    x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(k))
+                    F.mse_loss(model(x), y).backward()
+                    dp.average_gradients(model, group=ctx.group)
+                    opt.step()
+                for n, p in named_params(model).items():
+                    ctx.record(f"step{k} {opt_name}/{n}", p)
+
+    def expected(self, world_size):
+        serial = serial_run(0)
+        return {r: expected_for(serial, r, world_size, with_init=False) for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        if world_size == 1:
+            return []
+        n_params = 4
+        return [CommRule("forward", "*", 0, "forward must not communicate"),
+                CommRule("backward", "collective", Bound(1, n_params),
+                         "one all-reduce per parameter (or fewer, if you flatten them into one "
+                         "buffer) and nothing else")]
+
+
+class DataParallelWrapper(Check):
+    exercise, name = "data_parallel", "DataParallel"
+    hints = {
+        "init/": "ranks start from different random weights: the constructor must copy rank 0's "
+                 "parameters (and buffers) to every rank (dist.broadcast from group rank 0)",
+        "forward": "forward is the wrapped module's forward on this rank's own batch",
+        "backward/grad": "after loss.backward() the gradients must already be averaged over ranks: "
+                         "register a hook on each parameter (register_post_accumulate_grad_hook) "
+                         "that all-reduces and divides by the world size",
+        "step": "gradients are averaged once per backward: check hooks are not registered twice "
+                "and that you divide by the world size of `group`",
+    }
+    seed_offset = 10
+    data_seed = 0
+
+    def groups(self, ctx):
+        return ctx.group
+
+    def run(self, ctx):
+        dp = ctx.impl.data_parallel
+        group = self.groups(ctx)
+        grank, gsize = _group_rank(ctx, group)
+        init = self.seed_offset + ctx.rank  # different weights on every rank on purpose
+        with ctx.phase("init"):
+            model = dp.DataParallel(seeded(mlp, init).to(ctx.device), group=group)
+        for n, p in named_params(_inner(model)).items():
+            ctx.record(f"init/{n}", p)
+        x, y = (ctx.to(rank_slice(t, grank, gsize)) for t in batch(0, self.data_seed_of(ctx)))
+        with ctx.phase("forward"):
+            pred = model(x)
+            loss = F.mse_loss(pred, y)
+        ctx.record("forward/output", pred)
+        with ctx.phase("backward"):
+            loss.backward()
+        for n, g in named_grads(_inner(model)).items():
+            ctx.record(f"backward/grad {n}", g)
+        for opt_name in OPTIMIZERS:
+            with ctx.phase("init"):
+                model = dp.DataParallel(seeded(mlp, init).to(ctx.device), group=group)
+            opt = make_optimizer(opt_name, model.parameters())
+            for k in range(1, STEPS + 1):
+                with ctx.phase(f"step{k}"):
+                    opt.zero_grad()
+                    x, y = (ctx.to(rank_slice(t, grank, gsize))
+                            for t in batch(k, self.data_seed_of(ctx)))
+                    F.mse_loss(model(x), y).backward()
+                    opt.step()
+                for n, p in named_params(_inner(model)).items():
+                    ctx.record(f"step{k} {opt_name}/{n}", p)
+
+    def data_seed_of(self, ctx):
+        return self.data_seed
+
+    def expected(self, world_size):
+        serial = serial_run(self.seed_offset)
+        return {r: expected_for(serial, r, world_size, with_init=True) for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        if world_size == 1:
+            return []
+        return [CommRule("forward", "*", 0, "forward must not communicate: DDP only "
+                         "communicates at construction and during backward"),
+                CommRule("init", "broadcast|collective", Bound(1, 64),
+                         "the constructor must broadcast rank 0's parameters")]
+
+
+class DataParallelSubgroups(DataParallelWrapper):
+    """Two independent data-parallel groups, ranks {0,1} and {2,3}: `group` must be honoured."""
+    name = "DataParallel_subgroups"
+    world_sizes = (4,)
+    hints = dict(DataParallelWrapper.hints)
+    hints["init/"] = ("the broadcast source is group rank 0, whose GLOBAL rank is "
+                      "dist.get_global_rank(group, 0): rank 2 for the group {2, 3}")
+
+    def groups(self, ctx):
+        pairs = [ctx.new_group([0, 1]), ctx.new_group([2, 3])]
+        return pairs[ctx.rank // 2]
+
+    def data_seed_of(self, ctx):
+        return 50 * (ctx.rank // 2)
+
+    def expected(self, world_size):
+        exp = {}
+        for r in range(world_size):
+            pair = r // 2
+            serial = serial_run(self.seed_offset + 2 * pair, data_seed=50 * pair)
+            exp[r] = expected_for(serial, r % 2, 2, with_init=True)
+        return exp
+
+
+def _inner(model):
+    return getattr(model, "module", model)
+
+
+def _group_rank(ctx, group):
+    import torch.distributed as dist
+    return dist.get_rank(group), dist.get_world_size(group)

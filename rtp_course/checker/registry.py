@@ -1,0 +1,140 @@
+"""What a check is, and where checks are found.
+
+A check has two halves that never meet in one process:
+
+* `run(ctx)` runs in every worker rank with the code under test and records
+  what it observed (`ctx.record`);
+* `expected(world_size)` and `comm_rules(world_size)` run in the parent with
+  serial torch only, and say what each rank should have observed.
+
+The verdict (verdict.py) compares the two in the parent.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PUBLIC_PACKAGE = "rtp_course.checker.public"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An expected number given as a range instead of a value (memory, counts)."""
+    low: float = float("-inf")
+    high: float = float("inf")
+    what: str = ""
+
+    def __contains__(self, x) -> bool:
+        return self.low <= x <= self.high
+
+    def __str__(self):
+        if self.low == float("-inf"):
+            return f"at most {self.high:g}"
+        if self.high == float("inf"):
+            return f"at least {self.low:g}"
+        return f"between {self.low:g} and {self.high:g}"
+
+
+@dataclass(frozen=True)
+class CommRule:
+    """Per rank, in `phase`, the calls of `kind` must number `count` (a Bound or an int).
+
+    kind "*" counts every call; kind "weights-collective" is every collective
+    (anything but send/recv/isend/irecv). `nbytes` optionally bounds the
+    bytes this rank sent in those calls.
+    """
+    phase: str
+    kind: str
+    count: object
+    hint: str = ""
+    nbytes: object = None
+
+
+class Check:
+    exercise: str = ""
+    name: str = ""
+    world_sizes: tuple = (1, 2, 3, 4)
+    hidden: bool = False
+    timeout: float = 30.0       # seconds for this check on one world size
+    dtype: str = "float64"
+    hints: dict = {}            # key prefix -> hint shown when that key is wrong
+
+    @property
+    def id(self) -> str:
+        return f"{self.exercise}.{self.name}"
+
+    def applies(self, world_size: int) -> bool:
+        return world_size in self.world_sizes
+
+    def run(self, ctx) -> None:
+        raise NotImplementedError
+
+    def expected(self, world_size: int) -> dict:
+        """{rank: {key: tensor | number | Bound}}; keys match ctx.record keys."""
+        return {}
+
+    def comm_rules(self, world_size: int) -> list:
+        return []
+
+    def hint(self, key: str) -> str:
+        best = ""
+        for prefix, text in self.hints.items():
+            if key.startswith(prefix) or prefix in key:
+                if len(prefix) > len(best):
+                    best = prefix
+        return self.hints.get(best, "")
+
+
+def hidden_dir() -> Path | None:
+    """tests/hidden of the instructor edition (or $RTP_COURSE_HIDDEN_CHECKS)."""
+    env = os.environ.get("RTP_COURSE_HIDDEN_CHECKS")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2] / "tests" / "hidden"
+    return here if here.is_dir() else None
+
+
+def check_modules(exercises, hidden: bool) -> list[str]:
+    """Module names holding the checks of `exercises` (public, plus hidden if asked)."""
+    mods = []
+    for ex in exercises:
+        if importlib.util.find_spec(f"{PUBLIC_PACKAGE}.{ex}") is not None:
+            mods.append(f"{PUBLIC_PACKAGE}.{ex}")
+    if hidden:
+        d = hidden_dir()
+        if d is None:
+            raise FileNotFoundError("hidden checks are not in this edition: they stay with the "
+                                    "instructor (tests/hidden); run without --hidden")
+        for ex in exercises:
+            if (d / f"{ex}.py").exists():
+                mods.append(f"hidden::{d / ex}.py")
+    return mods
+
+
+def load_checks(modules) -> list[Check]:
+    """Instantiate every Check subclass defined in `modules`, in definition order."""
+    checks = []
+    for mod_name in modules:
+        mod = _import(mod_name)
+        for obj in vars(mod).values():
+            if (isinstance(obj, type) and issubclass(obj, Check) and obj is not Check
+                    and obj.__module__ == mod.__name__ and obj.name):
+                checks.append(obj())
+    return checks
+
+
+def _import(mod_name: str):
+    if mod_name.startswith("hidden::"):
+        path = Path(mod_name[len("hidden::"):])
+        name = f"rtp_hidden_checks.{path.stem}"
+        import sys
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    return importlib.import_module(mod_name)

@@ -1,0 +1,136 @@
+"""The worker side of the checker: runs checks on one rank, with the code under test.
+
+Each check gets a fresh process group (so one check's mismatched collectives
+cannot poison the next), and its observations are saved to a file per rank
+as soon as it ends, so the parent can judge whatever finished even if a later
+check deadlocks. After each check the ranks meet on the TCP store (not on a
+collective): if a rank failed and its peers do not arrive, it exits, and the
+parent relaunches the remaining checks.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from rtp_course import commlog
+from rtp_course.checker.registry import load_checks
+from rtp_course.impl import exercise, load_impl
+from rtp_course.launcher import device_for
+
+GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
+
+
+class Status:
+    """The rank's current check, phase and call, for the parent's watchdog."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, {}
+
+    def update(self, **kw):
+        self.data.update(kw)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+
+class _Impl:
+    """`ctx.impl.comm` imports exercise module `comm` from the implementation under test."""
+
+    def __getattr__(self, name):
+        return exercise(name)
+
+
+class Ctx:
+    def __init__(self, rank, world_size, group, device, dtype, status, store):
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.device, self.dtype = device, dtype
+        self.impl = _Impl()
+        self.records, self.values = {}, {}
+        self._status, self._store = status, store
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        commlog.set_phase(name)
+        self._status.update(phase=name)
+        try:
+            yield
+        finally:
+            commlog.set_phase("between phases")
+
+    def record(self, key: str, tensor) -> None:
+        if tensor is None:
+            self.records[key] = None
+        else:
+            self.records[key] = tensor.detach().to("cpu", copy=True)
+
+    def record_value(self, key: str, value) -> None:
+        self.values[key] = value
+
+    def to(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor on this rank's device, in the check's dtype if floating point."""
+        t = t.to(self.device)
+        return t.to(self.dtype) if t.is_floating_point() else t
+
+    def new_group(self, ranks):
+        """dist.new_group: every rank must call it, in the same order."""
+        return dist.new_group(ranks)
+
+
+def _student_frames(exc: BaseException, code_dir: str) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if f.filename.startswith(code_dir)]
+    shown = mine[-3:] if mine else frames[-3:]
+    return "".join(traceback.format_list(shown))
+
+
+def run_checks(rank: int, world_size: int, job: dict) -> str:
+    """Worker entry (called by launcher.launch in each rank)."""
+    rundir = Path(job["rundir"])
+    impl_pkg = load_impl(job["impl"])
+    code_dir = str(impl_pkg.IMPL_DIR)
+    commlog.install(code_dirs=[code_dir])
+    status = Status(rundir / f"status.{rank}.json")
+    commlog.STATE.on_status = lambda call: status.update(call=call)
+    store = c10d._get_default_store()
+    device = device_for(job["backend"], rank)
+    checks = {c.id: c for c in load_checks(job["modules"])}
+    for i, cid in enumerate(job["check_ids"]):
+        check = checks[cid]
+        status.update(check=cid, index=i, phase="setup", call=None, started=time.time())
+        group = dist.new_group(list(range(world_size)))
+        dtype = getattr(torch, job.get("dtype") or check.dtype)
+        ctx = Ctx(rank, world_size, group, device, dtype, status, store)
+        commlog.reset()
+        torch.manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
+        outcome = {"status": "ok"}
+        try:
+            check.run(ctx)
+        except NotImplementedError as e:
+            outcome = {"status": "notimpl", "message": str(e) or "not implemented yet",
+                       "where": _student_frames(e, code_dir), "phase": commlog.STATE.phase}
+        except Exception as e:  # the student's exception, reported with its rank and line
+            outcome = {"status": "error", "type": type(e).__name__, "message": str(e),
+                       "where": _student_frames(e, code_dir), "phase": commlog.STATE.phase}
+        outcome.update(records=ctx.records, values=ctx.values,
+                       events=[vars(e) for e in commlog.events()],
+                       peak_recv=dict(commlog.STATE.peak_recv))
+        torch.save(outcome, rundir / f"result.{cid}.{rank}.pt")
+        status.update(phase="done", call="waiting for the other ranks to finish this check")
+        store.set(f"done/{i}/{rank}", outcome["status"])
+        keys = [f"done/{i}/{r}" for r in range(world_size)]
+        wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
+        try:
+            store.wait(keys, datetime.timedelta(seconds=wait))
+        except Exception:  # peers are stuck inside a call this rank abandoned
+            os._exit(3)
+        dist.destroy_process_group(group)
+    return "done"

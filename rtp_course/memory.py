@@ -1,0 +1,207 @@
+"""Memory accounting: where the bytes of training go.
+
+Two halves:
+* measuring real objects: ``param_bytes``, ``grad_bytes``, ``optimizer_state_bytes``,
+  ``activation_bytes`` (tensors saved for backward), ``measure``;
+* back-of-envelope arithmetic for notebook 00: ``training_memory``,
+  ``transformer_activation_bytes``, ``sharded`` (per-rank bytes under DDP,
+  ZeRO, FSDP, TP and RTP) and ``human_bytes``.
+"""
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+
+def tensor_bytes(t) -> int:
+    """Bytes of the elements of ``t`` (0 for None)."""
+    return 0 if t is None else t.numel() * t.element_size()
+
+
+def param_bytes(module: nn.Module) -> int:
+    """Bytes of the parameters (a parameter shared by two layers counts once)."""
+    return sum(tensor_bytes(p) for p in module.parameters())
+
+
+def grad_bytes(module: nn.Module) -> int:
+    """Bytes of the ``.grad`` tensors that exist now (None before the first backward)."""
+    return sum(tensor_bytes(p.grad) for p in module.parameters())
+
+
+def buffer_bytes(module: nn.Module) -> int:
+    """Bytes of the registered buffers (running stats, positional tables...)."""
+    return sum(tensor_bytes(b) for b in module.buffers())
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer, include_scalars: bool = False) -> int:
+    """Bytes of the tensors an optimizer keeps per parameter (Adam: exp_avg, exp_avg_sq).
+
+    0-dim bookkeeping tensors such as Adam's ``step`` are left out unless
+    ``include_scalars``. States appear lazily: 0 before the first ``step()``.
+    """
+    total = 0
+    for state in optimizer.state.values():
+        for value in state.values():
+            if torch.is_tensor(value) and (include_scalars or value.dim() > 0):
+                total += tensor_bytes(value)
+    return total
+
+
+def activation_bytes(fn, *args, **kwargs) -> int:
+    """Bytes of the tensors autograd saves for backward while running ``fn(*args)``.
+
+    Each storage counts once (many ops save the same tensor, or views of it).
+    Parameters are not activations: saved tensors that are, or view, a leaf
+    tensor requiring grad are skipped. Under ``torch.no_grad()`` nothing is saved.
+    """
+    seen = {}
+
+    def pack(t):
+        base = t if t._base is None else t._base
+        if not (base.is_leaf and base.requires_grad):
+            storage = t.untyped_storage()
+            seen[(t.device, storage.data_ptr())] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args, **kwargs)
+    return sum(seen.values())
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes by category. Reads as attributes (``b.optimizer``) or keys (``b["optimizer"]``).
+
+    ``communication`` is for transient buffers of a parallel strategy (a
+    gathered layer, an in-flight shard).
+    """
+    parameters: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    buffers: int = 0
+    communication: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(asdict(self).values())
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "total": self.total}
+
+    def __getitem__(self, key):
+        return self.as_dict()[key]
+
+
+def measure(module: nn.Module, optimizer=None) -> MemoryBreakdown:
+    """What ``module`` (and ``optimizer``) hold right now. Activations are not
+    held between steps: measure them with ``activation_bytes``."""
+    return MemoryBreakdown(
+        parameters=param_bytes(module), gradients=grad_bytes(module),
+        optimizer=0 if optimizer is None else optimizer_state_bytes(optimizer),
+        buffers=buffer_bytes(module))
+
+
+# ---------------------------------------------------------------- arithmetic
+
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "sgd_momentum": 1, "adagrad": 1,
+                    "adam": 2, "adamw": 2}
+
+
+def training_memory(num_params, param_dtype_bytes: int = 2, grad_dtype_bytes: int = 2,
+                    optimizer: str = "adam", master_weights: bool = True,
+                    state_dtype_bytes: int = 4) -> MemoryBreakdown:
+    """Bytes to train ``num_params`` parameters, before activations.
+
+    parameters = N * param_dtype_bytes; gradients = N * grad_dtype_bytes;
+    optimizer = N * states * state_dtype_bytes (Adam: 2 states, momentum and
+    variance, kept in fp32), plus an fp32 master copy of the weights (N * 4)
+    when ``master_weights`` and the parameters are below 32 bits (mixed precision).
+    Mixed-precision Adam: 2 + 2 + (8 + 4) = 16 bytes per parameter.
+    """
+    n = int(num_params)
+    states = OPTIMIZER_STATES[optimizer.lower()]
+    master = 4 * n if master_weights and param_dtype_bytes < 4 else 0
+    return MemoryBreakdown(parameters=n * param_dtype_bytes, gradients=n * grad_dtype_bytes,
+                           optimizer=n * states * state_dtype_bytes + master)
+
+
+def transformer_activation_bytes(seq_len: int, batch: int, hidden: int, num_layers: int,
+                                 num_heads: int, bytes_per_value: int = 2,
+                                 tensor_parallel: int = 1) -> int:
+    """Activations saved by a GPT-style transformer (Korthikanti et al. 2022).
+
+    Per layer, with 16-bit activations and 1-byte dropout masks:
+        s*b*h*(34 + 5*a*s/h) bytes
+    (34: the inputs of the linear layers, layer norms, GELU and dropouts;
+    5*a*s/h: the a attention score matrices of s*s values, softmax and mask).
+    With Megatron tensor parallelism over t ranks (no sequence parallelism)
+    each rank keeps s*b*h*(10 + 24/t + 5*a*s/(h*t)). Other widths scale the
+    whole estimate by bytes_per_value / 2. Embeddings and the output layer
+    are not counted.
+    """
+    s, b, h, a, t = seq_len, batch, hidden, num_heads, tensor_parallel
+    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    return round(num_layers * per_layer * bytes_per_value / 2)
+
+
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp", "tp", "rtp")
+
+
+def sharded(breakdown, world_size: int, strategy: str,
+            largest_layer_bytes: int = 0) -> MemoryBreakdown:
+    """Per-rank bytes when training the model of ``breakdown`` on ``world_size`` ranks.
+
+    ``breakdown``: a ``MemoryBreakdown`` or a dict with the same keys.
+
+    Assumptions (steady state, evenly divisible shapes, N = world_size):
+    * ddp: every rank holds everything.
+    * zero1: optimizer states / N.      zero2: gradients and optimizer / N.
+    * fsdp (ZeRO-3): parameters, gradients, optimizer / N, plus the one unit
+      gathered at a time: ``largest_layer_bytes`` of parameters and as much of
+      gradients, in ``communication``.
+    * tp: parameters, gradients, optimizer / N (all layers split, Megatron style).
+    * rtp: parameters, gradients, optimizer / N, plus one in-flight shard
+      (``largest_layer_bytes / N`` of weights, and in backward as much of
+      gradient accumulator) in ``communication``.
+    * activations and buffers are left as given: the breakdown is one rank's
+      view, with its own batch. For TP's split of activations use
+      ``transformer_activation_bytes(..., tensor_parallel=N)``.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
+    b = breakdown.as_dict() if isinstance(breakdown, MemoryBreakdown) else dict(breakdown)
+    n = world_size
+
+    def split(x):
+        return -(-int(x) // n)   # ceil: an uneven shard rounds up
+
+    params, grads, optim = b["parameters"], b["gradients"], b["optimizer"]
+    comm = b.get("communication", 0)
+    if strategy == "zero1":
+        optim = split(optim)
+    elif strategy == "zero2":
+        grads, optim = split(grads), split(optim)
+    elif strategy in ("fsdp", "tp", "rtp"):
+        params, grads, optim = split(params), split(grads), split(optim)
+        if strategy == "fsdp":
+            comm += 2 * int(largest_layer_bytes)
+        elif strategy == "rtp":
+            comm += 2 * split(largest_layer_bytes)
+    return MemoryBreakdown(parameters=params, gradients=grads, optimizer=optim,
+                           activations=b.get("activations", 0), buffers=b.get("buffers", 0),
+                           communication=comm)
+
+
+def human_bytes(n, binary: bool = False) -> str:
+    """'10.8 TB' (decimal units, 1 KB = 1000 B) or '1.5 GiB' with ``binary``."""
+    base, units = (1024, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]) if binary else \
+        (1000, ["B", "KB", "MB", "GB", "TB", "PB"])
+    value = float(n)
+    for unit in units[:-1]:
+        if abs(value) < base:
+            break
+        value /= base
+    else:
+        unit = units[-1]
+    return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
