@@ -97,3 +97,18 @@ def exercise(name: str) -> types.ModuleType:
     if PACKAGE not in sys.modules:
         raise ImplError("call load_impl(path) first")
     return importlib.import_module(f"{PACKAGE}.{name}")
+
+
+def default_impl() -> str:
+    """What notebooks and `check()` use when no impl is named: $RTP_COURSE_IMPL, else
+    the student's own `rtp_course`. CI runs the notebooks with RTP_COURSE_IMPL=solutions."""
+    import os
+    return os.environ.get("RTP_COURSE_IMPL", "rtp_course")
+
+
+def current(name: str) -> types.ModuleType:
+    """Exercise module `name` from the default implementation (for notebook demos)."""
+    pkg = sys.modules.get(PACKAGE)
+    if pkg is None or pkg.IMPL_DIR != resolve(default_impl()):
+        load_impl(default_impl())
+    return exercise(name)

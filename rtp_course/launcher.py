@@ -133,6 +133,19 @@ def _end(processes) -> None:
             p.join()
 
 
+def _start_method() -> str:
+    """forkserver with torch preloaded: the server imports torch once per parent process and
+    every later rank starts as a fork of it (about 0.1 s instead of 1.5 s to import torch).
+    The server never touches CUDA, so forking it is safe. $RTP_COURSE_START_METHOD=spawn
+    restores plain spawn."""
+    method = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
+    if method == "forkserver":
+        import multiprocessing
+        multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "rtp_course.launcher",
+                                                "rtp_course.checker.worker"])
+    return method
+
+
 def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
            timeout: float = 120.0, rundir: str | os.PathLike | None = None,
            on_poll=None) -> list:
@@ -155,7 +168,7 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
                           timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir), pg_timeout=timeout + 60)
     ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
-                             start_method="spawn")
+                             start_method=_start_method())
     deadline = time.monotonic() + timeout
     try:
         while not ctx.join(timeout=0.1):

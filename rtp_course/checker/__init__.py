@@ -30,10 +30,11 @@ class CheckReport:
         p.text(str(self))
 
 
-def check(*exercises, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
+def check(*exercises, impl=None, world_sizes=None, hidden=False, dtype=None,
           quiet=False, only=None, timeout_scale=1.0) -> CheckReport:
     """Run the checks of `exercises` (all if none) on `impl` and print the diagnosis."""
-    results = run(exercises or None, impl=impl, world_sizes=world_sizes, hidden=hidden,
+    from rtp_course.impl import default_impl
+    results = run(exercises or None, impl=impl or default_impl(), world_sizes=world_sizes, hidden=hidden,
                   dtype=dtype, only=only, timeout_scale=timeout_scale)
     rep = CheckReport(results)
     if not quiet:

@@ -179,8 +179,15 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
                            "irecv before a blocking send, or use isend/irecv together)",
                       details={"stacks": failure.stacks})
     if isinstance(failure, RankFailed):
+        statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}
+        where = _deadlock_message(check, statuses, ws)[0].split("; ", 1)[-1]
         return Result(**base, status="error", rank=failure.rank,
-                      message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}",
+                      phase=(statuses.get(failure.rank) or {}).get("phase", ""),
+                      message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}; "
+                              f"at that moment: {where}",
+                      hint="a process killed by the communication library usually means the "
+                           "ranks' collectives did not match (a different order, count or size "
+                           "on some rank); see the torch/gloo message printed above the report",
                       details={"traceback": failure.traceback})
     if isinstance(failure, RankHung):
         return Result(**base, status="deadlock", message=str(failure).splitlines()[0],

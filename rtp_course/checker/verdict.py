@@ -90,10 +90,13 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                               message=f"rank {rank} raised {o['type']}: {o['message']}",
                               details={"where": o.get("where", "")},
                               hint=_error_hint(o))
-    for rank in sorted(expected):
-        o = outcomes[rank]
-        for key, exp in expected[rank].items():
-            phase = _phase_of(key)
+    keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
+    for key in keys:  # the earliest phase first, whichever rank shows it
+        phase = _phase_of(key)
+        for rank in sorted(expected):
+            if key not in expected[rank]:
+                continue
+            exp, o = expected[rank][key], outcomes[rank]
             if isinstance(exp, torch.Tensor):
                 if key not in o["records"]:
                     return Result(**base, status="failed", rank=rank, phase=phase, key=key,

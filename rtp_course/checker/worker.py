@@ -55,6 +55,7 @@ class Ctx:
         self.device, self.dtype = device, dtype
         self.impl = _Impl()
         self.records, self.values = {}, {}
+        self.failed_phase = None
         self._status, self._store = status, store
 
     @contextlib.contextmanager
@@ -63,6 +64,9 @@ class Ctx:
         self._status.update(phase=name)
         try:
             yield
+        except BaseException:
+            self.failed_phase = name
+            raise
         finally:
             commlog.set_phase("between phases")
 
@@ -88,8 +92,10 @@ class Ctx:
 def _student_frames(exc: BaseException, code_dir: str) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if f.filename.startswith(code_dir)]
-    shown = mine[-3:] if mine else frames[-3:]
-    return "".join(traceback.format_list(shown))
+    if mine:
+        return "".join(traceback.format_list(mine[-3:]))
+    return ("(raised inside torch, not in your code; the check called it with what your code "
+            "returned)\n" + "".join(traceback.format_list(frames[-1:])))
 
 
 def run_checks(rank: int, world_size: int, job: dict) -> str:
@@ -116,10 +122,10 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             check.run(ctx)
         except NotImplementedError as e:
             outcome = {"status": "notimpl", "message": str(e) or "not implemented yet",
-                       "where": _student_frames(e, code_dir), "phase": commlog.STATE.phase}
+                       "where": _student_frames(e, code_dir), "phase": ctx.failed_phase or "setup"}
         except Exception as e:  # the student's exception, reported with its rank and line
             outcome = {"status": "error", "type": type(e).__name__, "message": str(e),
-                       "where": _student_frames(e, code_dir), "phase": commlog.STATE.phase}
+                       "where": _student_frames(e, code_dir), "phase": ctx.failed_phase or "setup"}
         outcome.update(records=ctx.records, values=ctx.values,
                        events=[vars(e) for e in commlog.events()],
                        peak_recv=dict(commlog.STATE.peak_recv))

@@ -1,0 +1,29 @@
+"""Every realistic wrong implementation is caught, with a message that points at the bug."""
+import re
+
+import pytest
+
+from rtp_course.checker import engine, report
+from wrongs import collect, impl_with, spec
+
+CASES = collect()
+
+
+@pytest.mark.parametrize("path", CASES, ids=[f"{p.parent.name}/{p.stem}" for p in CASES])
+def test_wrong_implementation_is_caught(path, tmp_path):
+    s = spec(path)
+    impl = impl_with(path, tmp_path / "impl")
+    results = engine.run([path.parent.name], impl=str(impl), world_sizes=s["world_sizes"],
+                         timeout_scale=0.5)
+    text = report.text(results)
+    assert not all(r.passed for r in results), f"not caught: {s['bug']}\n{text}"
+    assert s["expect"], f"{path}: add an EXPECT: line"
+    assert re.search(s["expect"], text, re.S), (
+        f"caught, but the report does not say /{s['expect']}/:\n{text}")
+
+
+def test_collection_covers_every_exercise_with_enough_bugs():
+    counts = {}
+    for p in CASES:
+        counts[p.parent.name] = counts.get(p.parent.name, 0) + 1
+    assert counts.get("data_parallel", 0) >= 6 and counts.get("comm", 0) >= 6, counts
