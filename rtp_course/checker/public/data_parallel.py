@@ -158,7 +158,7 @@ class DataParallelWrapper(Check):
         return self.data_seed
 
     def expected(self, world_size):
-        serial = serial_run(self.seed_offset)
+        serial = serial_run(self.seed_offset, data_seed=self.data_seed)
         return {r: expected_for(serial, r, world_size, with_init=True) for r in range(world_size)}
 
     def comm_rules(self, world_size):

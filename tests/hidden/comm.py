@@ -1,0 +1,62 @@
+"""Hidden checks for E2 `comm` (instructor edition only): float32, non-contiguous inputs, 2-D shapes."""
+from __future__ import annotations
+
+import torch
+
+from rtp_course.checker.public import comm as pub
+
+
+class _Float32:
+    hidden = True
+    dtype = "float32"
+
+    def expected(self, world_size):
+        exp = super().expected(world_size)
+        return {r: {k: v.float() for k, v in e.items()} for r, e in exp.items()}
+
+
+class DuplicationFloat32(_Float32, pub.DuplicationCheck):
+    name = "Duplication_float32"
+
+
+class AllReduceFloat32(_Float32, pub.AllReduceCheck):
+    name = "AllReduce_float32"
+
+
+class AllGatherFloat32(_Float32, pub.AllGatherCheck):
+    name = "AllGather_float32"
+
+
+class SplitFloat32(_Float32, pub.SplitCheck):
+    name = "Split_float32"
+
+
+class _Transposed:
+    """The input arrives as a non-contiguous view (a transpose), as activations often do."""
+    hidden = True
+
+    def input(self, rank, world_size, dim):
+        return super().input(rank, world_size, dim)
+
+    def run(self, ctx):
+        orig = ctx.to
+
+        def to_noncontiguous(t):
+            t = orig(t)
+            if t.dim() == 3 and t.shape[0] == t.shape[2]:
+                t = t.transpose(0, 2).contiguous().transpose(0, 2)
+            return t
+        ctx.to = to_noncontiguous
+        super().run(ctx)
+
+
+class AllGatherNonContiguous(_Transposed, pub.AllGatherCheck):
+    name = "AllGather_noncontiguous"
+
+
+class SplitNonContiguous(_Transposed, pub.SplitCheck):
+    name = "Split_noncontiguous"
+
+
+class DuplicationNonContiguous(_Transposed, pub.DuplicationCheck):
+    name = "Duplication_noncontiguous"

@@ -1,0 +1,94 @@
+"""The checker engine and CLI: verdicts, exit codes, reports, isolation."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtp_course.checker import engine, report
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "rtp_course.cli"]
+
+
+def cli(*args, **kw):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, cwd=ROOT, **kw)
+
+
+def test_reference_solutions_pass_public_and_hidden_checks_on_1_to_4_ranks(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("check", "data_parallel", "comm", "--impl", "solutions", "--hidden", "--json", str(out))
+    assert p.returncode == 0, p.stdout + p.stderr
+    rep = json.loads(out.read_text())
+    assert rep["passed"] is True
+    sizes = {c["world_size"] for ex in rep["exercises"].values() for c in ex["checks"]}
+    assert sizes == {1, 2, 3, 4}
+    assert len(rep["exercises"]["comm"]["checks"]) >= 20
+
+
+def test_stubs_report_not_implemented_without_a_traceback(tmp_path):
+    out = tmp_path / "r.json"
+    p = cli("check", "comm", "--world-size", "2", "--json", str(out))
+    assert p.returncode == 1
+    assert "not implemented yet" in p.stdout
+    assert "Traceback" not in p.stdout + p.stderr
+    rep = json.loads(out.read_text())
+    assert {c["status"] for c in rep["exercises"]["comm"]["checks"]} == {"notimpl"}
+
+
+def test_the_verdict_process_never_imports_the_code_under_test():
+    results = engine.run(["comm"], impl="solutions", world_sizes=[2])
+    assert all(r.passed for r in results)
+    assert not [m for m in sys.modules if m.startswith("rtp_impl")]
+
+
+def test_a_copy_placed_anywhere_is_checked(tmp_path):
+    shutil.copytree(ROOT / "solutions", tmp_path / "submission")
+    results = engine.run(["comm"], impl=str(tmp_path / "submission"), world_sizes=[3])
+    assert results and all(r.passed for r in results)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["check", "comm", "--impl", "/nonexistent"], "not a directory"),
+    (["check", "nonsense"], "unknown exercise"),
+])
+def test_bad_input_gets_a_clear_error(args, words):
+    p = cli(*args)
+    assert p.returncode == 2
+    assert words in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_two_checks_at_once_do_not_collide(tmp_path):
+    procs = [subprocess.Popen(CLI + ["check", "comm", "--impl", "solutions", "--world-size", "2",
+                                     "--json", str(tmp_path / f"{i}.json")],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in range(2)]
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+    for i in range(2):
+        assert json.loads((tmp_path / f"{i}.json").read_text())["passed"]
+
+
+def test_report_text_names_phase_rank_tensor_error_and_hint(tmp_path):
+    from wrongs import WRONG, impl_with
+    impl = impl_with(WRONG / "comm" / "dup_no_allreduce.py", tmp_path / "impl")
+    results = engine.run(["comm"], impl=str(impl), world_sizes=[2], only=["Duplication"])
+    text = report.text(results)
+    bad = [r for r in results if not r.passed][0]
+    assert (bad.phase, bad.rank, bad.world_size) == ("backward", 0, 2)
+    assert bad.key == "backward/grad input"
+    for words in ("world size 2", "phase backward", "rank 0", "max abs error", "hint:"):
+        assert words in text
+    assert report.to_json(results)["exercises"]["comm"]["passed"] is False
+
+
+def test_score_gives_partial_credit(tmp_path):
+    from rtp_course.checker import CheckReport
+    from wrongs import WRONG, impl_with
+    impl = impl_with(WRONG / "comm" / "dup_no_allreduce.py", tmp_path / "impl")
+    rep = CheckReport(engine.run(["comm"], impl=str(impl), world_sizes=[2]))
+    assert 0 < rep.score("comm") < 1
