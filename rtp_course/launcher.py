@@ -141,8 +141,11 @@ def _start_method() -> str:
     method = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
     if method == "forkserver":
         import multiprocessing
-        multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "rtp_course.launcher",
-                                                "rtp_course.checker.worker"])
+        # torch imports dynamo and sympy lazily on the first optimizer / backward: 3-4 s per
+        # rank if each rank pays it, once if the server does.
+        multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
+                                                "torch.fx.experimental.symbolic_shapes",
+                                                "rtp_course.launcher", "rtp_course.checker.worker"])
     return method
 
 
