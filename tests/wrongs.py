@@ -2,7 +2,8 @@
 
 Each file is a complete exercise module with one bug. Its docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
-(matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it.
+(matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it, and
+the optional `ONLY: check_a check_b` limits the run to those checks (speed).
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ def spec(path: Path) -> dict:
     body = doc.group(1)
     expect = re.search(r"^EXPECT:\s*(.+)$", body, re.M)
     sizes = re.search(r"^WORLD_SIZES:\s*(.+)$", body, re.M)
+    only = re.search(r"^ONLY:\s*(.+)$", body, re.M)
     return {"bug": body.strip().splitlines()[0],
             "expect": expect.group(1).strip() if expect else None,
-            "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3]}
+            "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],
+            "only": only.group(1).split() if only else None}
 
 
 def impl_with(path: Path, dest: Path) -> Path:

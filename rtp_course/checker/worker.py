@@ -56,7 +56,8 @@ class Ctx:
         self.impl = _Impl()
         self.records, self.values = {}, {}
         self.failed_phase = None
-        self._status, self._store = status, store
+        self._status = status
+        self.store = store  # the TCP store: lets a check order ranks without a collective
 
     @contextlib.contextmanager
     def phase(self, name: str):
@@ -114,7 +115,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         status.update(check=cid, index=i, phase="setup", call=None, started=time.time())
         group = dist.new_group(list(range(world_size)))
         dtype = getattr(torch, job.get("dtype") or check.dtype)
-        ctx = Ctx(rank, world_size, group, device, dtype, status, store)
+        ctx = Ctx(rank, world_size, group, device, dtype, status,
+                  dist.PrefixStore(f"check{i}/", store))
         commlog.reset()
         torch.manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
         outcome = {"status": "ok"}

@@ -1,0 +1,100 @@
+"""Exercise E6: 2D parallelism, tensor parallel inside a group, data parallel across groups.
+
+Notebook: notebooks/08_2d_parallelism.ipynb. Check: `rtp-course check groups`.
+
+W ranks, tensor-parallel size T, D = W / T data-parallel replicas. Each replica
+is a TP group of T ranks that together hold one copy of the model (E3); the D
+replicas each train on their own batch and average gradients (E1).
+The rank layout (ranks counted in `group`'s order, the world by default):
+
+    rank = dp_rank * T + tp_rank
+    TP group d: ranks [d*T, d*T + T)           consecutive: one node, fast links for the
+                                               all-reduces of every layer
+    DP group t: ranks [t, t + T, t + 2T, ...]  the ranks holding the same shard t
+
+    W=4, T=2:  TP groups {0,1} {2,3};  DP groups {0,2} {1,3}
+    W=8, T=4:  TP groups {0,1,2,3} {4,5,6,7};  DP groups {0,4} {1,5} {2,6} {3,7}
+
+The ranks of one TP group feed the SAME batch (the replica's); the D replicas feed
+different batches of equal size. The result must equal serial training on the
+concatenation of the D batches (replica 0's first).
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import data_parallel, tensor_parallel
+
+
+@dataclass
+class ParallelGroups:
+    """This rank's two groups and its coordinates (given).
+
+    tp_group: the TP group of this rank; dp_group: its DP group; tp_size = T;
+    dp_size = D; tp_rank = rank % T; dp_rank = rank // T (rank in the base group).
+    Unpacks as a pair: `tp_group, dp_group = build_groups(2)`.
+    """
+    tp_group: dist.ProcessGroup
+    dp_group: dist.ProcessGroup
+    tp_size: int
+    dp_size: int
+    tp_rank: int
+    dp_rank: int
+
+    def __iter__(self):
+        return iter((self.tp_group, self.dp_group))
+
+
+def build_groups(tp_size, group=None):
+    """Create all D TP groups and all T DP groups; return this rank's as a ParallelGroups.
+
+    dist.new_group(ranks) takes GLOBAL ranks (dist.get_process_group_ranks(group) lists
+    the base group's) and is collective over the WHOLE job: every process must call it
+    for EVERY group, members or not, in the same order (all TP groups d = 0..D-1, then
+    all DP groups t = 0..T-1), and keep the ones it belongs to. A different order on some
+    ranks mismatches the groups (a hang).
+    ValueError when T does not divide W ("build_groups: the world size 4 is not divisible
+    by tp_size=3; ..."), raised before creating any group.
+    Communication: only group creation.
+    """
+    raise NotImplementedError("build_groups: loop d over replicas -> new_group of consecutive ranks; "
+                              "loop t over shards -> new_group of ranks t, t+T, ...; keep yours "
+                              "(notebook 08, section 1)")
+
+
+def parallelize_2d(model, groups):
+    """Make `model` (a course BertClassifier or TransformerLM) 2D-parallel, in place; return it.
+
+    1. tensor_parallel.parallelize_transformer(model, groups.tp_group): TP inside the replica.
+    2. Make the D replicas start equal: broadcast every parameter and buffer over
+       groups.dp_group from its first rank (src is a GLOBAL rank:
+       dist.get_global_rank(groups.dp_group, 0)). Shard t on every replica is the same tensor.
+    Communication: TP layers' collectives on tp_group in forward/backward; the broadcasts here.
+    """
+    raise NotImplementedError("parallelize_2d: parallelize_transformer on tp_group, then broadcast "
+                              "from dp rank 0 (notebook 08, section 2)")
+
+
+def sync_gradients(model, groups):
+    """After backward: average EVERY parameter's gradient over groups.dp_group.
+
+    Replica d's loss L_d is the mean over its B samples, and the serial loss on the D*B
+    concatenated samples is L = (1/D) sum_d L_d, so dL/dw = mean over replicas of dL_d/dw:
+    one all-reduce (sum) per gradient on dp_group, then divide by D. Shards and replicated
+    parameters (LayerNorms, heads) alike: replicated ones are equal INSIDE a TP group but
+    each replica saw another batch. Never on tp_group: that would mix different shards.
+    Hint: your E1 data_parallel.average_gradients(model, group=...) does exactly this.
+    """
+    raise NotImplementedError("sync_gradients: average every .grad over groups.dp_group "
+                              "(notebook 08, section 3)")
+
+
+def train_step_2d(model, optimizer, loss_fn, inputs, targets, groups):
+    """One training step on this replica's batch; returns the loss (detached).
+
+    optimizer.zero_grad(); loss = loss_fn(model(inputs), targets); loss.backward();
+    sync_gradients(model, groups); optimizer.step(). The optimizer holds this rank's
+    shards and replicated parameters (model.parameters() after parallelize_2d).
+    """
+    raise NotImplementedError("train_step_2d: zero_grad, forward, loss, backward, sync_gradients, step")
