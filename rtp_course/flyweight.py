@@ -1,0 +1,165 @@
+"""Exercise E5: Rotated Tensor Parallelism (RTP) with the flyweight memory pattern.
+
+Notebook: notebooks/06_flyweight_rtp.ipynb. Check: `rtp-course check flyweight`.
+
+RTP is a drop-in replacement for DistributedDataParallel (DDP): every rank
+feeds its OWN batch and gets the same results as DDP, but stores only 1/N of
+every big weight (and so 1/N of its gradient and optimizer state). The weights
+a rank does not store visit it, one shard at a time, by rotation (exercise E4).
+
+SHARDS. A layer's weights are cut into N shards along one "unit" dimension;
+shard s lives on rank s (group ranks). Units are split like torch.tensor_split:
+    sizes[s] = U // N + (1 if s < U % N else 0),  start[s] = sizes[0] + ... + sizes[s-1]
+so shard s holds units [start[s], start[s] + sizes[s]); sizes may be uneven
+(e.g. 10 outputs on 4 ranks: 3, 3, 2, 2) and every rank can compute the shape
+of ANY shard from its index: that is how a receiver allocates its buffer.
+
+    layer                 unit (U)          slices of shard s, units [a, b)
+    nn.Linear             out_features      weight[a:b, :], bias[a:b]
+    nn.Conv2d (groups=1)  out_channels      weight[a:b], bias[a:b]
+    nn.Embedding          embedding_dim     weight[:, a:b]
+    nn.MultiheadAttention num_heads         heads a..b-1, head dim d = E / H:
+                                            in_proj_weight rows [a*d, b*d) of EACH of the
+                                            q, k, v blocks (at 0, E, 2E), same for in_proj_bias,
+                                            out_proj.weight[:, a*d:b*d],
+                                            out_proj.bias: all of it in shard 0, none elsewhere
+
+FORWARD of a wrapped layer on rank r (input x: this rank's batch):
+    for i in 0..N-1:
+        s = (r - i) % N                       # the shard in hand
+        if i < N-1: start rotating it clockwise (rotate_async): shard s-1 arrives
+        y_s = this layer computed with shard s only   (overlaps the transfer)
+        wait for the arriving shard; drop the one you used
+    y = concatenation of y_0..y_{N-1} along the output-feature dim (Linear, Embedding: -1,
+        Conv2d: channels) -- or, for attention, the SUM of the heads' partial outputs
+        (out_proj is split by input columns), with out_proj.bias added once.
+    N-1 rotations. Memory: a rank holds its own shard, plus at most the received
+    shard in hand and the one arriving (two received buffers per layer, freed as
+    soon as they are used; none left after forward).
+
+BACKWARD on rank r (dy: gradient of this rank's loss w.r.t. y):
+    for k in 0..N-1:
+        s = (r + k) % N                       # weights now rotate COUNTERCLOCKWISE
+        if k < N-1: start rotating the weight shard counterclockwise
+        recompute y_s from the saved input and shard s; from dy get dx (sum over s)
+        and g = d(loss of THIS batch)/d(shard s)
+        acc_s = (accumulator of shard s received from rank r+1, if any) + g
+        rotate acc_s counterclockwise
+    After N-1 weight moves and N accumulator moves, the accumulator of shard r
+    (with every rank's contribution) is back on rank r: shard r's .grad = acc / N,
+    the slice of the DDP-averaged gradient (mean over ranks).
+    A simple, generic way: a torch.autograd.Function whose forward saves only
+    the input (never the other shards) and whose backward, for each shard in
+    hand, recomputes that shard's output under torch.enable_grad() and calls
+    torch.autograd.grad(y_s, [x, shard], dy_s).
+
+Rules your code must follow (the checker tests each one):
+* Each rank's forward output equals the serial model's output on its batch;
+  after backward, each shard's .grad is the slice of the DDP-averaged gradient.
+* Rotation only (your exercise E4 functions, `from . import rotation`): no
+  all_gather / broadcast of weights during forward, backward or full_state_dict.
+* Overlap: start a shard's rotation BEFORE computing with it.
+* Memory: see FORWARD above; never keep received shards in a list.
+* Use `group` for every rank, size and communication.
+"""
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import rotation
+
+
+class FlyweightWrapper(nn.Module):
+    """Holds shard r of one layer and computes the full layer by rotating shards.
+
+    FlyweightWrapper(module, group=None), module: nn.Linear, nn.Conv2d,
+    nn.Embedding or nn.MultiheadAttention (TypeError for anything else).
+    At construction every rank takes the FULL weights of rank 0 (a broadcast
+    is fine here, once) and keeps only its own shard, as the parameters of
+    `self.module` (e.g. self.module.weight becomes an nn.Parameter of shape
+    [sizes[r], in_features] for a Linear). The wrapped module keeps its class,
+    so the wrapper is called exactly like it: wrapper(x) for Linear / Conv2d /
+    Embedding, wrapper(query, key, value, key_padding_mask=None, need_weights=True,
+    attn_mask=None, ...) -> (output, None) for MultiheadAttention (attention
+    weights are not returned: no rank ever has all the heads).
+    """
+
+    def __init__(self, module, group=None):
+        raise NotImplementedError("FlyweightWrapper.__init__: super().__init__(); compute the "
+                                  "unit sizes of every shard, broadcast the full parameters "
+                                  "from group rank 0, then replace them by nn.Parameter(own "
+                                  "shard)")
+
+    def shard_ranges(self, index):
+        """{parameter key: (dim, [(start, stop), ...])} for shard `index`.
+
+        The slices (along `dim`) of each full parameter that make the shard,
+        concatenated in this order. Keys are the wrapped module's own
+        parameter names ("weight", "bias", "in_proj_weight", "out_proj.weight", ...).
+        Examples, N = 3: Linear(5, 10), index 1 -> {"weight": (0, [(4, 7)]),
+        "bias": (0, [(4, 7)])}; MultiheadAttention(E=6, H=3), index 2 ->
+        {"in_proj_weight": (0, [(4, 6), (10, 12), (16, 18)]), ...,
+        "out_proj.weight": (1, [(4, 6)]), "out_proj.bias": (0, [])}.
+        """
+        raise NotImplementedError("shard_ranges: see the table in the module docstring")
+
+    def forward(self, *args, **kwargs):
+        """The full layer's output for this rank's input, computed shard by shard."""
+        raise NotImplementedError("FlyweightWrapper.forward: call your autograd.Function, whose "
+                                  "forward loops over the N shards (rotate_async before compute)")
+
+    def full_state_dict(self):
+        """{key: full tensor} of the serial module's parameters, on every rank.
+
+        Gathered with N-1 rotations of the shards (no all_gather).
+        """
+        raise NotImplementedError("full_state_dict: rotate your shard N-1 times; put each shard's "
+                                  "slices where shard_ranges(index) says")
+
+
+class RotatedTensorParallel(nn.Module):
+    """RotatedTensorParallel(model, group=None): DDP semantics, RTP memory.
+
+    Replaces, in place, every nn.Linear, nn.Conv2d, nn.Embedding and
+    nn.MultiheadAttention inside `model` (recursively; `model` itself too if it
+    is one of them) by FlyweightWrapper(child, group). Do not look inside a
+    MultiheadAttention: its out_proj is a Linear that belongs to the attention.
+    Every other parameter and buffer (LayerNorm, ...) stays replicated: all
+    ranks start from rank 0's values and, after backward, such a parameter's
+    .grad is the mean over ranks (like DDP; an all_reduce of these small
+    gradients is fine, e.g. from p.register_post_accumulate_grad_hook).
+
+        rtp = RotatedTensorParallel(model)
+        opt = torch.optim.Adam(rtp.parameters())   # shards + replicated parameters
+        loss_fn(rtp(x_of_this_rank), y).backward(); opt.step()
+    """
+
+    def __init__(self, model, group=None):
+        raise NotImplementedError("RotatedTensorParallel.__init__: super().__init__(); wrap the "
+                                  "layers (recursively), store the model as self.module, "
+                                  "broadcast the replicated parameters and buffers from rank 0, "
+                                  "hook their gradients")
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("RotatedTensorParallel.forward: call the wrapped model")
+
+    def full_state_dict(self):
+        """The serial model's state_dict on every rank: same keys ('fc1.weight', ...), full
+        tensors, gathered by rotation (FlyweightWrapper.full_state_dict), for checkpoints."""
+        raise NotImplementedError("full_state_dict: replicated entries as they are; each wrapper's "
+                                  "entries from its full_state_dict, under the original key")
+
+    def shard_layout(self):
+        """What this rank owns, for the checker. One entry per wrapped module:
+
+            {"fc1": {"kind": "Linear", "index": r, "num_shards": N, "units": (start, stop),
+                     "params": {"weight": {"name": "module.fc1.module.weight",
+                                           "dim": 0, "ranges": [(start, stop)]},
+                                "bias": {...}}},
+             "layers.0.self_attn": {...}, ...}
+
+        Keys are the module names in the serial model ("" if `model` itself is
+        wrapped); "name" is the shard parameter's name in self.named_parameters();
+        "dim" and "ranges" are shard_ranges(r) of that wrapper.
+        """
+        raise NotImplementedError("shard_layout: build it from your wrappers' shard_ranges")

@@ -1,0 +1,122 @@
+"""Exercise E4: the rotation primitive of RTP, and ring collectives built from it.
+
+Notebook: notebooks/05_ring_rotation.ipynb. Check: `rtp-course check rotation`.
+
+The N ranks of a group stand on a ring  0 -> 1 -> ... -> N-1 -> 0.  One ROTATION
+moves one tensor per rank one step around the ring, every rank at the same time:
+
+    clockwise:         rank r sends to (r + 1) % N and receives from (r - 1) % N
+    counterclockwise:  rank r sends to (r - 1) % N and receives from (r + 1) % N
+
+    N = 4, clockwise:   before  [A, B, C, D]   (rank 0 holds A, ...)
+                        after   [D, A, B, C]
+
+RTP (exercise E5) rotates weight shards with this: after k clockwise rotations
+rank r holds what rank (r - k) % N had, so after N-1 of them every rank has
+seen every shard, while storing only one or two of them at any moment.
+
+Rules your code must follow (the checker tests each one):
+* Point-to-point only: dist.isend / dist.irecv, or dist.batch_isend_irecv with a
+  list of dist.P2POp. No all_gather, broadcast, all_reduce... here.
+* Post the receive and the send TOGETHER, then wait. If every rank first calls
+  a blocking dist.send, every rank waits for a receiver that never comes: a
+  deadlock (gloo's send does not return until the peer receives).
+* r and N are GROUP ranks: dist.get_rank(group), dist.get_world_size(group).
+  The p2p calls take GLOBAL ranks: translate the peers with
+  dist.get_global_rank(group, peer) when a group is given.
+* Never modify the caller's tensor; return a NEW tensor (with one rank: a clone).
+* Receivers allocate the buffer, so they must know what arrives: by default
+  the same shape and dtype as what they send; with uneven shards the caller
+  passes recv_shape (and recv_dtype).
+* Nothing here is differentiable (send `tensor.detach()`).
+"""
+import torch
+import torch.distributed as dist
+
+DIRECTIONS = ("clockwise", "counterclockwise")
+
+
+def ring_peers(direction="clockwise", group=None):
+    """Return (destination, source) of this rank for one rotation, as GLOBAL ranks.
+
+    clockwise: ((r + 1) % N, (r - 1) % N); counterclockwise: the reverse.
+    A direction other than the two in DIRECTIONS raises ValueError, and the
+    message names both valid values.
+    """
+    raise NotImplementedError("ring_peers: validate `direction`, compute the group-rank peers "
+                              "with % N, translate them with dist.get_global_rank(group, peer)")
+
+
+class RotationHandle:
+    """An in-flight rotation, returned by rotate_async.
+
+    Holds the p2p work objects (what dist.isend / irecv / batch_isend_irecv
+    return), the receive buffer, and the send buffer (it must stay alive until
+    the send completes).
+    """
+
+    def __init__(self, works, received, sent):
+        raise NotImplementedError("RotationHandle.__init__: store the works and both buffers")
+
+    def is_completed(self):
+        """True when every transfer of this rotation has finished (does not block)."""
+        raise NotImplementedError("RotationHandle.is_completed: all(w.is_completed() ...)")
+
+    def wait(self):
+        """Block until the rotation is done; return the received tensor.
+
+        Calling wait() twice must be safe: forget the works once waited (with
+        gloo, waiting again on a finished work can block forever).
+        """
+        raise NotImplementedError("RotationHandle.wait: wait on every work (once), then return "
+                                  "the receive buffer")
+
+
+def rotate_async(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    """Start one rotation of `tensor` and return a RotationHandle WITHOUT waiting.
+
+    tensor: [*] this rank's tensor (any dtype, on the device of the backend).
+    recv_shape, recv_dtype: what this rank receives; default: like `tensor`.
+    Returns at once, before the transfer completes, so the caller can compute
+    while the data moves (handle.wait() later gives the received tensor).
+    Communication: one send of `tensor` to the destination, one receive from the
+    source. With N = 1 nothing is sent: the handle holds tensor.clone().
+    """
+    raise NotImplementedError("rotate_async: peers from ring_peers; allocate the receive buffer "
+                              "(torch.empty of recv_shape); dist.batch_isend_irecv([P2POp(isend, "
+                              "...), P2POp(irecv, ...)]); return a RotationHandle, do NOT wait")
+
+
+def rotate(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    """One blocking rotation: the tensor received from the previous rank (clockwise)
+    or from the next rank (counterclockwise). A new tensor; `tensor` is untouched.
+
+    Example, N = 3, clockwise: rank 0 gets rank 2's tensor, rank 1 gets rank 0's.
+    """
+    raise NotImplementedError("rotate: rotate_async(...).wait()")
+
+
+def ring_all_gather(tensor, dim=0, group=None):
+    """torch.cat([x_0, ..., x_{N-1}], dim) on every rank, from N-1 rotations only.
+
+    x_q is rank q's `tensor`; all have the same shape. After k clockwise
+    rotations, rank r holds x_{(r - k) % N}: put each piece at its rank's place
+    (rank order, not arrival order). Exactly N-1 rotations: the N-th would bring
+    back your own tensor.
+    """
+    raise NotImplementedError("ring_all_gather: parts[r] = tensor; N-1 times rotate clockwise "
+                              "and store the result at parts[(r - k) % N]; torch.cat(parts, dim)")
+
+
+def ring_reduce_scatter(tensor, dim=0, group=None):
+    """Rank r returns sum over ranks q of chunk r of x_q, from N-1 rotations only.
+
+    x_q is rank q's `tensor`, cut in N equal chunks along dim (ValueError if its
+    size is not divisible by N). Idea: a partial sum travels around the ring
+    and each rank it visits adds its own chunk of the same index; choose where
+    each sum starts so that after N-1 clockwise rotations rank r holds the
+    complete sum of chunk r. Do not modify `tensor`.
+    """
+    raise NotImplementedError("ring_reduce_scatter: a partial sum started on rank q ends, N-1 "
+                              "clockwise steps later, on rank q-1: so start the chunk (r-1) % N, "
+                              "and after each rotation add your chunk of the index you now hold")
