@@ -18,6 +18,7 @@ def cmd_check(args) -> int:
     try:
         results = engine.run(args.exercises or None, impl=args.impl, world_sizes=args.world_size,
                              hidden=args.hidden, dtype=args.dtype, timeout_scale=args.timeout_scale,
+                             timeout=args.timeout,
                              backend=args.backend, only=args.only,
                              progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
     except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
     c.add_argument("--dtype", choices=["float64", "float32"], help="override the checks' dtype")
     c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
+    c.add_argument("--timeout", type=float, metavar="S",
+                   help="stop a check (as a deadlock) after S seconds (default: each check's own)")
     c.add_argument("--timeout-scale", type=float, default=1.0,
                    help="multiply every check's deadlock timeout (slow machines)")
     c.add_argument("-v", "--verbose", action="store_true", help="show stacks of deadlocked ranks")

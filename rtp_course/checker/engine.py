@@ -39,13 +39,13 @@ def _read_json(path: Path):
         return None
 
 
-def _watchdog(rundir: Path, world_size: int, checks: dict, scale: float):
+def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of):
     def poll(processes):
         now = time.time()
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(world_size)}
         for r, st in statuses.items():
             if st and st.get("check") in checks and st.get("phase") != "done":
-                limit = checks[st["check"]].timeout * scale
+                limit = limit_of(checks[st["check"]])
                 if now - st["started"] > limit:
                     for p in processes:
                         if p.is_alive():
@@ -72,13 +72,20 @@ def _deadlock_message(check, statuses: dict, world_size: int) -> tuple[str, int 
             first = r
         where = f"waited in {call}" if call else "was computing (no communication call in progress)"
         lines.append(f"rank {r} {where} during phase '{st.get('phase')}'")
-    msg = f"deadlock: no progress for {check.timeout:.0f} s; " + "; ".join(lines)
+    msg = "deadlock: the check did not finish in time; " + "; ".join(lines)
     return msg, first
 
 
 def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
-        timeout_scale=1.0, backend=None, progress=None, only=None) -> list[Result]:
-    """Run the checks of `exercises` on `impl`; return one Result per check and world size."""
+        timeout_scale=1.0, backend=None, progress=None, only=None,
+        timeout=None) -> list[Result]:
+    """Run the checks of `exercises` on `impl`; return one Result per check and world size.
+
+    A check that makes no progress for `timeout` seconds (default: its own
+    timeout x `timeout_scale`) is stopped and reported as a deadlock."""
+    def limit_of(check):
+        return timeout if timeout else check.timeout * timeout_scale
+
     exercises = list(exercises or EXERCISES)
     for ex in exercises:
         if ex not in EXERCISES:
@@ -96,7 +103,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
             continue
         if progress:
             progress(f"world size {ws}: {len(todo)} checks")
-        results += _run_world(todo, ws, impl_dir, modules, dtype, timeout_scale,
+        results += _run_world(todo, ws, impl_dir, modules, dtype, limit_of,
                               backend or default_backend(ws))
     order = {c.id: i for i, c in enumerate(checks)}
     results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
@@ -104,18 +111,18 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     return results
 
 
-def _run_world(todo, ws, impl_dir, modules, dtype, scale, backend) -> list[Result]:
+def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend) -> list[Result]:
     results = []
     by_id = {c.id: c for c in todo}
     while todo:
         rundir = Path(tempfile.mkdtemp(prefix=f"rtp-check-w{ws}-"))
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
                    check_ids=[c.id for c in todo], dtype=dtype)
-        budget = sum(c.timeout for c in todo) * scale + 60
+        budget = sum(limit_of(c) for c in todo) + 60
         failure = None
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
-                   on_poll=_watchdog(rundir, ws, by_id, scale))
+                   on_poll=_watchdog(rundir, ws, by_id, limit_of))
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
         except LaunchError:
