@@ -29,3 +29,12 @@ def skip_collective(rank, world_size, pid_dir=None):
     else:
         time.sleep(3600)
     return rank
+
+
+if __name__ == "__main__":  # run by torchrun / srun in test_launcher.py
+    from rtp_course.launcher import init_from_env
+    rank, world, device = init_from_env()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    print(f"rank {rank}/{world} on {device}: sum {t.item():g}", flush=True)
+    dist.destroy_process_group()

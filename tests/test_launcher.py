@@ -88,3 +88,16 @@ def test_env_rank_info_reads_torchrun_and_slurm():
     assert env_rank_info({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_LOCALID": "2"}) == (5, 6, 2)
     with pytest.raises(LaunchError, match="torchrun"):
         env_rank_info({})
+
+
+def test_same_code_runs_under_torchrun():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).with_name("launch_targets.py")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", "3", str(script)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = sorted(line for line in p.stdout.splitlines() if line.startswith("rank"))
+    assert lines == [f"rank {r}/3 on cpu: sum 6" for r in range(3)]
