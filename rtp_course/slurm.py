@@ -97,7 +97,8 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
 
     gpus: GPUs (= tasks) of the node; 0 runs the check on CPU with gloo.
     world_size: an int or a list of ints (default gpus, or 2 on CPU); each <= gpus on GPUs.
-    impl: the package directory with the exercise modules (default: the checker's, rtp_course).
+    impl: the package directory with the exercise modules (default: $RTP_COURSE_IMPL, else
+        your own rtp_course, as a local check() would use).
     setup: shell code the job runs first (module load ..., source venv/bin/activate).
     The log and the JSON report go to out_dir/rtp-check-<jobid>.{out,json}.
     """
@@ -110,8 +111,8 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
     out.mkdir(parents=True, exist_ok=True)
     job_env = {"RTP_REPORT": str(out / "rtp-check-%j.json"),
                "RTP_WORLD_SIZES": " ".join(map(str, sizes))}
-    if impl:
-        job_env["RTP_IMPL"] = str(Path(impl).resolve())
+    from rtp_course.impl import default_impl, resolve
+    job_env["RTP_IMPL"] = str(resolve(impl or default_impl()))
     if timeout:
         job_env["RTP_TIMEOUT"] = str(timeout)
     if setup:
