@@ -36,6 +36,8 @@ def text(results: list[Result], verbose: bool = False) -> str:
             lines.append("        in your code:\n" + _indent(first.details["where"], 10))
         if first.hint:
             lines.append(f"        hint: {first.hint}")
+        if first.details.get("vs_reference"):
+            lines.append(f"        reference: {first.details['vs_reference']}")
         if verbose and first.details.get("stacks"):
             for r, st in sorted(first.details["stacks"].items()):
                 lines.append(f"        stack of rank {r}:\n" + _indent(st, 10))
@@ -70,7 +72,8 @@ def to_json(results: list[Result]) -> dict:
         ex["checks"].append({"name": r.check, "world_size": r.world_size, "passed": r.passed,
                              "status": r.status, "phase": r.phase, "rank": r.rank, "key": r.key,
                              "message": r.message, "hint": r.hint,
-                             "where": r.details.get("where", "")})
+                             "where": r.details.get("where", ""),
+                             "vs_reference": r.details.get("vs_reference", "")})
     passed = all(r.passed for r in results) and bool(results)
     s = summary(results)
     return {"passed": passed, "exercises": exercises,
