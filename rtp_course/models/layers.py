@@ -93,22 +93,27 @@ def attention_forward(x: torch.Tensor, w: AttentionWeights,
     is then a partial sum that the heads' owners add up (row-parallel ``wo``).
     Attention dropout is not applied (the course trains with dropout 0).
     """
-    batch, seq, _ = x.shape
-    inner = w.wq.shape[0]
-    head_dim = inner // w.num_heads
+    causal = w.causal if need_mask is None else need_mask
+    context = attend(F.linear(x, w.wq, w.bq), F.linear(x, w.wk, w.bk), F.linear(x, w.wv, w.bv),
+                     w.num_heads, causal)
+    return F.linear(context, w.wo, w.bo)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
+           causal: bool = False) -> torch.Tensor:
+    """The part of attention between the projections: ``[B, S, inner]`` x 3 -> ``[B, S, inner]``."""
+    batch, seq, inner = q.shape
+    head_dim = inner // num_heads
 
     def heads(t):  # [B, S, inner] -> [B, H, S, d]
-        return t.view(batch, seq, w.num_heads, head_dim).transpose(1, 2)
+        return t.view(batch, seq, num_heads, head_dim).transpose(1, 2)
 
-    q = heads(F.linear(x, w.wq, w.bq))
-    k = heads(F.linear(x, w.wk, w.bk))
-    v = heads(F.linear(x, w.wv, w.bv))
+    q, k, v = heads(q), heads(k), heads(v)
     scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)   # [B, H, S, S]
-    if w.causal if need_mask is None else need_mask:
-        scores = scores.masked_fill(causal_mask(seq, x.device), float("-inf"))
+    if causal:
+        scores = scores.masked_fill(causal_mask(seq, q.device), float("-inf"))
     context = scores.softmax(dim=-1) @ v                      # [B, H, S, d]
-    context = context.transpose(1, 2).reshape(batch, seq, inner)
-    return F.linear(context, w.wo, w.bo)
+    return context.transpose(1, 2).reshape(batch, seq, inner)
 
 
 class SelfAttention(nn.Module):
@@ -127,7 +132,10 @@ class SelfAttention(nn.Module):
         self.out_proj = nn.Linear(hidden_dim, hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return attention_forward(x, attention_weights(self))
+        # Through the projection modules (not their weights), so a wrapper around a projection
+        # (RTP's FlyweightWrapper, a TP layer) is used.
+        context = attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), self.num_heads, self.causal)
+        return self.out_proj(context)
 
 
 class FeedForward(nn.Module):

@@ -1,0 +1,97 @@
+"""`rtp-course bench`: every strategy runs on 2 ranks, the outputs hold every category,
+the sharded strategies really hold about 1/N of DDP's states, and all train the same model.
+No timing assertions: the machine is shared."""
+import csv
+import datetime
+
+import pytest
+import torch.distributed as dist
+
+from rtp_course import bench, cli, strategies
+from rtp_course.models import build_model
+
+STRATEGIES = ("ddp", "fsdp", "tp", "rtp")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "1",
+                     "--impl", "solutions", "--timeout", "300", "--out", str(out)])
+    with open(out / "bench.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    return code, out, {(r["strategy"], int(r["rank"])): r for r in rows}
+
+
+def _bytes(row, *categories):
+    return sum(int(row[c]) for c in categories)
+
+
+def test_every_strategy_runs_and_writes_csv_png_and_table(run, capsys):
+    code, out, rows = run
+    assert code == 0
+    assert set(rows) == {(s, r) for s in STRATEGIES for r in (0, 1)}
+    for row in rows.values():
+        assert row["status"] == "ok"
+        for c in bench.CATEGORIES:
+            assert row[c] != "" and int(row[c]) >= 0, c
+        assert int(row["parameters"]) > 0 and int(row["activations"]) > 0
+        assert float(row["step_time_s"]) > 0
+    for s in ("ddp", "fsdp", "rtp"):            # buckets, gathered units, in-flight shards
+        assert int(rows[s, 0]["communication"]) > 0, s
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "bench.txt").read_text()
+    assert "46.3 GB" in text and "NOT measured here" in text
+    for label in ("DDP", "FSDP", "TP", "RTP"):
+        assert f"\n{label} " in text
+
+
+def test_rtp_and_fsdp_hold_about_a_half_of_ddp_states_on_two_ranks(run):
+    _, _, rows = run
+    states = ("parameters", "gradients", "optimizer")
+    for rank in (0, 1):
+        ddp = _bytes(rows["ddp", rank], *states)
+        assert _bytes(rows["rtp", rank], *states) < 0.6 * ddp
+        assert _bytes(rows["fsdp", rank], *states) < 0.6 * ddp
+        assert int(rows["fsdp", rank]["parameters"]) < 0.6 * int(rows["ddp", rank]["parameters"])
+
+
+def test_every_strategy_trains_the_same_model(run):
+    _, _, rows = run
+    start = [float(r["loss_start"]) for r in rows.values()]
+    end = [float(r["loss_end"]) for r in rows.values()]
+    assert max(start) - min(start) < 1e-5
+    assert max(end) - min(end) < 1e-4
+    assert max(end) < min(start)            # and it learned something in two steps
+
+
+@pytest.fixture
+def one_rank_group():
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_stub_is_skipped_with_the_notebook_to_do(one_rank_group, monkeypatch):
+    monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")    # the worker sets it: restore it after
+    from rtp_course.train import DEFAULT_CONFIGS, Task
+    task = Task("lm", dict(DEFAULT_CONFIGS["lm"], vocab_size=32, ninp=16, nhid=32, nhead=2,
+                           num_decoder_layers=1, seq_len=4), global_batch=2)
+    opts = dict(task=task, strategies=["rtp"], steps=1, warmup=1, optimizer="adam", lr=1e-3,
+                impl="rtp_course")        # the student edition: flyweight is a stub
+    row = bench._worker(0, 1, opts)[0]
+    assert row["status"].startswith("skipped: rtp: implement flyweight first (notebook 06)")
+    info = dict(task=task, backend="gloo", world_size=1, steps=1, warmup=1, batch_size=2,
+                optimizer="adam", num_params=1, wall_s=0.0)
+    assert "implement flyweight first" in bench.report([row], info)
+
+
+@pytest.mark.parametrize("strategy, exercise, notebook", [
+    ("rtp", "flyweight", "06"), ("tp", "tensor_parallel", "04"), ("dp", "data_parallel", "02")])
+def test_wrap_says_which_exercise_to_implement(monkeypatch, strategy, exercise, notebook):
+    monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")     # stubs raise before communicating
+    with pytest.raises(strategies.StrategyNotImplemented,
+                       match=f"implement {exercise} first \\(notebook {notebook}\\)"):
+        strategies.wrap(build_model("lm", seed=0, tiny=True), strategy)
