@@ -32,5 +32,5 @@ def grade(exercise: str, points: float, hidden: bool = True, world_sizes=None,
     from rtp_course.checker.registry import hidden_dir
     use_hidden = hidden and hidden_dir() is not None
     rep = check(exercise, impl=submission_dir(), hidden=use_hidden, world_sizes=world_sizes,
-                timeout_scale=timeout_scale)
+                timeout_scale=timeout_scale, grading=True)
     return round(points * rep.score(exercise), 2)

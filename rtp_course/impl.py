@@ -112,3 +112,25 @@ def current(name: str) -> types.ModuleType:
     if pkg is None or pkg.IMPL_DIR != resolve(default_impl()):
         load_impl(default_impl())
     return exercise(name)
+
+
+class _RefuseReference(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == "solutions" or fullname.startswith("solutions."):
+            raise ImportError("the code under test may not import the reference solutions "
+                              "(`solutions`): write your own implementation")
+        return None
+
+
+def refuse_reference_imports() -> None:
+    """In a checker worker: make `import solutions` fail for the code under test, unless the
+    code under test IS the reference (the instructor edition has solutions installed)."""
+    pkg = sys.modules.get(PACKAGE)
+    spec = importlib.util.find_spec("solutions") if "solutions" not in sys.modules else None
+    ref = Path(list(spec.submodule_search_locations)[0]).resolve() if spec else None
+    if pkg is not None and ref is not None and pkg.IMPL_DIR == ref:
+        return
+    for key in [k for k in sys.modules if k == "solutions" or k.startswith("solutions.")]:
+        del sys.modules[key]
+    if not any(isinstance(f, _RefuseReference) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RefuseReference())

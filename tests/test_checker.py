@@ -92,3 +92,12 @@ def test_score_gives_partial_credit(tmp_path):
     impl = impl_with(WRONG / "comm" / "dup_no_allreduce.py", tmp_path / "impl")
     rep = CheckReport(engine.run(["comm"], impl=str(impl), world_sizes=[2]))
     assert 0 < rep.score("comm") < 1
+
+
+def test_code_under_test_cannot_import_the_reference_solutions(tmp_path):
+    sub = tmp_path / "submission"
+    shutil.copytree(ROOT / "solutions", sub)
+    (sub / "comm.py").write_text("from solutions.comm import *  # noqa\n")
+    results = engine.run(["comm"], impl=str(sub), world_sizes=[2], only=["Duplication"])
+    assert results and not results[0].passed
+    assert "may not import the reference solutions" in results[0].message

@@ -15,7 +15,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rtp_course import EXERCISES
 from rtp_course.release import MARKERS, ReleaseError, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +157,7 @@ def test_no_solution_code_ships(edition, solution):
     assert "NotImplementedError" in stub.read_text(), f"{stub} is not a stub"
 
 
-def test_no_markers_anywhere(edition, fixture_edition):
+def test_no_markers_or_grade_cells(edition, fixture_edition):
     for out in (edition, fixture_edition[1]):
         for path in _files(out):
             try:
@@ -167,6 +166,9 @@ def test_no_markers_anywhere(edition, fixture_edition):
                 continue
             for m in MARKERS:
                 assert m not in text, f"{path}: {m}"
+        for path in (out / "notebooks").glob("*.ipynb"):  # hidden test code is gone from every cell
+            for cell in nbformat.read(path, as_version=4).cells:
+                assert "grade(" not in cell.source and "rtp_course.grading" not in cell.source, path
 
 
 def test_notebooks_are_nbgrader_student_versions(fixture_edition):

@@ -23,23 +23,30 @@ import torch.distributed.distributed_c10d as c10d
 
 from rtp_course import commlog
 from rtp_course.checker.registry import load_checks
-from rtp_course.impl import exercise, load_impl
+from rtp_course.impl import exercise, load_impl, refuse_reference_imports
 from rtp_course.launcher import device_for
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
 
 
 class Status:
-    """The rank's current check, phase and call, for the parent's watchdog."""
+    """The rank's current check, phase and call, for the parent's watchdog.
+
+    Updated on every communication call and wait(), so it is written in place with one
+    pwrite (padded with spaces over a longer previous text): a temporary file and a rename
+    per update cost ~1 ms each on a busy disk, most of a check's time. A reader that
+    catches a half-written text gets invalid JSON and reads again at its next poll.
+    """
 
     def __init__(self, path: Path):
-        self.path, self.data = path, {}
+        self.path, self.data, self._size = path, {}, 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def update(self, **kw):
         self.data.update(kw)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        text = json.dumps(self.data).encode()
+        os.pwrite(self._fd, text.ljust(self._size), 0)
+        self._size = max(self._size, len(text))
 
 
 class _Impl:
@@ -103,6 +110,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     """Worker entry (called by launcher.launch in each rank)."""
     rundir = Path(job["rundir"])
     impl_pkg = load_impl(job["impl"])
+    refuse_reference_imports()
     code_dir = str(impl_pkg.IMPL_DIR)
     commlog.install(code_dirs=[code_dir])
     status = Status(rundir / f"status.{rank}.json")
@@ -131,7 +139,9 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         outcome.update(records=ctx.records, values=ctx.values,
                        events=[vars(e) for e in commlog.events()],
                        peak_recv=dict(commlog.STATE.peak_recv))
-        torch.save(outcome, rundir / f"result.{cid}.{rank}.pt")
+        tmp = rundir / f"result.{cid}.{rank}.tmp"  # renamed when complete: a rank killed while
+        torch.save(outcome, tmp)                   # saving leaves no half-written result
+        os.replace(tmp, rundir / f"result.{cid}.{rank}.pt")
         status.update(phase="done", call="waiting for the other ranks to finish this check")
         store.set(f"done/{i}/{rank}", outcome["status"])
         keys = [f"done/{i}/{r}" for r in range(world_size)]

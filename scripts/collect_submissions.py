@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Place students' work where `nbgrader autograde` looks: <course>/submitted/<student>/<assignment>/.
+
+    python scripts/collect_submissions.py SUBMISSIONS [ASSIGNMENT ...]
+
+SUBMISSIONS holds one folder per student, named by the student id: that student's
+copy of the student edition (a clone of their repository, an unpacked archive, or
+a folder with the notebooks and rtp_course/ side by side). For each assignment
+(default: every folder of <course>/source) it copies
+
+    the assignment's notebooks    from notebooks/<name>.ipynb (or <name>.ipynb at the top)
+    the six exercise modules      from rtp_course/<exercise>.py
+
+and nothing else: the rest of the course (launcher, checker, models) always comes
+from the instructor's installation, so a submission cannot change how it is graded.
+A git clone's last commit time becomes nbgrader's timestamp (late penalties).
+Modules that mention the reference solutions or the hidden checks are flagged: the
+grading machine has both, and autograde runs student code with your permissions.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXERCISES = ("data_parallel", "comm", "tensor_parallel", "rotation", "flyweight", "groups")
+
+
+def course_dir() -> Path:
+    return Path(os.environ.get("RTP_COURSE_GRADING_DIR", ROOT / "grading")).resolve()
+
+
+def commit_time(folder: Path):
+    if not (folder / ".git").exists():
+        return None
+    r = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%cI"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
+SUSPICIOUS = re.compile(r"\bsolutions\b|tests[/.]hidden|RTP_COURSE_HIDDEN_CHECKS")
+
+
+def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
+    """Copy one student's files for one assignment; return what was missing."""
+    source = course / "source" / assignment
+    dest = course / "submitted" / student_dir.name / assignment
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "rtp_course").mkdir(parents=True)
+    missing = []
+    for nb in sorted(source.glob("*.ipynb")):
+        for cand in (student_dir / "notebooks" / nb.name, student_dir / nb.name,
+                     student_dir / assignment / nb.name):
+            if cand.is_file():
+                shutil.copy2(cand, dest / nb.name)
+                break
+        else:
+            missing.append(nb.name)
+    for ex in EXERCISES:
+        src = student_dir / "rtp_course" / f"{ex}.py"
+        if src.is_file():
+            shutil.copy2(src, dest / "rtp_course" / src.name)
+            if SUSPICIOUS.search(src.read_text(errors="replace")):
+                print(f"WARNING: {src} mentions the solutions or hidden checks: read it before "
+                      f"trusting its grade", file=sys.stderr)
+        else:
+            missing.append(f"rtp_course/{ex}.py")
+    stamp = commit_time(student_dir)
+    if stamp:
+        (dest / "timestamp.txt").write_text(stamp)
+    return missing
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("submissions", type=Path, help="one folder per student, named by student id")
+    p.add_argument("assignments", nargs="*", help="default: every assignment in <course>/source")
+    p.add_argument("--course", type=Path, default=None, help="course directory (default: nbgrader_config.py's)")
+    args = p.parse_args(argv)
+    course = (args.course or course_dir()).resolve()
+    assignments = args.assignments or sorted(d.name for d in (course / "source").glob("*") if d.is_dir())
+    if not assignments:
+        print(f"no assignments in {course / 'source'}: run scripts/make_nbgrader_source.py first",
+              file=sys.stderr)
+        return 2
+    students = sorted(d for d in args.submissions.iterdir() if d.is_dir() and not d.name.startswith("."))
+    for student in students:
+        for a in assignments:
+            missing = collect(student, course, a)
+            note = f" (missing: {', '.join(missing)})" if missing else ""
+            print(f"{student.name}/{a}{note}")
+    print(f"{len(students)} student(s) -> {course / 'submitted'}; next: nbgrader autograde "
+          + " ".join(assignments))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
