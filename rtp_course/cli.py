@@ -61,7 +61,10 @@ def _delegate(module: str, func: str):
     return run
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """`argv` says which subcommand runs: only its module is imported (bench pulls in
+    matplotlib and FSDP, ~3 s that `check` should not pay)."""
+    wanted = (argv if argv is not None else sys.argv[1:])[:1]
     p = argparse.ArgumentParser(prog="rtp-course", description=__doc__)
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -91,11 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
 
     s = sub.add_parser("submit", help="run a checker job (or benchmark) on Slurm")
-    _slurm_args(s)
+    if wanted == ["submit"]:
+        _slurm_args(s)
     s.set_defaults(func=_delegate("rtp_course.slurm", "cli_submit"))
 
     b = sub.add_parser("bench", help="DDP / FSDP / TP / RTP: memory by category and step time")
-    _bench_args(b)
+    if wanted == ["bench"]:
+        _bench_args(b)
     b.set_defaults(func=_delegate("rtp_course.bench", "cli_bench"))
 
     r = sub.add_parser("release", help="build the student edition into OUT (instructor edition)")
@@ -122,7 +127,7 @@ def _bench_args(b):
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     return args.func(args)
 
 

@@ -7,6 +7,9 @@ checker is in, and the caller's line in the exercise code. While a call is in
 progress the `status` callback is told, so the checker's watchdog can say
 which rank waited in which call. Buffers filled by recv/irecv are tracked
 until freed: that is how a check measures how many shards a rank holds.
+A check that sets `STATE.trace = []` also gets the order of calls and of
+wait()s on their handles (and may add its own markers, e.g. compute), which
+shows whether compute happened while a transfer was in flight.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ class _State:
     on_status=None  # callable(text or None), set by the checker worker
     live_recv: int = 0
     peak_recv: dict = field(default_factory=dict)  # phase -> peak live received bytes
+    trace: list | None = None  # a check sets a list: (kind, event index) of calls and waits, in order
     local: threading.local = field(default_factory=threading.local)
 
 
@@ -106,10 +110,12 @@ def _track_recv(t: torch.Tensor) -> None:
 class _Work:
     """Wraps an async handle so a wait() that blocks forever is reported too."""
 
-    def __init__(self, work, kind, where):
-        self._work, self._kind, self._where = work, kind, where
+    def __init__(self, work, kind, where, index=None):
+        self._work, self._kind, self._where, self._index = work, kind, where, index
 
     def wait(self, *a, **k):
+        if STATE.trace is not None:
+            STATE.trace.append(("wait", self._index))
         _status(f"wait() on {self._kind} from {self._where}")
         try:
             return self._work.wait(*a, **k)
@@ -134,6 +140,9 @@ def _wrap(kind, fn):
         where = caller()
         STATE.events.append(Event(kind, STATE.phase, _nbytes(kind, args, kwargs),
                                   _peer(kind, args, kwargs), where))
+        index = len(STATE.events) - 1
+        if STATE.trace is not None:
+            STATE.trace.append((kind, index))
         if kind in RECEIVES and args and isinstance(args[0], torch.Tensor):
             _track_recv(args[0])
         STATE.local.depth = 1
@@ -144,9 +153,9 @@ def _wrap(kind, fn):
             STATE.local.depth = 0
             _status(None)
         if kind in ("isend", "irecv") and out is not None:
-            return _Work(out, kind, where)
+            return _Work(out, kind, where, index)
         if kwargs.get("async_op") and out is not None:
-            return _Work(out, kind, where)
+            return _Work(out, kind, where, index)
         return out
     wrapper.__rtp_wrapped__ = True
     return wrapper
@@ -169,6 +178,7 @@ def reset(phase: str = "setup") -> None:
     STATE.phase = phase
     STATE.events = []
     STATE.peak_recv = {}
+    STATE.trace = None
 
 
 def set_phase(phase: str) -> None:

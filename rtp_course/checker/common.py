@@ -33,11 +33,13 @@ def rank_slice(t: torch.Tensor, rank: int, world_size: int, dim: int = 0) -> tor
     return t.chunk(world_size, dim=dim)[rank]
 
 
-def make_optimizer(name: str, params, lr: float = 0.05):
+def make_optimizer(name: str, params, lr: float = 0.05, eps: float = 1e-8):
+    """SGD with momentum, or Adam. Adam's default eps turns ~1e-17 rounding noise on
+    zero-gradient entries into O(lr) updates: checks comparing such entries pass eps=1e-6."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr * 0.2)
+        return torch.optim.Adam(params, lr=lr * 0.2, eps=eps)
     raise ValueError(name)
 
 

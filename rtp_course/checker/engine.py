@@ -208,9 +208,10 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
         msg, rank = _deadlock_message(check, failure.statuses, ws)
         return Result(**base, status="deadlock", message=msg, rank=rank,
                       phase=(failure.statuses.get(rank) or {}).get("phase", "") if rank is not None else "",
-                      hint="every rank must make the same collective calls in the same order; "
-                           "point-to-point sends need a matching receive on the peer (post the "
-                           "irecv before a blocking send, or use isend/irecv together)",
+                      hint=check.hints.get("deadlock") or  # the check may know the usual cause
+                      "every rank must make the same collective calls in the same order; "
+                      "point-to-point sends need a matching receive on the peer (post the "
+                      "irecv before a blocking send, or use isend/irecv together)",
                       details={"stacks": failure.stacks})
     if isinstance(failure, RankFailed):
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}

@@ -43,13 +43,15 @@ class CommRule:
 
     kind "*" counts every call; kind "weights-collective" is every collective
     (anything but send/recv/isend/irecv). `nbytes` optionally bounds the
-    bytes this rank sent in those calls.
+    bytes of those calls (sent, or for recv/irecv received). `peers` optionally
+    lists the only ranks those calls may talk to (as the code passed them).
     """
     phase: str
     kind: str
     count: object
     hint: str = ""
     nbytes: object = None
+    peers: tuple | None = None
 
 
 class Check:
@@ -59,7 +61,8 @@ class Check:
     hidden: bool = False
     timeout: float = 30.0       # seconds for this check on one world size
     dtype: str = "float64"
-    hints: dict = {}            # key prefix -> hint shown when that key is wrong
+    hints: dict = {}            # key prefix -> hint shown when that key is wrong; the keys
+                                # "error/<phase>", "error", "deadlock": for an exception, a hang
 
     @property
     def id(self) -> str:
@@ -76,6 +79,7 @@ class Check:
         return {}
 
     def comm_rules(self, world_size: int) -> list:
+        """[CommRule] for every rank, or {rank: [CommRule]} where ranks differ (peers)."""
         return []
 
     def hint(self, key: str) -> str:

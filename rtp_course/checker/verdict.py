@@ -80,7 +80,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}."""
     base = dict(exercise=check.exercise, check=check.name, world_size=world_size)
     for status in ("notimpl", "error"):
-        for rank in sorted(outcomes):
+        for rank in sorted(outcomes, key=lambda q: (_fallout(outcomes[q]), q)):
             o = outcomes[rank]
             if o["status"] == status:
                 if status == "notimpl":
@@ -89,7 +89,8 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
                               message=f"rank {rank} raised {o['type']}: {o['message']}",
                               details={"where": o.get("where", "")},
-                              hint=_error_hint(o))
+                              hint=_check_error_hint(check, o) or _error_hint(o)
+                              or check.hint(o.get("phase") or "setup"))
     keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
     for key in keys:  # the earliest phase first, whichever rank shows it
         phase = _phase_of(key)
@@ -110,7 +111,8 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                               message=f"rank {rank}, {key} {msg}", hint=check.hint(key),
                               details=details)
     for rank in sorted(outcomes):
-        bad = check_comm(rules, outcomes[rank]["events"])
+        mine = rules.get(rank, []) if isinstance(rules, dict) else rules  # {rank: rules} too
+        bad = check_comm(mine, outcomes[rank]["events"])
         if bad:
             rule, msg = bad
             return Result(**base, status="failed", rank=rank, phase=rule.phase,
@@ -144,9 +146,26 @@ def check_comm(rules, events):
             total = sum(e["nbytes"] for e in hits)
             ok = total in rule.nbytes if isinstance(rule.nbytes, Bound) else total == rule.nbytes
             if not ok:
-                return rule, (f"{rule.phase}: {rule.kind} moved {total} bytes from this rank, "
-                              f"expected {rule.nbytes}")
+                return rule, (f"{rule.phase}: {rule.kind} call(s) moved {total} bytes on this "
+                              f"rank, expected {rule.nbytes}")
+        if rule.peers is not None:
+            odd = [e for e in hits if e["peer"] not in rule.peers]
+            if odd:
+                seen = ", ".join(f"{e['kind']} with rank {e['peer']} at {e['where']}" for e in odd[:2])
+                return rule, (f"{rule.phase}: {rule.kind} with the wrong rank(s): {seen}; "
+                              f"expected only rank(s) {', '.join(map(str, rule.peers))}")
     return None
+
+
+def _check_error_hint(check, o) -> str:
+    """A check's own hint for an exception: hints["error/<phase>"], else hints["error"]."""
+    return check.hints.get(f"error/{o.get('phase')}") or check.hints.get("error", "")
+
+
+def _fallout(o) -> bool:
+    """An error caused by a peer that left (its own error explains it better)."""
+    msg = o.get("message", "")
+    return "Connection closed by peer" in msg or "Connection reset" in msg
 
 
 def _error_hint(o) -> str:

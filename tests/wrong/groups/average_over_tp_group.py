@@ -2,6 +2,10 @@
 
 Shards of different weights get averaged together, and the replicas never see each
 other's batches.
+
+WORLD_SIZES: 4
+EXPECT: train_2d_bert.*sync/grad.*hint:.*MEAN over groups\.dp_group.*never on tp_group
+ONLY: train_2d_bert
 """
 from dataclasses import dataclass
 

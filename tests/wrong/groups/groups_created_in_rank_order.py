@@ -2,6 +2,10 @@
 
 dist.new_group is collective over the whole job and must be called in the same order
 everywhere: the groups get mismatched (a hang, or ranks wired to the wrong peers).
+
+WORLD_SIZES: 4
+EXPECT: groups\.build_groups.*(deadlock.*'build_groups'|new_group calls, the same on every rank is 'no: rank).*hint: dist\.new_group is collective over the WHOLE job
+ONLY: build_groups
 """
 from dataclasses import dataclass
 

@@ -2,6 +2,10 @@
 
 Replicated parameters are equal inside a TP group, but each DP replica saw another batch,
 so they must be averaged over the DP group too.
+
+WORLD_SIZES: 4
+EXPECT: train_2d_bert.*sync/grad blocks\.0\.ln1\.weight.*hint:.*replicated LayerNorms
+ONLY: train_2d_bert
 """
 from dataclasses import dataclass
 

@@ -3,6 +3,10 @@
 Each TP group then spans nodes (slow all-reduces on every layer), and the documented
 rank -> (tp_rank, dp_rank) map is broken: a rank fed replica dp_rank's batch sits in
 the wrong replica.
+
+WORLD_SIZES: 4
+EXPECT: build_groups.*structure/tp_group ranks is \[0, 2\], expected \[0, 1\].*hint:.*consecutive ranks
+ONLY: build_groups
 """
 from dataclasses import dataclass
 

@@ -1,6 +1,10 @@
 """sync_gradients sums the gradients over the DP group without dividing by its size.
 
 Gradients are D times too large (SGD steps D times too far; Adam hides part of it).
+
+WORLD_SIZES: 4
+EXPECT: train_2d_bert.*sync/grad.*every entry is 2 x the expected value.*hint:.*divide by dp_size
+ONLY: train_2d_bert
 """
 from dataclasses import dataclass
 

@@ -2,6 +2,10 @@
 
 The groups work, but code that picks its batch or shard from the reported coordinates
 gets the wrong one.
+
+WORLD_SIZES: 4
+EXPECT: build_groups.*\(tp_rank, dp_rank\) is \[0, 1\], expected \[1, 0\].*hint:.*tp_rank = rank % T
+ONLY: build_groups
 """
 from dataclasses import dataclass
 

@@ -1,6 +1,10 @@
 """ParallelSelfAttention splits q/k/v into heads along the wrong dimension: view [B, S, head_dim, heads] instead of [B, S, heads, head_dim].
 
 Each "head" then mixes one feature of every head: wrong even with one rank.
+
+EXPECT: ParallelSelfAttention  .*forward/output.*hint:.*\[B, S, H/N, d\] \(heads first\)
+WORLD_SIZES: 2
+ONLY: ParallelSelfAttention
 """
 import math
 

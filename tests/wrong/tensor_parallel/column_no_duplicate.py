@@ -2,6 +2,10 @@
 
 Forward is right; backward gives each rank only its own shard's share of dL/dx
 (the MLP's input gradient too), unless N == 1.
+
+EXPECT: ColumnParallelLinear  .*backward/grad input.*hint:.*SUM over ranks.*comm\.duplicate
+WORLD_SIZES: 2
+ONLY: ColumnParallelLinear
 """
 import math
 

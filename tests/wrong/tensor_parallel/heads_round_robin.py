@@ -2,6 +2,10 @@
 
 The output and input gradients are right (the heads are just dealt out differently),
 but every rank holds the wrong rows of Wq/Wk/Wv and columns of Wo: a shard check fails.
+
+EXPECT: ParallelSelfAttention  .*structure/q_proj\.weight.*hint: rank r owns heads \[r\*H/N, \(r\+1\)\*H/N\)
+WORLD_SIZES: 2
+ONLY: ParallelSelfAttention
 """
 import math
 

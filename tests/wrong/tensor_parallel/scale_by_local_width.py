@@ -1,6 +1,10 @@
 """ParallelSelfAttention scales the scores by 1/sqrt(hidden/N), the local q width, instead of 1/sqrt(head_dim).
 
 Wrong with any number of ranks (hidden/N != hidden/H unless N == H).
+
+EXPECT: ParallelSelfAttention  .*forward/output.*hint:.*with d = E/H the serial head dim \(NOT E/N\)
+WORLD_SIZES: 2
+ONLY: ParallelSelfAttention
 """
 import math
 

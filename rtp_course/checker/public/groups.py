@@ -1,0 +1,244 @@
+"""Public checks for E6 `groups`: the 2D process groups, and 2D training against serial.
+
+`build_groups` must follow the documented layout (rank = dp_rank * T + tp_rank: TP
+groups of consecutive ranks, DP groups of the ranks holding the same shard), every
+rank must make the same dist.new_group calls in the same order (watched, and
+compared through the store: a mismatch usually hangs, sometimes cross-wires the
+groups), and the groups must connect their members (a first all_reduce on each).
+2D training: replica d (a TP group) feeds its own batch, the same on all its
+ranks; the result must equal serial training on the D batches concatenated
+(replica 0's first). Replicas start from DIFFERENT random models on purpose:
+parallelize_2d must broadcast replica 0's. Rank (t, d) is then compared with
+shard t of the serial model: after parallelize_2d, after sync_gradients, and
+after SGD steps (the student's sync_gradients) and Adam steps (train_step_2d).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from rtp_course import commlog
+from rtp_course.checker.common import make_optimizer
+from rtp_course.checker.public.tensor_parallel import Model
+from rtp_course.checker.public.tensor_parallel_harness import (OPTIMIZERS, cut_all, layout, raises,
+                                                               record_structure, tensors)
+from rtp_course.checker.registry import Check
+
+LAYOUT = ("rank = dp_rank * T + tp_rank: TP group d is the consecutive ranks [d*T, d*T + T), "
+          "DP group t the ranks [t, t + T, t + 2T, ...]; tp_rank = rank % T, dp_rank = rank // T")
+
+
+def expected_groups(rank, world, tp):
+    t, d = rank % tp, rank // tp
+    return {"structure/tp_group ranks": [d * tp + i for i in range(tp)],
+            "structure/dp_group ranks": list(range(t, world, tp)),
+            "structure/(tp_rank, dp_rank)": [t, d],
+            "structure/(tp_size, dp_size)": [tp, world // tp]}
+
+
+def record_groups(ctx, g):
+    ranks = lambda pg: None if pg is None else dist.get_process_group_ranks(pg)  # noqa: E731
+    ctx.record_value("structure/tp_group ranks", ranks(g.tp_group))
+    ctx.record_value("structure/dp_group ranks", ranks(g.dp_group))
+    ctx.record_value("structure/(tp_rank, dp_rank)", [g.tp_rank, g.dp_rank])
+    ctx.record_value("structure/(tp_size, dp_size)", [g.tp_size, g.dp_size])
+
+
+SAME_ORDER = "structure/dist.new_group calls, the same on every rank"
+PROBE = "all_reduce on the new groups"
+
+
+@contextlib.contextmanager
+def watching_new_group(module):
+    """Log the ranks of every dist.new_group call inside, however `module` imported it."""
+    calls, original = [], dist.new_group
+
+    def spy(ranks=None, *args, **kwargs):
+        calls.append(None if ranks is None else sorted(ranks))
+        tell = commlog.STATE.on_status or (lambda text: None)  # the watchdog's "waited in"
+        tell(f"dist.new_group({calls[-1]}), call {len(calls)} of build_groups")
+        try:
+            return original(ranks, *args, **kwargs)
+        finally:
+            tell(None)
+    owners = [dist, c10d] + ([module] if getattr(module, "new_group", None) is original else [])
+    for owner in owners:
+        owner.new_group = spy
+    try:
+        yield calls
+    finally:
+        for owner in owners:
+            owner.new_group = original
+
+
+def same_on_every_rank(ctx, calls) -> str:
+    """Compare this rank's new_group calls with every rank's, through the store (no collective:
+    groups created in different orders can leave the ranks' collectives mismatched)."""
+    ctx.store.set(f"new_group calls {ctx.rank}", json.dumps(calls))
+    for r in range(ctx.world_size):
+        theirs = json.loads(ctx.store.get(f"new_group calls {r}"))
+        if theirs != calls:
+            return f"no: rank {ctx.rank} created {calls}, rank {r} created {theirs}"
+    return "yes"
+
+
+def probe_groups(ctx, g):
+    """Sum the global ranks over each group: groups wired to the wrong peers give another sum."""
+    for what, pg in (("tp_group", g.tp_group), ("dp_group", g.dp_group)):
+        t = ctx.to(torch.tensor([float(ctx.rank)]))
+        dist.all_reduce(t, group=pg)
+        ctx.record_value(f"structure/sum of ranks over {what}", int(t.item()))
+
+
+class BuildGroups(Check):
+    exercise, name, world_sizes = "groups", "build_groups", (2, 4)
+    tp_size = 2
+    DEADLOCK = ("dist.new_group is collective over the WHOLE job: every rank must create every "
+                "group, members or not, in the same order (all TP groups d = 0..D-1, then all "
+                "DP groups t = 0..T-1) and keep its own")
+    hints = {"structure/": LAYOUT, "deadlock": DEADLOCK, "error/build_groups": DEADLOCK,
+             f"error/{PROBE}": DEADLOCK, SAME_ORDER: DEADLOCK,
+             "structure/sum of ranks": "the groups report the right members but do not connect "
+                                       "them: " + DEADLOCK,
+             "structure/build_groups(3)": "check tp_size first: raise ValueError (before creating "
+                                          "any group) when it does not divide the world size"}
+
+    def run(self, ctx):
+        G = ctx.impl.groups
+        with ctx.phase("build_groups"), watching_new_group(G) as calls:
+            groups = G.build_groups(self.tp_size, group=ctx.group)
+        record_groups(ctx, groups)
+        with ctx.phase("build_groups (comparing the ranks' dist.new_group calls)"):
+            same = same_on_every_rank(ctx, calls)
+        ctx.record_value(SAME_ORDER, same)
+        if same == "yes":   # mismatched groups would only hang here
+            with ctx.phase(PROBE):
+                probe_groups(ctx, groups)
+        with ctx.phase("build_groups"):
+            ctx.record_value("structure/build_groups(3) raises",
+                             raises(lambda: G.build_groups(3, group=ctx.group))[0])
+
+    def expected(self, world_size):
+        exp = {}
+        for r in range(world_size):
+            e = expected_groups(r, world_size, self.tp_size)
+            e[SAME_ORDER] = "yes"
+            for what in ("tp_group", "dp_group"):
+                e[f"structure/sum of ranks over {what}"] = sum(e[f"structure/{what} ranks"])
+            e["structure/build_groups(3) raises"] = "ValueError"
+            exp[r] = e
+        return exp
+
+
+class Train2D(Check):
+    """TP over tp_size ranks x DP over the rest, on a tiny course model."""
+    exercise, name, world_sizes = "groups", "train_2d_bert", (2, 4)
+    tp_size, batch, steps, case = 2, 2, 2, Model()
+    hints = {
+        "init/": "after parallelize_2d, rank (tp_rank t, dp_rank d) holds shard t of REPLICA 0's "
+                 "model: parallelize_transformer on groups.tp_group, then broadcast every "
+                 "parameter and buffer over groups.dp_group from its first rank "
+                 "(src = dist.get_global_rank(groups.dp_group, 0)); here the replicas start from "
+                 "different random weights on purpose. " + LAYOUT,
+        "forward/output": "each replica runs its own batch through its TP group (groups.tp_group); "
+                          "the output must be that replica's rows of the serial output. " + LAYOUT,
+        "sync/grad": "after sync_gradients EVERY gradient (shards and replicated LayerNorms / head "
+                     "alike) must be the MEAN over groups.dp_group of the replicas' gradients: "
+                     "all-reduce (sum) on dp_group, then divide by dp_size; never on tp_group, "
+                     "which holds different shards",
+        "step": "train_step_2d: optimizer.zero_grad(), loss_fn(model(inputs), targets), "
+                "loss.backward(), sync_gradients(model, groups), optimizer.step(); return the loss",
+        "adam/loss": "train_step_2d returns the loss of this replica's batch, detached",
+        "deadlock": "if build_groups fails, fix it first; then every rank of a TP group must run "
+                    "the same layers on the same shapes, and every rank must call sync_gradients",
+    }
+
+    def run(self, ctx):
+        G, T, case = ctx.impl.groups, self.tp_size, self.case
+        t, d = ctx.rank % T, ctx.rank // T        # the documented layout, whatever G reports
+        with ctx.phase("build_groups"):
+            groups = G.build_groups(T, group=ctx.group)
+        serial = case.serial(case.seed + 100 * d).to(device=ctx.device, dtype=ctx.dtype)
+        pieces, rows = layout(serial), slice(d * self.batch, (d + 1) * self.batch)
+        for i, opt_name in enumerate(OPTIMIZERS):
+            with ctx.phase("init"):
+                model = G.parallelize_2d(copy.deepcopy(serial), groups)
+            if i == 0 and not record_structure(ctx, model, pieces, tensors(serial, "value"), t, T,
+                                               phase="init"):
+                return
+            opt = make_optimizer(opt_name, model.parameters())
+            for k in range(1, self.steps + 1):
+                x, y = (ctx.to(v[rows]) for v in case.inputs(k, self.batch * ctx.world_size // T))
+                first, tag = i == 0 and k == 1, f"step{k} {opt_name}"
+                if opt_name == "adam":
+                    with ctx.phase(tag):
+                        loss = G.train_step_2d(model, opt, case.loss, x, y, groups)
+                    ctx.record(f"{tag}/loss", loss)
+                else:
+                    opt.zero_grad()
+                    with ctx.phase("forward" if first else tag):
+                        out = model(x)
+                    if first:
+                        ctx.record("forward/output", out)
+                    with ctx.phase("backward" if first else tag):
+                        case.loss(out, y).backward()
+                    with ctx.phase("sync" if first else tag):
+                        G.sync_gradients(model, groups)
+                    if first:
+                        for p in pieces:
+                            ctx.record(f"sync/grad {p.name}", model.get_parameter(p.name).grad)
+                    with ctx.phase(tag):
+                        opt.step()
+                for p in pieces:
+                    ctx.record(f"{tag}/{p.name}", model.get_parameter(p.name))
+
+    def trace(self, dp):
+        """Serial training on the concatenated batch of `dp` replicas."""
+        key = (self.id, dp, self.dtype)
+        if key not in _TRACES:
+            case, b, dtype = self.case, self.batch, getattr(torch, self.dtype)
+            tr = {"init": tensors(case.serial().to(dtype), "value")}
+            for opt_name in OPTIMIZERS:
+                model = case.serial().to(dtype)
+                opt = make_optimizer(opt_name, model.parameters())
+                for k in range(1, self.steps + 1):
+                    x, y = case.inputs(k, b * dp)
+                    opt.zero_grad()
+                    out = model(x)
+                    case.loss(out, y).backward()
+                    if opt_name == "sgd" and k == 1:
+                        tr.update(output=out.detach(), grads=tensors(model, "grad"))
+                    tr[(opt_name, k, "loss")] = [
+                        case.loss(out[d * b:(d + 1) * b], y[d * b:(d + 1) * b]).detach()
+                        for d in range(dp)]
+                    opt.step()
+                    tr[(opt_name, k)] = tensors(model, "value")
+            tr["pieces"] = layout(model)
+            _TRACES[key] = tr
+        return _TRACES[key]
+
+    def expected(self, world_size):
+        T, b = self.tp_size, self.batch
+        tr = self.trace(world_size // T)
+        pieces, exp = tr["pieces"], {}
+        for r in range(world_size):
+            t, d = r % T, r // T
+            e = {"init/parameters": sorted(p.name for p in pieces)}
+            e.update(cut_all(pieces, tr["init"], t, T, "init/"))
+            e["forward/output"] = tr["output"][d * b:(d + 1) * b]
+            e.update(cut_all(pieces, tr["grads"], t, T, "sync/grad "))
+            for opt_name in OPTIMIZERS:
+                for k in range(1, self.steps + 1):
+                    if opt_name == "adam":
+                        e[f"step{k} adam/loss"] = tr[(opt_name, k, "loss")][d]
+                    e.update(cut_all(pieces, tr[(opt_name, k)], t, T, f"step{k} {opt_name}/"))
+            exp[r] = e
+        return exp
+
+
+_TRACES: dict = {}

@@ -1,0 +1,268 @@
+"""Public checks for E3 `tensor_parallel`: the Megatron layers and the TP transformer.
+
+Every rank builds the same seeded serial module, shards it with `from_serial` and
+feeds the SAME input (tensor-parallel semantics). Per rank the checker compares:
+which slice of each serial parameter the rank holds ("structure/"), the forward
+output, the input gradient, each shard's gradient against the same slice of the
+serial gradient (replicated parameters: the full gradient), and the shards after
+2 SGD and 2 Adam steps; and the collectives each layer makes. The machinery is
+in tensor_parallel_harness.py; here: the cases and the hints.
+"""
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import nn
+
+from rtp_course.checker.common import randint, randn, seeded
+from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, TPCheck, raises
+from rtp_course.checker.registry import Check
+from rtp_course.models import FeedForward, SelfAttention, build_model, causal_mask, lm_loss
+
+HIDDEN, FFN, HEADS, VOCAB = 48, 96, 12, 96   # 12 heads: N = 1..4 all divide
+
+COLUMN_SHARD = ("a column layer keeps weight ROWS [r*out/N, (r+1)*out/N) of the serial W [out, in] "
+                "and that slice of the bias, r = dist.get_rank(group)")
+ROW_SHARD = ("a row layer keeps weight COLUMNS [r*in/N, (r+1)*in/N) of the serial W [out, in] "
+             "and the WHOLE bias, r = dist.get_rank(group)")
+EMBEDDING_SHARD = ("an embedding keeps table COLUMNS [r*dim/N, (r+1)*dim/N) of the serial "
+                   "[num, dim] table (the embedding dim is split, not the vocabulary), "
+                   "r = dist.get_rank(group)")
+HEADS_SHARD = ("rank r owns heads [r*H/N, (r+1)*H/N): rows [r*E/N, (r+1)*E/N) of Wq, Wk, Wv (and "
+               "their biases) and the same COLUMNS of Wo; out_proj's bias is whole")
+SLICING = ("building the layer failed: rank r = dist.get_rank(group) of N = "
+           "dist.get_world_size(group) keeps the r-th of N equal contiguous slices of the split "
+           "dim (start r*size/N, length size/N), copied into parameters of the shard's shape")
+HINTS = {
+    "error/structure": SLICING,
+    "structure/": "; ".join((COLUMN_SHARD, ROW_SHARD, EMBEDDING_SHARD, HEADS_SHARD)),
+    "structure/parameters": "the checker reads the attributes the docstring names (weight, "
+                            "bias, fc1, fc2, q_proj, k_proj, v_proj, out_proj); keep no other "
+                            "parameters (no copy of the serial module)",
+    "backward/grad": "each shard's gradient must be the same slice of the serial gradient; a "
+                     "replicated parameter (a row layer's bias) gets the FULL gradient everywhere",
+    "backward/grad input": "the same x feeds every rank's shard, so dL/dx is the SUM over ranks: "
+                           "start the layer with comm.duplicate(x, group) (backward all-reduce)",
+    "step": "forward and gradients were right but the weights after the optimizer steps are not: "
+            "the shards must be nn.Parameters of the layer (model.parameters()) and nothing may "
+            "change them outside backward and opt.step()",
+}
+BIAS_ONCE = ("the row layer adds its replicated bias ONCE, after the all-reduce: "
+             "y = all_reduce(x_r W_r^T) + b (adding it before the reduction counts it N times; "
+             "adding it on one rank only leaves the other ranks' bias without gradient)")
+
+
+class ColumnParallel(TPCheck):
+    name, root, split_out, in_dim, out_dim = "ColumnParallelLinear", "fc1", True, HIDDEN, FFN
+    comm = {"backward": {"all_reduce": 1}}
+    comm_hint = "a column layer without gather_output: no communication in forward, one " \
+                "all-reduce of dx in backward (comm.duplicate)"
+    hints = dict(HINTS, **{"structure/": COLUMN_SHARD,
+                           "forward/output": "y_r = x W_r^T + b_r is this rank's slice "
+                           "[..., out/N] of the serial output (no gather without gather_output)"})
+
+    def serial(self):
+        return seeded(lambda: nn.Linear(HIDDEN, FFN), 1)
+
+    def parallel(self, tp, serial, group):
+        return tp.ColumnParallelLinear.from_serial(serial, gather_output=False, group=group)
+
+
+class ColumnParallelGather(ColumnParallel):
+    name, split_out = "ColumnParallelLinear_gather_output", False
+    comm = {"forward": {"all_gather": 1}, "backward": {"all_reduce": 1}}
+    comm_hint = "gather_output=True: one all-gather in forward, one all-reduce in backward"
+    hints = dict(HINTS, **{"structure/": COLUMN_SHARD,
+                           "forward/output": "gather_output=True: all-gather the ranks' slices "
+                           "along the LAST dim (comm.all_gather(y, dim=-1)), giving the full "
+                           "serial output [..., out] on every rank"})
+
+    def parallel(self, tp, serial, group):
+        return tp.ColumnParallelLinear.from_serial(serial, gather_output=True, group=group)
+
+
+class RowParallel(TPCheck):
+    name, root, split_in, seed, in_dim = "RowParallelLinear", "fc2", True, 1, FFN
+    comm = {"forward": {"all_reduce": 1}}
+    comm_hint = "a row layer with input_is_parallel: one all-reduce in forward, none in backward"
+    hints = dict(HINTS, **{"structure/": ROW_SHARD,
+                           "forward/output": BIAS_ONCE, "backward/grad bias": BIAS_ONCE,
+                           "backward/grad input": "x_r W_r^T only involves this rank's slice x_r: "
+                           "its gradient is the slice of the serial dL/dx, no communication"})
+
+    def serial(self):
+        return seeded(lambda: nn.Linear(FFN, HIDDEN), 2)
+
+    def parallel(self, tp, serial, group):
+        return tp.RowParallelLinear.from_serial(serial, input_is_parallel=True, group=group)
+
+
+class RowParallelFullInput(RowParallel):
+    name, split_in = "RowParallelLinear_full_input", False
+    comm = {"forward": {"all_reduce": 1}, "backward": {"all_gather": 1}}
+    comm_hint = "input_is_parallel=False: split x (forward free, backward one all-gather), " \
+                "then one all-reduce in forward"
+    hints = dict(RowParallel.hints, **{"backward/grad input": "with input_is_parallel=False take "
+                 "the slice with comm.split(x, dim=-1): its backward all-gathers dL/dx"})
+
+    def parallel(self, tp, serial, group):
+        return tp.RowParallelLinear.from_serial(serial, input_is_parallel=False, group=group)
+
+
+class MLP(TPCheck):
+    name, seed = "ParallelMLP", 2
+    comm = {"forward": {"all_reduce": 1}, "backward": {"all_reduce": 1}}
+    comm_hint = ("the column/row pair: exactly one all-reduce in forward (fc2) and one in "
+                 "backward (fc1's duplicate), nothing between fc1 and fc2: fc1 WITHOUT "
+                 "gather_output, fc2 with input_is_parallel=True, so the hidden slice never "
+                 "leaves its rank")
+    hints = dict(HINTS, **{"structure/": "fc1: " + COLUMN_SHARD + "; fc2: " + ROW_SHARD,
+                           "forward/output": "fc2(act(fc1(x))) with fc1 column-parallel (no "
+                           "gather) and fc2 row-parallel (input_is_parallel): the hidden slice "
+                           "stays on its rank, no communication between fc1 and fc2; " + BIAS_ONCE,
+                           "backward/grad fc2.bias": BIAS_ONCE})
+
+    def serial(self):
+        return seeded(lambda: FeedForward(HIDDEN, FFN), 3)
+
+    def parallel(self, tp, serial, group):
+        return tp.ParallelMLP.from_serial(serial, group=group)
+
+
+class Embedding(TPCheck):
+    name, root, out_dim = "ParallelEmbedding", "embedding", HIDDEN
+    comm = {"forward": {"all_gather": 1}}
+    comm_hint = "an embedding: one all-gather in forward, nothing in backward"
+    hints = dict(HINTS, **{"structure/": EMBEDDING_SHARD,
+                           "forward/output": "look up ids in your shard [num, dim/N], then "
+                           "all-gather along the last dim: the full [..., dim] on every rank"})
+
+    def serial(self):
+        return seeded(lambda: nn.Embedding(VOCAB, HIDDEN), 4)
+
+    def inputs(self, step):
+        return (randint(400 + step, VOCAB, self.batch, self.seq),
+                randn(7 + step, self.batch, self.seq, HIDDEN))
+
+    def parallel(self, tp, serial, group):
+        return tp.ParallelEmbedding.from_serial(serial, group=group)
+
+
+ATTENTION = ("per local head: softmax(q k^T / sqrt(d)) v with d = E/H the serial head dim "
+             "(NOT E/N), q/k/v viewed as [B, S, H/N, d] (heads first); then the partial output "
+             "ctx W_o,r^T is all-reduced and b_o added once after it; ")
+
+
+class Attention(TPCheck):
+    name, seed, causal = "ParallelSelfAttention", 3, False
+    comm = {"forward": {"all_reduce": 1}, "backward": {"all_reduce": 1}}
+    comm_hint = "attention: one all-reduce in forward (out_proj), one in backward (duplicate of x)"
+    hints = dict(HINTS, **{
+        "forward/output": ATTENTION + BIAS_ONCE,
+        "structure/": HEADS_SHARD,
+        "backward/grad out_proj.bias": BIAS_ONCE})
+
+    def serial(self):
+        return seeded(lambda: SelfAttention(HIDDEN, HEADS, causal=self.causal), 5)
+
+    def parallel(self, tp, serial, group):
+        return tp.ParallelSelfAttention.from_serial(serial, group=group)
+
+
+class AttentionMHA(Attention):
+    """From PyTorch's nn.MultiheadAttention (packed q/k/v), called with the causal mask."""
+    name, causal = "ParallelSelfAttention_from_MultiheadAttention", True
+
+    def serial(self):
+        def make():
+            m = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
+            m.causal = True   # how the course marks a causal MHA (TransformerLM does)
+            return m
+        return seeded(make, 6)
+
+    def forward(self, module, x):
+        return module(x, x, x, attn_mask=causal_mask(x.shape[1], x.device), need_weights=False)[0]
+
+
+class Model(TPCheck):
+    """parallelize_transformer on a tiny course model: logits, shard gradients, steps."""
+    name, model, seed, out_dim, seq = "parallelize_transformer_bert", "bert", 4, 12, 12
+    comm = {"forward": {"all_gather": 2, "all_reduce": 4}, "backward": {"all_reduce": 4}}
+    comm_hint = "2 blocks: per block one all-reduce in forward and one in backward for the " \
+                "attention and for the MLP; one all-gather per embedding in forward"
+    hints = {"structure/": HINTS["structure/"], "error/structure": SLICING,
+             "structure/parameters": HINTS["structure/parameters"],
+             "": "if a layer check above fails, fix that layer first; otherwise swap in the "
+                 "parallel layers with from_serial (BERT: tok_emb, pos_emb, blocks[i].attn, "
+                 "blocks[i].mlp; LM: embedding, layers[i].self_attn, linear1, linear2) and keep "
+                 "LayerNorms and the head / decoder serial"}
+    overrides: dict = {}
+
+    def serial(self, seed=None):
+        seed = self.seed if seed is None else seed
+        return build_model(self.model, seed=seed, tiny=True, **self.overrides).double()
+
+    def parallel(self, tp, serial, group):
+        return tp.parallelize_transformer(serial, group)
+
+    def inputs(self, step, batch=None):
+        """Token ids [batch, seq] and labels ([batch] classes, or [batch, seq] next tokens)."""
+        batch = batch or self.batch
+        labels = (randint(500 + step, 12, batch) if self.model == "bert"
+                  else randint(500 + step, VOCAB, batch, self.seq))
+        return randint(600 + step, VOCAB, batch, self.seq), labels
+
+    def out_shape(self, world):
+        lm = self.model == "lm"   # logits [B, classes] or [B, S, vocab]
+        return (self.batch, self.seq, self.out_dim) if lm else (self.batch, self.out_dim)
+
+    def loss(self, y, target, rank=0, world=1):
+        return F.cross_entropy(y, target) if self.model == "bert" else lm_loss(y, target)
+
+
+class ModelLM(Model):
+    name, model, seed, out_dim = "parallelize_transformer_lm", "lm", 5, VOCAB
+    comm = {"forward": {"all_gather": 1, "all_reduce": 4}, "backward": {"all_reduce": 4}}
+    comm_hint = "2 layers: per layer one all-reduce in forward and one in backward for the " \
+                "attention and for linear1/linear2; one all-gather (the embedding) in forward"
+
+
+GROUP = ("on a subgroup, use the rank and size WITHIN `group` (dist.get_rank(group), "
+         "dist.get_world_size(group)), never dist.get_rank(), and pass `group` to every collective")
+SUBGROUP = {"": GROUP, "error/structure": GROUP, "structure/": GROUP}
+
+
+class Subgroup(OnSubgroup, MLP):
+    """ParallelMLP on the group of ranks 1..W-1 (rank 0 sits out): `group` must be honoured."""
+    name, world_sizes = "ParallelMLP_subgroup", (3,)
+    hints = dict(MLP.hints, **SUBGROUP)
+
+
+class SizesNotDivisible(Check):
+    """A size N does not divide: ValueError naming the layer and the sizes, before any work."""
+    exercise, name, world_sizes = "tensor_parallel", "sizes_not_divisible", (3, 4)
+    LAYERS = {"ColumnParallelLinear": lambda tp, g: tp.ColumnParallelLinear(HIDDEN, 10, group=g),
+              "RowParallelLinear": lambda tp, g: tp.RowParallelLinear(10, HIDDEN, group=g),
+              "ParallelMLP": lambda tp, g: tp.ParallelMLP(HIDDEN, 10, group=g),
+              "ParallelEmbedding": lambda tp, g: tp.ParallelEmbedding(VOCAB, 10, group=g),
+              "ParallelSelfAttention": lambda tp, g: tp.ParallelSelfAttention(40, 10, group=g)}
+    GOOD = "names the layer and the sizes"
+    hints = {"": "check the size before creating anything and raise ValueError naming the class, "
+                 "the size that does not divide and N: 'ColumnParallelLinear: out_features=10 is "
+                 "not divisible by the tensor-parallel size 3; ...'"}
+
+    def run(self, ctx):
+        for layer, make in self.LAYERS.items():
+            with ctx.phase("structure"):
+                raised, msg = raises(lambda: make(ctx.impl.tensor_parallel, ctx.group))
+            ctx.record_value(f"structure/{layer} with size 10 raises", raised)
+            if raised == "ValueError":
+                named = layer in msg and "10" in msg and str(ctx.world_size) in msg
+                ctx.record_value(f"structure/{layer} ValueError message",
+                                 self.GOOD if named else f"says {msg!r}")
+
+    def expected(self, world_size):
+        exp = {}
+        for layer in self.LAYERS:
+            exp[f"structure/{layer} with size 10 raises"] = "ValueError"
+            exp[f"structure/{layer} ValueError message"] = self.GOOD
+        return {r: exp for r in range(world_size)}
