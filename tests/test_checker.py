@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rtp_course import EXERCISES
 from rtp_course.checker import engine, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +18,13 @@ def cli(*args, **kw):
     return subprocess.run(CLI + list(args), capture_output=True, text=True, cwd=ROOT, **kw)
 
 
-def test_reference_solutions_pass_public_and_hidden_checks_on_1_to_4_ranks(tmp_path):
+def test_reference_solutions_pass_every_public_and_hidden_check_on_1_to_4_ranks(tmp_path):
     out = tmp_path / "r.json"
-    p = cli("check", "data_parallel", "comm", "--impl", "solutions", "--hidden", "--json", str(out))
+    p = cli("check", "--impl", "solutions", "--hidden", "--json", str(out))
     assert p.returncode == 0, p.stdout + p.stderr
     rep = json.loads(out.read_text())
     assert rep["passed"] is True
+    assert set(rep["exercises"]) == set(EXERCISES)
     sizes = {c["world_size"] for ex in rep["exercises"].values() for c in ex["checks"]}
     assert sizes == {1, 2, 3, 4}
     assert len(rep["exercises"]["comm"]["checks"]) >= 20

@@ -62,7 +62,7 @@ def comm_by_phase(events, phase: str) -> str:
     if not counts:
         return "no communication"
     calls = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
-    return f"{calls} ({nbytes} bytes sent by this rank)"
+    return f"{calls} ({nbytes} bytes moved on this rank)"
 
 
 def annotate(result, impl_outcomes, ref_outcomes) -> None:

@@ -1,7 +1,8 @@
 """Rotates the gradient accumulators N-1 times (like the weights): each ends next to its owner.
 
-EXPECT: backward
+EXPECT: flyweight\.Linear .*backward/grad weight shard max abs error.*after N moves \(one more than the weights\)
 WORLD_SIZES: 2
+ONLY: Linear
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

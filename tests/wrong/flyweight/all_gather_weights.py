@@ -1,7 +1,8 @@
 """Gathers all weight shards with dist.all_gather instead of rotating them.
 
-EXPECT: all_gather
+EXPECT: forward: 1 collective call\(s\), expected exactly 0; seen: all_gather at flyweight\.py:\d+.*the weights travel by rotation only
 WORLD_SIZES: 2
+ONLY: Linear
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Every attention shard holds and adds out_proj.bias: the bias is added N times.
 
-EXPECT: forward
+EXPECT: structure/out_proj\.bias slices is \(0, \(\(0, 10\),\)\), expected \(0, \(\)\).*out_proj\.bias belongs to shard 0 only
 WORLD_SIZES: 2
+ONLY: MultiheadAttention
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Rotates counterclockwise in forward while indexing the shards as if they came clockwise.
 
-EXPECT: forward
+EXPECT: flyweight\.Linear .*forward/output max abs error.*CLOCKWISE, from rank r-1
 WORLD_SIZES: 3
+ONLY: Linear
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

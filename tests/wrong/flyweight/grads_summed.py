@@ -1,7 +1,8 @@
 """Sums the ranks' gradient contributions where DDP averages them (no division by N).
 
-EXPECT: backward.*grad
+EXPECT: backward/grad weight shard .*every entry is 2 x the expected value.*the MEAN over ranks
 WORLD_SIZES: 2
+ONLY: Linear
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Receivers allocate incoming shards with their own shard's shape (breaks with uneven shards).
 
-EXPECT: (shape|size)
+EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.*recv_shape|crashed)
 WORLD_SIZES: 3
+ONLY: Conv2d
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Leaves replicated parameters (LayerNorm, ...) with this rank's gradient: no average over ranks.
 
-EXPECT: backward.*grad
+EXPECT: backward/grad layers\.0\.norm1\.\w+ \(replicated parameter\) max abs error.*all_reduce it and divide by N
 WORLD_SIZES: 2
+ONLY: TransformerLM
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Waits for the next shard to arrive before computing with the one in hand (no overlap).
 
-EXPECT: overlap
+EXPECT: forward/compute while the next shard is in flight is False, expected True.*no overlap
 WORLD_SIZES: 2
+ONLY: Linear
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """ring_all_gather concatenates the pieces in arrival order instead of rank order.
 
-EXPECT: ring_all_gather
-WORLD_SIZES: 2 3
+EXPECT: ring_all_gather dim=0/output max abs error.*concatenate in RANK order
+WORLD_SIZES: 2
+ONLY: ring_all_gather
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """rotate_async waits for the transfer before returning (nothing can overlap it).
 
-EXPECT: rotate_async.*(block|return|complet)
+EXPECT: rotate_async/returned before the transfer was done \(ranks 1\.\.N-1\) is False, expected True.*Do not wait\(\) inside rotate_async
 WORLD_SIZES: 2
+ONLY: rotate_async
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Every rank does a blocking send before its receive: the ring deadlocks.
 
-EXPECT: (deadlock|waited|timed out|hang)
+EXPECT: HANG +rotation\.rotate .*deadlock.*rank \d waited in send called from rotation\.py:\d+ in rotate_async.*Post the receive and the send together
 WORLD_SIZES: 2
+ONLY: rotate
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Receives into the caller's tensor to save memory (rotate mutates its input).
 
-EXPECT: input
+EXPECT: clockwise/input after the call max abs error.*never modify the caller's tensor
 WORLD_SIZES: 2
+ONLY: rotate
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Computes the neighbour as 1 - r: right for two ranks only.
 
-EXPECT: rotat
+EXPECT: rotation\.rotate .*phase clockwise: rank \d raised ValueError.*hint: clockwise: rank r sends to \(r \+ 1\) % N
 WORLD_SIZES: 3
+ONLY: rotate
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,7 +1,8 @@
 """Swaps the directions: 'clockwise' sends to rank r-1 (invisible with two ranks).
 
-EXPECT: rotat.*(clockwise|received|output)
+EXPECT: rotation\.rotate .*clockwise/received max abs error.*hint: clockwise: rank r sends to \(r \+ 1\) % N
 WORLD_SIZES: 3
+ONLY: rotate
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

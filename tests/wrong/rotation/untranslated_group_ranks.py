@@ -1,7 +1,8 @@
 """Uses group ranks as global ranks for the peers (wrong in a subgroup).
 
-EXPECT: group
+EXPECT: rotation\.subgroup .*dist\.get_global_rank\(group, peer\)
 WORLD_SIZES: 3
+ONLY: subgroup
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,0 +1,377 @@
+"""Public checks for E5 `flyweight`: Rotated Tensor Parallelism as a drop-in for DDP.
+
+Every rank wraps the same kind of model (rank 0's weights must win: the other
+ranks start from different ones on purpose) and feeds its OWN batch. The
+parent trains the serial model with DDP semantics (the gradient is the mean of
+the ranks' gradients) and says what each rank must see: its output, its
+input's gradient, the documented slice (stub docstring) of each averaged
+gradient, the weights after SGD and Adam steps, the full state dict.
+
+Structure is measured, not assumed: the shard layout; the communication per
+phase (no collective carries weights; shard receives per layer and their bytes;
+the ring neighbour they come from); the received buffers alive at the peak and
+after each phase (commlog); the overlap (commlog's trace: every receive posted
+in forward is followed by some compute before it is waited on); the per-rank
+parameter, gradient and optimizer bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from rtp_course import commlog, memory
+from rtp_course.checker.common import make_optimizer, randint, randn
+from rtp_course.checker.public.flyweight_layout import (expected_rank, rtp_comm_rules,
+                                                         rtp_groups, sharded_layers, upstream)
+from rtp_course.checker.registry import Check
+from rtp_course.models import MnistCNN, build_model
+
+HINTS = {
+    "structure/": "shard_layout() must follow the documented split: U units (Linear/Conv2d "
+                  "outputs, Embedding columns, attention heads) cut like torch.tensor_split, "
+                  "sizes[s] = U // N + (1 if s < U % N else 0); shard r's slices are in the table "
+                  "of the module docstring",
+    "structure/replicated parameters": "wrap every Linear, Conv2d, Embedding and "
+        "MultiheadAttention (not the Linear inside a MultiheadAttention); every other "
+        "parameter stays whole, under its serial name below 'module.'",
+    "out_proj.bias slices": "out_proj.bias belongs to shard 0 only, on every other shard it is "
+                            "empty: the heads' partial outputs are SUMMED, so a bias in every "
+                            "shard would be added N times",
+    "init/": "every rank must start from rank 0's weights: broadcast each FULL parameter from "
+             "group rank 0 (global rank dist.get_global_rank(group, 0)) before cutting out the "
+             "shard; replicated parameters and buffers too",
+    "full_state_dict": "full_state_dict(): rotate your shard N-1 times (receiving with the "
+                       "incoming shard's shape, recv_shape), put each shard's slices where "
+                       "shard_ranges(index) says; replicated entries as they are; the keys of "
+                       "the serial model's state_dict",
+    "error/forward": "forward step i holds shard s = (r - i) % N, which came CLOCKWISE from rank "
+                     "r-1: receive the next one, shard (s - 1) % N, into a buffer of THAT shard's "
+                     "shape (recv_shape: with uneven shards it differs from yours)",
+    "error/backward": "backward step k holds shard s = (r + k) % N (weights now come "
+                      "COUNTERCLOCKWISE, from rank r+1): receive each weight shard and gradient "
+                      "accumulator with the shape of the shard it belongs to (recv_shape)",
+    "error/full_state_dict": "full_state_dict(): after k clockwise rotations you hold shard "
+                             "(r - k) % N: receive it with THAT shard's shape (recv_shape) and "
+                             "put its slices where shard_ranges(index) says",
+    "error": "an exception here usually means a shard is not the one you think: forward step i "
+             "holds shard (r - i) % N, which came CLOCKWISE from rank r-1; backward step k holds "
+             "shard (r + k) % N, from rank r+1 (COUNTERCLOCKWISE); receive each shard or "
+             "accumulator into a buffer of THAT shard's shape (recv_shape: with uneven shards it "
+             "differs from yours)",
+    "deadlock": "ranks wait for each other inside a rotation: every rank must make the same "
+                "rotations in the same order (N-1 per layer in forward, clockwise; in backward N-1 "
+                "of the weights and N of the accumulators, counterclockwise), and wait() on each "
+                "handle once",
+    "forward/output": "forward step i computes with shard s = (r - i) % N (shards arrive "
+                      "CLOCKWISE, from rank r-1) and its part of the output belongs at units "
+                      "[start[s], start[s] + sizes[s]); attention sums the heads' parts and adds "
+                      "out_proj.bias once",
+    "forward/compute while": "no overlap: a shard's receive was waited on before any compute. "
+                             "Start the rotation (rotate_async) of the shard in hand, compute "
+                             "with it, and only then wait() for the next one",
+    "forward/received bytes": "a rank may hold its own shard plus, per layer, the received "
+                              "shard in hand and the one arriving: drop each received shard as "
+                              "soon as it is used (never keep them in a list, on the module or "
+                              "in the autograd context: backward rotates the weights again)",
+    "backward/received bytes": "backward holds at most the weight shard in hand and the one "
+                               "arriving, and the accumulator arriving and the one being added "
+                               "to; drop each as soon as it is used: none may be left after "
+                               "backward",
+    "backward/grad input": "dL/dx is the SUM over the N shards of each shard's contribution: "
+                           "backward step k holds shard (r + k) % N (weights now come "
+                           "COUNTERCLOCKWISE); recompute THAT shard's part from the saved input "
+                           "and use THAT shard's slice of dL/dy",
+    "backward/grad": "shard r's .grad must be the slice of the DDP gradient, the MEAN over "
+                     "ranks: the accumulator of shard s travels COUNTERCLOCKWISE with the "
+                     "weights, each rank adds its own batch's gradient, and after N moves (one "
+                     "more than the weights) it is back on rank s: divide it by N",
+    "(replicated parameter)": "a replicated parameter's .grad must be the mean over ranks, like "
+                              "DDP: all_reduce it and divide by N (e.g. from "
+                              "register_post_accumulate_grad_hook)",
+    "step": "outputs and gradients were right but the weights after the optimizer steps are "
+            "not: the shards must be the nn.Parameters the optimizer sees (rtp.parameters()) "
+            "and get their .grad from backward",
+    "memory/": "each rank stores only its shard of every wrapped weight (so 1/N of the "
+               "gradients and optimizer state) plus the replicated parameters: replace the full "
+               "parameters by nn.Parameter(shard) and keep no full copy",
+}
+
+
+class ComputeMarks(TorchFunctionMode):
+    """Adds ("compute", op) to commlog's trace for the ops that do a layer's math."""
+    OPS = ("linear", "conv", "embedding", "matmul", "mm", "einsum", "softmax", "attention")
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "").lower()
+        if commlog.STATE.trace is not None and any(op in name for op in self.OPS):
+            commlog.STATE.trace.append(("compute", name))
+        return func(*args, **(kwargs or {}))
+
+
+def overlapped(trace) -> bool:
+    """Every receive posted was followed by some compute before its first wait()."""
+    for i, (kind, index) in enumerate(trace):
+        if kind == "recv":      # a blocking receive waits at once
+            return False
+        if kind != "irecv":
+            continue
+        for later in trace[i + 1:]:
+            if later[0] == "compute":
+                break
+            if later == ("wait", index):
+                return False
+    return True
+
+
+class RTPCheck(Check):
+    """Train RotatedTensorParallel(build()) on every rank's own batch; judge every rank.
+
+    A subclass gives `build()` (from the global RNG), `inputs(step, rank)` (a tuple of
+    CPU tensors) and optionally `call(model, xs)`.
+    """
+    exercise = "flyweight"
+    hints = HINTS
+    opt_steps = (("sgd", 2), ("adam", 2))   # optimizers in turn, on the same model
+    record_init = True                       # False for big models: fewer bytes to judge
+    adam_eps = 1e-6  # 1e-8 would turn ~1e-17 noise on zero-gradient entries into O(lr) steps
+    timeout = 40.0
+
+    def build(self) -> nn.Module:
+        raise NotImplementedError
+
+    def inputs(self, step, rank) -> tuple:
+        raise NotImplementedError
+
+    def call(self, model, xs):
+        return model(*xs)
+
+    def members(self, world_size):
+        """The RTP groups as lists of global ranks, or None for one group of the whole world."""
+        return None
+
+    def group(self, ctx):
+        """This rank's RTP group (None: this rank sits out). Every rank makes every group."""
+        if self.members(ctx.world_size) is None:
+            return ctx.group
+        groups = [(m, ctx.new_group(m)) for m in self.members(ctx.world_size)]
+        return next((g for m, g in groups if ctx.rank in m), None)
+
+    # ---------------------------------------------------------------- worker side
+    def run(self, ctx):
+        group = self.group(ctx)
+        if group is None:
+            return
+        rank = dist.get_rank(group)
+        torch.manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
+        model = self.build().to(device=ctx.device, dtype=ctx.dtype)
+        layers, state_keys = sharded_layers(model), list(model.state_dict())
+        with ctx.phase("init"):
+            rtp = ctx.impl.flyweight.RotatedTensorParallel(model, group=group)
+        with ctx.phase("structure"):
+            layout = rtp.shard_layout()
+        shards, replicated = record_structure(ctx, rtp, layout, layers)
+        if self.record_init:
+            record_params(ctx, "init", shards, replicated)
+            with ctx.phase("full_state_dict"):
+                full = rtp.full_state_dict()
+            for k in state_keys:
+                ctx.record(f"full_state_dict/{k}", full.get(k))
+        step = 0
+        for opt_name, count in self.opt_steps:
+            opt = make_optimizer(opt_name, rtp.parameters(), eps=self.adam_eps)
+            for _ in range(count):
+                step += 1
+                if not self.train_step(ctx, rtp, opt, opt_name, step, rank, shards, replicated):
+                    return
+            record_params(ctx, f"step{step} {opt_name}", shards, replicated)
+        ctx.record_value("memory/parameter bytes", memory.param_bytes(rtp))
+        ctx.record_value("memory/gradient bytes", memory.grad_bytes(rtp))
+        ctx.record_value("memory/optimizer state bytes", memory.optimizer_state_bytes(opt))
+        with ctx.phase("full_state_dict after the steps"):
+            full = rtp.full_state_dict()
+        for k in state_keys:
+            ctx.record(f"full_state_dict after the steps/{k}", full.get(k))
+
+    def train_step(self, ctx, rtp, opt, opt_name, step, rank, shards, replicated) -> bool:
+        first = step == 1
+        fwd, bwd = ("forward", "backward") if first else (f"step{step} forward",
+                                                          f"step{step} backward")
+        xs = [ctx.to(x) for x in self.inputs(step, rank)]
+        xs = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
+        opt.zero_grad()
+        base = commlog.STATE.live_recv
+        trace = commlog.STATE.trace = [] if first else None
+        try:
+            with ctx.phase(fwd), (ComputeMarks() if first else contextlib.nullcontext()):
+                out = self.call(rtp, xs)
+        finally:
+            commlog.STATE.trace = None
+        ctx.record(f"{fwd}/output", out if isinstance(out, torch.Tensor) else None)
+        if first:
+            ctx.record_value("forward/compute while the next shard is in flight", overlapped(trace))
+            record_held(ctx, "forward", base)
+        if not isinstance(out, torch.Tensor):
+            return False  # the verdict reports the output; backward would only add noise
+        with ctx.phase(bwd):
+            (out * ctx.to(upstream(step, rank, out.shape, torch.float64))).sum().backward()
+        del out
+        if first:
+            record_held(ctx, "backward", base)
+            for i, x in enumerate(xs):
+                if x.is_floating_point():
+                    ctx.record(f"backward/grad input {i}", x.grad)
+            for name, p in shards.items():
+                ctx.record(f"backward/grad {name} shard", None if p is None else p.grad)
+            for name, p in replicated.items():
+                ctx.record(f"backward/grad {name} (replicated parameter)", p.grad)
+        with ctx.phase(f"step{step} {opt_name}"):
+            opt.step()
+        return True
+
+    # ---------------------------------------------------------------- parent side
+    def expected(self, world_size):
+        exp = {r: {} for r in range(world_size)}
+        for members in rtp_groups(self, world_size):
+            exp.update({r: expected_rank(self, len(members), g) for g, r in enumerate(members)})
+        return exp
+
+    def comm_rules(self, world_size):
+        return rtp_comm_rules(self, world_size)
+
+
+def record_structure(ctx, rtp, layout, layers):
+    """Record what shard_layout() says; return {serial name: shard parameter}, {name: param}."""
+    shards, named = {}, dict(rtp.named_parameters())
+    for mod, keys in layers.items():
+        info = layout.get(mod) if isinstance(layout, dict) else None
+        seen = None if info is None else (info.get("kind"), info.get("index"),
+                                          info.get("num_shards"),
+                                          tuple(int(u) for u in info.get("units", ())))
+        ctx.record_value(f"structure/{mod or '(the model itself)'} shard", seen)
+        for key in keys:
+            full = f"{mod}.{key}" if mod else key
+            piece = (info or {}).get("params", {}).get(key)
+            ctx.record_value(f"structure/{full} slices", None if piece is None else (
+                piece["dim"], tuple((int(a), int(b)) for a, b in piece["ranges"])))
+            shards[full] = named.get(piece["name"]) if piece else None
+    taken = {id(p) for p in shards.values() if p is not None}
+    replicated = {n[len("module."):] if n.startswith("module.") else n: p
+                  for n, p in named.items() if id(p) not in taken}
+    ctx.record_value("structure/replicated parameters", sorted(replicated))
+    return shards, replicated
+
+
+def record_params(ctx, phase, shards, replicated):
+    for name, p in shards.items():
+        ctx.record(f"{phase}/{name} shard", p)
+    for name, p in replicated.items():
+        ctx.record(f"{phase}/{name} (replicated parameter)", p)
+
+
+def record_held(ctx, phase, base):
+    """Received bytes alive at this phase's peak and at its end, beyond those alive before."""
+    ctx.record_value(f"{phase}/received bytes held at peak",
+                     commlog.STATE.peak_recv.get(phase, base) - base)
+    ctx.record_value(f"{phase}/received bytes still held after {phase}",
+                     commlog.STATE.live_recv - base)
+
+
+# ---------------------------------------------------------------- the checks
+class RTPLinear(RTPCheck):
+    """nn.Linear(5, 12): even shards for every N (a wrong shard order shows as wrong values,
+    not as a size mismatch), a 3-D input. The other layers have uneven shards."""
+    name = "Linear"
+
+    def build(self):
+        return nn.Linear(5, 12)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 3, 2, 5),)
+
+
+class RTPConv2d(RTPCheck):
+    """nn.Conv2d(2, 5, 3, padding=1, bias=False): 5 channels, no bias."""
+    name = "Conv2d"
+
+    def build(self):
+        return nn.Conv2d(2, 5, 3, padding=1, bias=False)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 2, 2, 6, 6),)
+
+
+class RTPEmbedding(RTPCheck):
+    """nn.Embedding(13, 7, padding_idx=0): columns split, integer input, no input gradient."""
+    name = "Embedding"
+
+    def build(self):
+        return nn.Embedding(13, 7, padding_idx=0)
+
+    def inputs(self, step, rank):
+        return (randint(1000 * step + 10 * rank, 13, 2, 5),)
+
+
+class RTPMultiheadAttention(RTPCheck):
+    """nn.MultiheadAttention(10, 5): 5 heads (uneven), sequence first, cross-attention,
+    a key padding mask and a per-head float mask."""
+    name = "MultiheadAttention"
+
+    def build(self):
+        return nn.MultiheadAttention(10, 5)
+
+    def inputs(self, step, rank):
+        s = 1000 * step + 10 * rank
+        return randn(s, 4, 2, 10), randn(s + 1, 5, 2, 10), randn(s + 2, 5, 2, 10)
+
+    def call(self, model, xs):
+        padding = torch.zeros(2, 5, dtype=xs[0].dtype, device=xs[0].device)
+        padding[0, 4] = float("-inf")
+        bias = randn(7, 2 * 5, 4, 5).to(device=xs[0].device, dtype=xs[0].dtype)
+        return model(*xs, key_padding_mask=padding, attn_mask=bias, need_weights=False)[0]
+
+
+class RTPMnistCNN(RTPCheck):
+    """The tutorial CNN (dropout off): conv1 32 and fc2 10 units, uneven for N = 3, 4."""
+    name = "MnistCNN"
+    opt_steps = (("sgd", 1), ("adam", 1))  # fc1 alone is 1.2M weights: fewer steps and records
+    record_init = False
+
+    def build(self):
+        return MnistCNN(dropout1=0.0, dropout2=0.0)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 1, 1, 28, 28),)  # one image: conv2 is the cost
+
+
+class RTPTransformerLM(RTPCheck):
+    """The tiny transformer LM: embedding, attention, MLP and decoder wrapped, LayerNorms
+    replicated."""
+    name = "TransformerLM"
+    opt_steps = (("sgd", 1), ("adam", 1))  # 8 layers x 2N-1 messages a step: the layer checks
+                                           # above run two steps of each optimizer
+
+    def build(self):
+        return build_model("lm", tiny=True)
+
+    def inputs(self, step, rank):
+        return (randint(1000 * step + 10 * rank, 96, 2, 6),)
+
+
+GROUP = ("in a group, the shard index and the number of shards are the GROUP rank and size "
+         "(dist.get_rank(group), dist.get_world_size(group)); the initial weights come from the "
+         "group's rank 0 (global rank dist.get_global_rank(group, 0)); only p2p peers are global "
+         "ranks (your rotation functions translate them)")
+
+
+class RTPLinearSubgroup(RTPLinear):
+    """The Linear check on the group of global ranks 1..N-1: group ranks are not global ranks."""
+    name = "Linear_subgroup"
+    world_sizes = (3,)
+    hints = dict(HINTS, error=GROUP, **{"structure/": GROUP, "init/": GROUP})
+
+    def members(self, world_size):
+        return [list(range(1, world_size))]

@@ -1,0 +1,153 @@
+"""Hidden checks for E5 `flyweight` (instructor edition only): more shapes, empty shards, float32,
+three steps of each optimizer, subgroups, uneven shards at N = 3, and a model that mixes
+wrapped layers with replicated ones (LayerNorm, a bare Parameter, a Conv1d)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rtp_course.checker.common import randint, randn
+from rtp_course.checker.public import flyweight as pub
+from rtp_course.models import build_model
+
+
+class Edge(nn.Module):
+    """Shards with no heads / no rows at N = 3, 4; no biases; boolean masks; batch first."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(6, 2, bias=False, batch_first=True)
+        self.narrow = nn.Linear(6, 2)
+
+    def forward(self, x):
+        causal = torch.ones(4, 4, dtype=torch.bool, device=x.device).triu(1)
+        padding = torch.tensor([[False] * 3 + [True], [False] * 4], device=x.device)
+        a = self.attn(x, x, x, attn_mask=causal, key_padding_mask=padding, need_weights=False,
+                      is_causal=True)[0]
+        return self.narrow(torch.tanh(a) + x)
+
+
+class RTPEdge(pub.RTPCheck):
+    name, hidden = "empty_shards", True
+
+    def build(self):
+        return Edge()
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 2, 4, 6),)
+
+
+class Mixed(nn.Module):
+    """Wrapped layers between replicated parameters: RTP must average only the latter."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(20, 12)
+        self.norm = nn.LayerNorm(12)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, 12))
+        self.proj = nn.Linear(12, 12)
+        self.mix = nn.Conv1d(12, 12, 3, padding=1)   # not an RTP layer kind: replicated
+        self.head = nn.Linear(12, 7, bias=False)      # 7 outputs: uneven for N = 2, 3, 4
+
+    def forward(self, tokens):
+        x = self.norm(self.embed(tokens)) * self.scale
+        x = torch.tanh(self.proj(x))
+        x = x + self.mix(x.transpose(1, 2)).transpose(1, 2)
+        return self.head(x)
+
+
+class RTPMixed(pub.RTPCheck):
+    name, hidden = "mixed_model", True
+
+    def build(self):
+        return Mixed()
+
+    def inputs(self, step, rank):
+        return (randint(1000 * step + 10 * rank, 20, 2, 5),)
+
+
+class RTPMixedPairs(RTPMixed):
+    """Two RTP groups at once, {0, 1} and {2, 3}, each training its own copy."""
+    name, world_sizes = "mixed_model_pairs", (4,)
+    hints = dict(pub.HINTS, error=pub.GROUP, **{"structure/": pub.GROUP, "init/": pub.GROUP})
+
+    def members(self, world_size):
+        return [[0, 1], [2, 3]]
+
+
+class RTPMoreShapes(pub.RTPCheck):
+    """Strided Conv2d with bias and a non-square kernel, Linear without bias on 2-D input,
+    Embedding with 8 columns (3, 3, 2 at N = 3)."""
+    name, hidden = "more_shapes", True
+
+    def build(self):
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 7, (3, 2), stride=2, padding=(1, 0))
+                self.fc = nn.Linear(7 * 3 * 3, 5, bias=False)
+                self.emb = nn.Embedding(10, 5)
+
+            def forward(self, x, tokens):
+                h = torch.relu(self.conv(x)).flatten(1)
+                return self.fc(h) + self.emb(tokens).sum(1)
+        return Net()
+
+    def inputs(self, step, rank):
+        s = 1000 * step + 10 * rank
+        return randn(s, 2, 3, 5, 6), randint(s + 1, 10, 2, 3)
+
+
+class RTPLinearUneven3(pub.RTPLinear):
+    """Linear(5, 7) at N = 3: shards of 3, 2 and 2 rows."""
+    name, hidden, world_sizes = "Linear_uneven", True, (3,)
+
+    def build(self):
+        return nn.Linear(5, 7)
+
+
+class RTPAttentionThreeSteps(pub.RTPCheck):
+    """Causal batch-first self-attention, 6 heads (2, 2, 1, 1 at N = 4), 3 SGD + 3 Adam steps."""
+    name, hidden = "MultiheadAttention_3_steps", True
+    opt_steps = (("sgd", 3), ("adam", 3))
+
+    def build(self):
+        return nn.MultiheadAttention(12, 6, batch_first=True)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 2, 5, 12),)
+
+    def call(self, model, xs):
+        x = xs[0]
+        mask = torch.ones(5, 5, dtype=torch.bool, device=x.device).triu(1)
+        return model(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class RTPTransformerLMFloat32(pub.RTPTransformerLM):
+    """float32, SGD only: the sums run in another order than serial (~1e-7 relative), and
+    Adam divides each gradient by its own size, which lifts that rounding on the near-zero
+    gradients (attention keys) above float32's tolerance."""
+    name, hidden, dtype = "TransformerLM_float32", True, "float32"
+    opt_steps = (("sgd", 3),)
+
+
+class RTPTransformerLMSubgroup(pub.RTPTransformerLM):
+    """The LM on global ranks 1..N-1 only."""
+    name, hidden, world_sizes = "TransformerLM_subgroup", True, (3, 4)
+    hints = pub.RTPLinearSubgroup.hints
+    opt_steps = (("sgd", 1), ("adam", 1))
+
+    def members(self, world_size):
+        return [list(range(1, world_size))]
+
+
+class RTPTransformerLMFourHeads(pub.RTPCheck):
+    """One decoder layer with 4 heads of 12 dims: 2, 1, 1 heads at N = 3."""
+    name, hidden = "TransformerLM_4_heads", True
+    opt_steps = (("sgd", 1), ("adam", 1))
+
+    def build(self):
+        return build_model("lm", tiny=True, nhead=4, num_decoder_layers=1)
+
+    def inputs(self, step, rank):
+        return (randint(1000 * step + 10 * rank, 96, 2, 5),)
