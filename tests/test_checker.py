@@ -41,9 +41,15 @@ def test_stubs_report_not_implemented_without_a_traceback(tmp_path):
 
 
 def test_the_verdict_process_never_imports_the_code_under_test():
-    results = engine.run(["comm"], impl="solutions", world_sizes=[2])
-    assert all(r.passed for r in results)
-    assert not [m for m in sys.modules if m.startswith("rtp_impl")]
+    code = ("import sys\n"
+            "from rtp_course.checker import engine\n"
+            "if __name__ == '__main__':\n"
+            "    results = engine.run(['comm'], impl='solutions', world_sizes=[2])\n"
+            "    assert results and all(r.passed for r in results)\n"
+            "    print(sorted(m for m in sys.modules if m.startswith(('rtp_impl', 'solutions'))))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_a_copy_placed_anywhere_is_checked(tmp_path):
