@@ -1,6 +1,8 @@
 """The collection of realistic wrong implementations in tests/wrong/<exercise>/<bug>.py.
 
-Each file is a complete exercise module with one bug. Its docstring's first
+Each file holds one bug as edits of the reference solution: `REPLACE`, a list
+of (old, new) pairs applied to solutions/<exercise>.py (each `old` must occur
+exactly once, so a change of the solution that breaks a bug is noticed). Its docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
 (matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it, and
 the optional `ONLY: check_a check_b` limits the run to those checks (speed).
@@ -8,6 +10,7 @@ the optional `ONLY: check_a check_b` limits the run to those checks (speed).
 from __future__ import annotations
 
 import re
+import runpy
 import shutil
 from pathlib import Path
 
@@ -37,8 +40,20 @@ def spec(path: Path) -> dict:
             "only": only.group(1).split() if only else None}
 
 
+def build(path: Path) -> str:
+    """The source of the wrong module: the solution with the file's REPLACE edits applied."""
+    edits = runpy.run_path(str(path))["REPLACE"]
+    source = (SOLUTIONS / f"{path.parent.name}.py").read_text()
+    for old, new in edits:
+        n = source.count(old)
+        assert n == 1, (f"{path}: an edit no longer applies to solutions/{path.parent.name}.py "
+                        f"(its text occurs {n} times); update the bug:\n{old}")
+        source = source.replace(old, new)
+    return source
+
+
 def impl_with(path: Path, dest: Path) -> Path:
-    """A copy of solutions/ whose `<exercise>.py` is replaced by the wrong file."""
+    """A copy of solutions/ whose `<exercise>.py` is replaced by the wrong module."""
     shutil.copytree(SOLUTIONS, dest, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(path, dest / f"{path.parent.name}.py")
+    (dest / f"{path.parent.name}.py").write_text(build(path))
     return dest
