@@ -28,7 +28,7 @@ def collect(exercise: str | None = None):
 
 def spec(path: Path) -> dict:
     text = path.read_text()
-    doc = re.match(r'\s*"""(.*?)"""', text, re.S)
+    doc = re.match(r'\s*r?"""(.*?)"""', text, re.S)
     assert doc, f"{path}: needs a module docstring"
     body = doc.group(1)
     expect = re.search(r"^EXPECT:\s*(.+)$", body, re.M)

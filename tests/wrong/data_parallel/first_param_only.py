@@ -1,4 +1,4 @@
-"""average_gradients returns after the first parameter (a return inside the loop).
+r"""average_gradients returns after the first parameter (a return inside the loop).
 
 EXPECT: average_gradients.*backward/grad 0\.bias
 WORLD_SIZES: 2

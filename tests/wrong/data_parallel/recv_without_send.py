@@ -1,4 +1,4 @@
-"""DataParallel: ranks other than 0 wait to receive rank 0's weights, but rank 0 never sends them (a deadlock).
+r"""DataParallel: ranks other than 0 wait to receive rank 0's weights, but rank 0 never sends them (a deadlock).
 
 EXPECT: DataParallel.*deadlock: the check did not finish in time.*rank 1 waited in recv called from data_parallel.py:\d+
 WORLD_SIZES: 2

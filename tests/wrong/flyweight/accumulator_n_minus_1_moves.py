@@ -1,4 +1,4 @@
-"""Rotates the gradient accumulators N-1 times (like the weights): each ends next to its owner.
+r"""Rotates the gradient accumulators N-1 times (like the weights): each ends next to its owner.
 
 EXPECT: flyweight\.Linear .*backward/grad weight shard max abs error.*after N moves \(one more than the weights\)
 WORLD_SIZES: 2

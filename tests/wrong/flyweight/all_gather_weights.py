@@ -1,4 +1,4 @@
-"""Gathers all weight shards with dist.all_gather instead of rotating them.
+r"""Gathers all weight shards with dist.all_gather instead of rotating them.
 
 EXPECT: forward: 1 collective call\(s\), expected exactly 0; seen: all_gather at flyweight\.py:\d+.*the weights travel by rotation only
 WORLD_SIZES: 2

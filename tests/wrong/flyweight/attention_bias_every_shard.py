@@ -1,4 +1,4 @@
-"""Every attention shard holds and adds out_proj.bias: the bias is added N times.
+r"""Every attention shard holds and adds out_proj.bias: the bias is added N times.
 
 EXPECT: structure/out_proj\.bias slices is \(0, \(\(0, 10\),\)\), expected \(0, \(\)\).*out_proj\.bias belongs to shard 0 only
 WORLD_SIZES: 2

@@ -1,4 +1,4 @@
-"""Rotates counterclockwise in forward while indexing the shards as if they came clockwise.
+r"""Rotates counterclockwise in forward while indexing the shards as if they came clockwise.
 
 EXPECT: flyweight\.Linear .*forward/output max abs error.*CLOCKWISE, from rank r-1
 WORLD_SIZES: 3

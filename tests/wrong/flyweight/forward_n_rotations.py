@@ -1,4 +1,4 @@
-"""Forward rotates each shard N times: the last rotation only brings the rank's own shard back.
+r"""Forward rotates each shard N times: the last rotation only brings the rank's own shard back.
 
 EXPECT: forward: recv\|irecv call\(s\) moved \d+ bytes on this rank, expected between \d+ and \d+.*CLOCKWISE N-1 times
 WORLD_SIZES: 2

@@ -1,4 +1,4 @@
-"""Keeps every received gradient accumulator on the module ("for debugging"): buffers never freed.
+r"""Keeps every received gradient accumulator on the module ("for debugging"): buffers never freed.
 
 EXPECT: backward/received bytes still held after backward is \d+, expected at most 0.*drop each as soon as it is used
 WORLD_SIZES: 2

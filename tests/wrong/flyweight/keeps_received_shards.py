@@ -1,4 +1,4 @@
-"""Keeps every received shard in a list (a rank ends up holding all N shards).
+r"""Keeps every received shard in a list (a rank ends up holding all N shards).
 
 EXPECT: forward/received bytes still held after forward is \d+, expected at most 0.*drop each received shard
 WORLD_SIZES: 2

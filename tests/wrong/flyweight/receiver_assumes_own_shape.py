@@ -1,4 +1,4 @@
-"""Receivers allocate incoming shards with their own shard's shape (breaks with uneven shards).
+r"""Receivers allocate incoming shards with their own shard's shape (breaks with uneven shards).
 
 EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.*recv_shape|crashed)
 WORLD_SIZES: 3

@@ -1,4 +1,4 @@
-"""Leaves replicated parameters (LayerNorm, ...) with this rank's gradient: no average over ranks.
+r"""Leaves replicated parameters (LayerNorm, ...) with this rank's gradient: no average over ranks.
 
 EXPECT: backward/grad layers\.0\.norm1\.\w+ \(replicated parameter\) max abs error.*all_reduce it and divide by N
 WORLD_SIZES: 2

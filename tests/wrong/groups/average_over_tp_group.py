@@ -1,4 +1,4 @@
-"""sync_gradients averages gradients over the TP group instead of the DP group.
+r"""sync_gradients averages gradients over the TP group instead of the DP group.
 
 Shards of different weights get averaged together, and the replicas never see each
 other's batches.

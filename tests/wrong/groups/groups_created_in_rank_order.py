@@ -1,4 +1,4 @@
-"""build_groups creates this rank's own TP group first and the others after, so ranks call dist.new_group in different orders.
+r"""build_groups creates this rank's own TP group first and the others after, so ranks call dist.new_group in different orders.
 
 dist.new_group is collective over the whole job and must be called in the same order
 everywhere: the groups get mismatched (a hang, or ranks wired to the wrong peers).

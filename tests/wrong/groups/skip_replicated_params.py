@@ -1,4 +1,4 @@
-"""sync_gradients averages only the tensor-parallel layers' parameters and forgets the replicated ones (LayerNorms, classifier head / LM decoder).
+r"""sync_gradients averages only the tensor-parallel layers' parameters and forgets the replicated ones (LayerNorms, classifier head / LM decoder).
 
 Replicated parameters are equal inside a TP group, but each DP replica saw another batch,
 so they must be averaged over the DP group too.

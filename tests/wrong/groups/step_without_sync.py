@@ -1,4 +1,4 @@
-"""train_step_2d calls optimizer.step() without sync_gradients: each replica steps on its own batch's gradient.
+r"""train_step_2d calls optimizer.step() without sync_gradients: each replica steps on its own batch's gradient.
 
 The replicas drift apart from the first step on (sync_gradients itself is right).
 

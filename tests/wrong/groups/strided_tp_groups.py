@@ -1,4 +1,4 @@
-"""build_groups lays ranks out as rank = tp_rank * dp_size + dp_rank: TP groups are strided {t, t+D, ...}, not consecutive.
+r"""build_groups lays ranks out as rank = tp_rank * dp_size + dp_rank: TP groups are strided {t, t+D, ...}, not consecutive.
 
 Each TP group then spans nodes (slow all-reduces on every layer), and the documented
 rank -> (tp_rank, dp_rank) map is broken: a rank fed replica dp_rank's batch sits in

@@ -1,4 +1,4 @@
-"""build_groups builds the right groups but reports tp_rank and dp_rank swapped (tp_rank = rank // tp_size).
+r"""build_groups builds the right groups but reports tp_rank and dp_rank swapped (tp_rank = rank // tp_size).
 
 The groups work, but code that picks its batch or shard from the reported coordinates
 gets the wrong one.

@@ -1,4 +1,4 @@
-"""Every rank does a blocking send before its receive: the ring deadlocks.
+r"""Every rank does a blocking send before its receive: the ring deadlocks.
 
 EXPECT: HANG +rotation\.rotate .*deadlock.*rank \d waited in send called from rotation\.py:\d+ in rotate_async.*Post the receive and the send together
 WORLD_SIZES: 2

@@ -1,4 +1,4 @@
-"""Computes the neighbour as 1 - r: right for two ranks only.
+r"""Computes the neighbour as 1 - r: right for two ranks only.
 
 EXPECT: rotation\.rotate .*phase clockwise: rank \d raised ValueError.*hint: clockwise: rank r sends to \(r \+ 1\) % N
 WORLD_SIZES: 3

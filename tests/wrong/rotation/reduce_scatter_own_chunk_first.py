@@ -1,4 +1,4 @@
-"""ring_reduce_scatter starts the sum with the rank's own chunk: rank r ends with chunk r+1.
+r"""ring_reduce_scatter starts the sum with the rank's own chunk: rank r ends with chunk r+1.
 
 EXPECT: ring_reduce_scatter dim=0/output max abs error.*starts the sum of chunk \(r-1\) % N
 WORLD_SIZES: 2

@@ -1,4 +1,4 @@
-"""Swaps the directions: 'clockwise' sends to rank r-1 (invisible with two ranks).
+r"""Swaps the directions: 'clockwise' sends to rank r-1 (invisible with two ranks).
 
 EXPECT: rotation\.rotate .*clockwise/received max abs error.*hint: clockwise: rank r sends to \(r \+ 1\) % N
 WORLD_SIZES: 3

@@ -1,4 +1,4 @@
-"""Uses group ranks as global ranks for the peers (wrong in a subgroup).
+r"""Uses group ranks as global ranks for the peers (wrong in a subgroup).
 
 EXPECT: rotation\.subgroup .*dist\.get_global_rank\(group, peer\)
 WORLD_SIZES: 3

@@ -1,4 +1,4 @@
-"""ParallelSelfAttention splits q/k/v into heads along the wrong dimension: view [B, S, head_dim, heads] instead of [B, S, heads, head_dim].
+r"""ParallelSelfAttention splits q/k/v into heads along the wrong dimension: view [B, S, head_dim, heads] instead of [B, S, heads, head_dim].
 
 Each "head" then mixes one feature of every head: wrong even with one rank.
 

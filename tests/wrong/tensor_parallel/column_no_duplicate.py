@@ -1,4 +1,4 @@
-"""ColumnParallelLinear forgets duplicate(x): the input gradient is this rank's partial sum, never all-reduced.
+r"""ColumnParallelLinear forgets duplicate(x): the input gradient is this rank's partial sum, never all-reduced.
 
 Forward is right; backward gives each rank only its own shard's share of dL/dx
 (the MLP's input gradient too), unless N == 1.

@@ -1,4 +1,4 @@
-"""ParallelEmbedding splits the table along the wrong dimension: rank r keeps vocabulary rows [r*num/N, (r+1)*num/N) instead of embedding columns.
+r"""ParallelEmbedding splits the table along the wrong dimension: rank r keeps vocabulary rows [r*num/N, (r+1)*num/N) instead of embedding columns.
 
 Right with one rank; from two on the shard has the wrong shape ([num/N, dim] instead of
 [num, dim/N]) and the lookup of ids past num/N fails.

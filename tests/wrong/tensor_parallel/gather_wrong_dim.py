@@ -1,4 +1,4 @@
-"""ColumnParallelLinear with gather_output=True all-gathers along dim 0 (the batch) instead of the last (feature) dim.
+r"""ColumnParallelLinear with gather_output=True all-gathers along dim 0 (the batch) instead of the last (feature) dim.
 
 The output has shape [N*B, ..., out/N] instead of [B, ..., out]; right only with one rank.
 

@@ -1,4 +1,4 @@
-"""The layers use the global rank dist.get_rank() instead of the rank in `group`: right on the world group, wrong on a subgroup.
+r"""The layers use the global rank dist.get_rank() instead of the rank in `group`: right on the world group, wrong on a subgroup.
 
 On the group of ranks 1..N-1, global rank 1 takes group rank 1's slice, and the last
 rank's slice runs past the end.

@@ -1,4 +1,4 @@
-"""ParallelSelfAttention gives rank r the heads r, r+N, r+2N, ... (round robin) instead of the block [r*H/N, (r+1)*H/N).
+r"""ParallelSelfAttention gives rank r the heads r, r+N, r+2N, ... (round robin) instead of the block [r*H/N, (r+1)*H/N).
 
 The output and input gradients are right (the heads are just dealt out differently),
 but every rank holds the wrong rows of Wq/Wk/Wv and columns of Wo: a shard check fails.

@@ -1,4 +1,4 @@
-"""ParallelMLP gathers fc1's output and lets fc2 split it again (gather_output=True, input_is_parallel=False).
+r"""ParallelMLP gathers fc1's output and lets fc2 split it again (gather_output=True, input_is_parallel=False).
 
 The values are right, but the hidden activation [..., hidden] travels: forward does an
 all-gather and an all-reduce, backward an all-reduce and an all-gather, instead of one

@@ -1,4 +1,4 @@
-"""ColumnParallelLinear ignores gather_output=True and returns the local shard [..., out/N].
+r"""ColumnParallelLinear ignores gather_output=True and returns the local shard [..., out/N].
 
 Right with one rank; from two on the output has the wrong shape.
 

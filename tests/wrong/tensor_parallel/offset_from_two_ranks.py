@@ -1,4 +1,4 @@
-"""Sharding offsets slices by rank * (full // 2), a leftover of a 2-rank prototype: right with 1 and 2 ranks, wrong from 3.
+r"""Sharding offsets slices by rank * (full // 2), a leftover of a 2-rank prototype: right with 1 and 2 ranks, wrong from 3.
 
 With 3 ranks rank 1 starts at the middle and rank 2 runs past the end.
 

@@ -1,4 +1,4 @@
-"""ParallelSelfAttention scales the scores by 1/sqrt(hidden/N), the local q width, instead of 1/sqrt(head_dim).
+r"""ParallelSelfAttention scales the scores by 1/sqrt(hidden/N), the local q width, instead of 1/sqrt(head_dim).
 
 Wrong with any number of ranks (hidden/N != hidden/H unless N == H).
 

@@ -1,4 +1,4 @@
-"""Sharding ignores the rank: every rank copies rank 0's slice [0, size) of each serial weight.
+r"""Sharding ignores the rank: every rank copies rank 0's slice [0, size) of each serial weight.
 
 Right with one rank; from two on every rank computes with the same shard.
 
