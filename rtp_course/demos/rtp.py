@@ -21,6 +21,7 @@ from torch import nn
 from rtp_course import commlog, strategies
 from rtp_course.demos.todo import needs_exercises
 from rtp_course.impl import current
+from rtp_course.models import TINY_CONFIGS
 from rtp_course.timeline import Timeline, recording_rotations
 from rtp_course.train import DEFAULT_CONFIGS, Task, make_optimizer, to_device, train_step
 
@@ -148,9 +149,10 @@ def layer_timeline(rank, world_size, features=1024, batch=256):
 @needs_exercises
 def train_against_ddp(rank, world_size, model="cnn", steps=8, batch=8, lr=1e-3, tiny=True):
     """Train `model` with RTP and with torch DDP from the same weights on the same batches
-    (`batch` samples per rank). Returns per-step global losses of both, and on rank 0 the
-    largest difference between RTP's gathered full_state_dict and DDP's weights."""
-    config = dict(DEFAULT_CONFIGS[model]) if not tiny else _tiny(model)
+    (`batch` samples per rank; the checkers' tiny shapes unless tiny=False). Returns the
+    per-step global losses of both, and the largest difference between RTP's gathered
+    full_state_dict and DDP's weights."""
+    config = dict((TINY_CONFIGS if tiny else DEFAULT_CONFIGS)[model])
     task = Task(model, config, batch * world_size, seed=0)
     dev = strategies.default_device()
     out = {}
@@ -168,11 +170,6 @@ def train_against_ddp(rank, world_size, model="cnn", steps=8, batch=8, lr=1e-3, 
     out["max weight difference"] = max((rtp_state[k] - v).abs().max().item() for k, v in ddp_state.items())
     out["same keys"] = sorted(rtp_state) == sorted(ddp_state)
     return out
-
-
-def _tiny(model):
-    from rtp_course.models import TINY_CONFIGS
-    return dict(TINY_CONFIGS[model])
 
 
 def compare_strategies(model, world_size=2, strategies_=("ddp", "fsdp", "rtp"), steps=2, warmup=1,

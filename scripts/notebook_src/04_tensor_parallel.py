@@ -25,7 +25,6 @@
 
 # %%
 import matplotlib.pyplot as plt
-import torch
 
 from rtp_course import diagrams, plots
 from rtp_course.checker import check

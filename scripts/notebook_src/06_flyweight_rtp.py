@@ -137,9 +137,11 @@ for kind in ("linear", "attention"):
         print(f"--- {kind}\n{demo.describe(out)}\n")
 
 # %% [markdown]
-# Forward: $N-1 = 2$ rotations (a send and a receive each), and at most two received shards alive
-# at once. Backward: $N-1$ weight rotations plus $N$ accumulator moves, $2N - 1 = 5$ sends. And
-# the MultiheadAttention shards take their rows from each of the $q$, $k$, $v$ blocks.
+# With the design above, forward makes $N-1 = 2$ rotations (a send and a receive each) and holds
+# at most two received shards at once (the one in hand and the one arriving); backward makes
+# $N-1$ weight rotations plus $N$ accumulator moves: $2N - 1 = 5$ sends. The MultiheadAttention
+# shards take their rows from each of the $q$, $k$, $v$ blocks, and only shard 0 holds
+# `out_proj.bias`.
 #
 # ### The rotation, overlapped: a timeline
 #
