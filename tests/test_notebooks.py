@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,42 +22,11 @@ nbclient = pytest.importorskip("nbclient")
 
 pytestmark = pytest.mark.notebooks
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = ROOT / "notebooks"
+from notebook_exec import (NOTEBOOK_DIR, ROOT, WALL_TIMES, execute,  # noqa: E402
+                           nbgrader_meta as _nbgrader, text_outputs as _text_outputs)
+
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[0-3]_*.ipynb"))
 EXERCISE_NOTEBOOKS = [p for p in NOTEBOOKS if p.name.startswith(("02_", "03_"))]
-CELL_TIMEOUT = 300
-WALL_TIMES = {}
-
-
-def _nbgrader(cell):
-    return cell.metadata.get("nbgrader", {})
-
-
-def _text_outputs(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
-
-
-def execute(path: Path, impl: str | None, monkeypatch) -> nbformat.NotebookNode:
-    if impl is None:
-        monkeypatch.delenv("RTP_COURSE_IMPL", raising=False)
-    else:
-        monkeypatch.setenv("RTP_COURSE_IMPL", impl)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    start = time.monotonic()
-    client.execute()
-    WALL_TIMES[f"{path.stem} ({impl or 'stubs'})"] = time.monotonic() - start
-    return nb
 
 
 # ---- structure (fast) ----------------------------------------------------------------------

@@ -14,7 +14,6 @@ Select with `pytest -m notebooks`. The same approach as tests/test_notebooks.py 
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -24,27 +23,12 @@ nbclient = pytest.importorskip("nbclient")
 
 pytestmark = pytest.mark.notebooks
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOK_DIR = ROOT / "notebooks"
+from notebook_exec import (NOTEBOOK_DIR, ROOT, WALL_TIMES, execute,  # noqa: E402
+                           nbgrader_meta as _nbgrader, text_outputs as _text_outputs)
+
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[4-8]_*.ipynb"))
 GRADED = {"04_tensor_parallel": ("tensor_parallel", 20), "05_ring_rotation": ("rotation", 10),
           "06_flyweight_rtp": ("flyweight", 25), "08_2d_parallelism": ("groups", 15)}
-CELL_TIMEOUT = 300
-WALL_TIMES = {}
-
-
-def _nbgrader(cell):
-    return cell.metadata.get("nbgrader", {})
-
-
-def _text_outputs(cell) -> str:
-    parts = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            parts.append(out.get("text", ""))
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts)
 
 
 def _headings(notebook: str) -> dict:
@@ -59,23 +43,6 @@ def _section_texts(notebook: str) -> dict:
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     parts = re.split(r"^## (\d+)\. ", text, flags=re.M)
     return {parts[i]: parts[i + 1] for i in range(1, len(parts) - 1, 2)}
-
-
-def execute(path: Path, impl, monkeypatch, keep=lambda cell: True) -> nbformat.NotebookNode:
-    if impl is None:
-        monkeypatch.delenv("RTP_COURSE_IMPL", raising=False)
-    else:
-        monkeypatch.setenv("RTP_COURSE_IMPL", impl)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    nb = nbformat.read(path, as_version=4)
-    nb.cells = [c for c in nb.cells if keep(c)]
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-    start = time.monotonic()
-    client.execute()
-    WALL_TIMES[f"{path.stem} ({impl or 'stubs'})"] = time.monotonic() - start
-    return nb
 
 
 # ---- structure (fast) ----------------------------------------------------------------------
