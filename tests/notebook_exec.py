@@ -42,3 +42,18 @@ def execute(path: Path, impl, monkeypatch, keep=lambda cell: True) -> nbformat.N
     client.execute()
     WALL_TIMES[f"{path.stem} ({impl or 'stubs'})"] = time.monotonic() - start
     return nb
+
+
+def assert_solution_cell_ok(path: Path, cell) -> str:
+    """With the reference solutions: no demo skipped or failed, a grading cell gives full points.
+    Returns the cell's text output for further checks."""
+    text = text_outputs(cell)
+    assert "[demo skipped]" not in text and "[demo failed]" not in text, \
+        f"{path.name}, cell {cell.id}: a demo did not run with the solutions:\n{text}"
+    meta = nbgrader_meta(cell)
+    if meta.get("grade") and "grade(" in cell.source:
+        results = [o for o in cell.outputs if o.get("output_type") == "execute_result"]
+        assert results, f"{path.name}: the grading cell returned nothing"
+        score = float(results[-1]["data"]["text/plain"])
+        assert score == meta["points"], f"{path.name}: {meta['grade_id']} gave {score}/{meta['points']}"
+    return text
