@@ -9,19 +9,21 @@ per graded notebook (docs/INSTRUCTORS.md has the commands):
                                                           (scripts/collect_submissions.py)
     grading/autograded/<student>/<assignment>/            where the kernel runs the hidden checks
 
-The hidden test cells call `grade("comm", points=10)` (rtp_course/grading.py), which
-runs the public and hidden checks of that exercise on ./rtp_course of the
-autograded folder: the student's own modules, next to the notebook.
+The notebooks run in a confined kernel; their grading cells award nothing while
+autograding. `rtp-course grade ASSIGNMENT`, run after `nbgrader autograde`,
+runs the public and hidden checks on each student's collected modules
+(grading/submitted/<student>/<assignment>/rtp_course) and writes the points into
+the gradebook (rtp_course/instructor/grade_code.py).
 """
 import os
 import sys
 from pathlib import Path
 
+from rtp_course.course import EXERCISES
+from rtp_course.instructor import grading_dir
+
 HERE = Path(__file__).resolve().parent
-GRADING = Path(os.environ.get("RTP_COURSE_GRADING_DIR", HERE / "grading")).resolve()
-EXERCISES = ("data_parallel", "comm", "tensor_parallel", "rotation", "flyweight", "groups")
-TIMEOUT_SCALE = 1.0     # the timeout_scale the grade() cells pass (they use the default)
-LAUNCH_SECONDS = 20     # starting a worker group again after a failed check, on a busy 2-core node
+GRADING = grading_dir()
 
 c = get_config()  # noqa: F821  (nbgrader provides it)
 c.CourseDirectory.root = str(GRADING)
@@ -34,7 +36,20 @@ assignments = sorted(p.name for p in source.iterdir() if p.is_dir()) if source.i
 c.Autograde.exclude_overwriting = {a: [f"rtp_course/{m}.py" for m in EXERCISES] for a in assignments}
 
 # The hidden checks of THIS repository, even where the course is installed without -e.
-os.environ.setdefault("RTP_COURSE_HIDDEN_CHECKS", str(HERE / "tests" / "hidden"))
+os.environ.setdefault("RTP_COURSE_HIDDEN_CHECKS", str(HERE / "tests" / "hidden"))  # see rtp_course.instructor
+# Students' notebooks run in a kernel that confines itself (Landlock) before any cell runs:
+# it reads the Python installation and the course package, writes only the submission folder
+# (rtp_course/instructor/confined_kernel.py). Its kernelspec lives in the course directory.
+from rtp_course.instructor.confined_kernel import KERNEL_NAME, write_kernelspec  # noqa: E402
+
+write_kernelspec(GRADING / ".jupyter")
+os.environ["JUPYTER_PATH"] = os.pathsep.join(
+    p for p in (str(GRADING / ".jupyter"), os.environ.get("JUPYTER_PATH", "")) if p)
+c.Execute.kernel_name = KERNEL_NAME
+
+# The notebook's grading cells award nothing while autograding (a cell could have patched
+# grade()): `rtp-course grade ASSIGNMENT`, run after autograde, writes the points for code.
+os.environ["RTP_COURSE_GRADE_OUTSIDE"] = "1"
 # nbgrader runs `alembic` from PATH when it creates the gradebook.
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
@@ -52,19 +67,6 @@ c.Execute.extra_arguments = [
     "--IPKernelApp.capture_fd_output=False",
 ]
 
-
-def cell_timeout() -> int:
-    """Seconds one grade() cell may take in the worst case: every check of its exercise, at
-    every world size, stopped by the checker's own deadlock timeout and relaunched. grade()
-    always returns within this; the cell timeout is only the backstop (a timed-out cell scores 0)."""
-    from rtp_course.checker.engine import DEFAULT_WORLD_SIZES
-    from rtp_course.checker.registry import check_modules, hidden_dir, load_checks
-    worst = 0.0
-    for ex in EXERCISES:
-        checks = load_checks(check_modules([ex], hidden=hidden_dir() is not None))
-        worst = max(worst, sum(ch.timeout * TIMEOUT_SCALE + LAUNCH_SECONDS
-                               for ch in checks for ws in DEFAULT_WORLD_SIZES if ch.applies(ws)))
-    return int(worst) + 120
-
-
-c.Execute.timeout = cell_timeout()
+# The longest cells are demos and a short training run (about a minute on 2 cores); the
+# grading cells return at once while autograding. A cell past this limit scores 0.
+c.Execute.timeout = 600

@@ -1,6 +1,10 @@
 """Exercise E2: the communication functions of Megatron-style tensor parallelism.
 
 Notebook: notebooks/03_tp_communication.ipynb. Check: `rtp-course check comm`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E2.1  section 2: `Duplication`, `AllReduce`, `duplicate`, `all_reduce`
+    E2.2  section 3: `AllGather`, `Split`, `all_gather`, `split`
 
 Tensor parallelism splits a layer's weights across the N ranks of a group.
 Every rank sees the SAME input activations, and the autograd graph must carry
@@ -53,12 +57,12 @@ class Duplication(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group=None):
-        raise NotImplementedError("Duplication.forward: identity; remember `group` on ctx "
-                                  "for backward (notebook 03, section 2)")
+        raise NotImplementedError("[E2.1] Duplication.forward: identity; remember `group` on ctx "
+                                  "for backward")
 
     @staticmethod
     def backward(ctx, grad_output):
-        raise NotImplementedError("Duplication.backward: all-reduce a CLONE of grad_output "
+        raise NotImplementedError("[E2.1] Duplication.backward: all-reduce a CLONE of grad_output "
                                   "over ctx.group and return it (and None for group)")
 
 
@@ -72,12 +76,11 @@ class AllReduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group=None):
-        raise NotImplementedError("AllReduce.forward: all-reduce a clone of x over `group` "
-                                  "(notebook 03, section 2)")
+        raise NotImplementedError("[E2.1] AllReduce.forward: all-reduce a clone of x over `group`")
 
     @staticmethod
     def backward(ctx, grad_output):
-        raise NotImplementedError("AllReduce.backward: the identity (and None for group)")
+        raise NotImplementedError("[E2.1] AllReduce.backward: the identity (and None for group)")
 
 
 class AllGather(torch.autograd.Function):
@@ -91,12 +94,12 @@ class AllGather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dim=-1, group=None):
-        raise NotImplementedError("AllGather.forward: dist.all_gather into a list of "
-                                  "torch.empty_like(x), then torch.cat along dim (notebook 03, section 3)")
+        raise NotImplementedError("[E2.2] AllGather.forward: dist.all_gather into a list of "
+                                  "torch.empty_like(x), then torch.cat along dim")
 
     @staticmethod
     def backward(ctx, grad_output):
-        raise NotImplementedError("AllGather.backward: return grad_output.narrow(dim, r*n, n) "
+        raise NotImplementedError("[E2.2] AllGather.backward: return grad_output.narrow(dim, r*n, n) "
                                   "(contiguous), None, None")
 
 
@@ -111,12 +114,11 @@ class Split(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, dim=-1, group=None):
-        raise NotImplementedError("Split.forward: x.narrow(dim, r*S//N, S//N).contiguous() "
-                                  "(notebook 03, section 3)")
+        raise NotImplementedError("[E2.2] Split.forward: x.narrow(dim, r*S//N, S//N).contiguous()")
 
     @staticmethod
     def backward(ctx, grad_output):
-        raise NotImplementedError("Split.backward: all-gather the gradient slices along dim")
+        raise NotImplementedError("[E2.2] Split.backward: all-gather the gradient slices along dim")
 
 
 def duplicate(x, group=None):

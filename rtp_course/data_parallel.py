@@ -1,6 +1,10 @@
 """Exercise E1: data parallelism from scratch (a mini DistributedDataParallel).
 
 Notebook: notebooks/02_data_parallelism.ipynb. Check: `rtp-course check data_parallel`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E1.1  section 3: `average_gradients`
+    E1.2  section 4: `DataParallel`
 
 The idea. N ranks each hold a full copy of the model and each gets 1/N of the
 global batch (rank r gets the r-th contiguous chunk). With a mean loss over an
@@ -42,8 +46,8 @@ def average_gradients(model: nn.Module, group=None) -> None:
     Steps: for each parameter with a gradient, dist.all_reduce(p.grad, group=group)
     (sum), then divide by dist.get_world_size(group).
     """
-    raise NotImplementedError("average_gradients: all-reduce each p.grad over `group`, "
-                              "then divide by the group's world size (notebook 02, section 3)")
+    raise NotImplementedError("[E1.1] average_gradients: all-reduce each p.grad over `group`, "
+                              "then divide by the group's world size")
 
 
 class DataParallel(nn.Module):
@@ -71,9 +75,9 @@ class DataParallel(nn.Module):
         super().__init__()
         self.module = module
         self.group = group
-        raise NotImplementedError("DataParallel.__init__: broadcast rank 0's parameters and "
+        raise NotImplementedError("[E1.2] DataParallel.__init__: broadcast rank 0's parameters and "
                                   "buffers, then register a post-accumulate-grad hook on each "
-                                  "parameter (notebook 02, section 4)")
+                                  "parameter")
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)

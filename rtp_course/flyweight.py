@@ -1,6 +1,10 @@
 """Exercise E5: Rotated Tensor Parallelism (RTP) with the flyweight memory pattern.
 
 Notebook: notebooks/06_flyweight_rtp.ipynb. Check: `rtp-course check flyweight`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E5.1  section 2: `FlyweightWrapper`
+    E5.2  section 3: `RotatedTensorParallel`
 
 RTP is a drop-in replacement for DistributedDataParallel (DDP): every rank
 feeds its OWN batch and gets the same results as DDP, but stores only 1/N of
@@ -85,7 +89,7 @@ class FlyweightWrapper(nn.Module):
     """
 
     def __init__(self, module, group=None):
-        raise NotImplementedError("FlyweightWrapper.__init__: super().__init__(); compute the "
+        raise NotImplementedError("[E5.1] FlyweightWrapper.__init__: super().__init__(); compute the "
                                   "unit sizes of every shard, broadcast the full parameters "
                                   "from group rank 0, then replace them by nn.Parameter(own "
                                   "shard)")
@@ -101,11 +105,11 @@ class FlyweightWrapper(nn.Module):
         {"in_proj_weight": (0, [(4, 6), (10, 12), (16, 18)]), ...,
         "out_proj.weight": (1, [(4, 6)]), "out_proj.bias": (0, [])}.
         """
-        raise NotImplementedError("shard_ranges: see the table in the module docstring")
+        raise NotImplementedError("[E5.1] shard_ranges: see the table in the module docstring")
 
     def forward(self, *args, **kwargs):
         """The full layer's output for this rank's input, computed shard by shard."""
-        raise NotImplementedError("FlyweightWrapper.forward: call your autograd.Function, whose "
+        raise NotImplementedError("[E5.1] FlyweightWrapper.forward: call your autograd.Function, whose "
                                   "forward loops over the N shards (rotate_async before compute)")
 
     def full_state_dict(self):
@@ -113,7 +117,7 @@ class FlyweightWrapper(nn.Module):
 
         Gathered with N-1 rotations of the shards (no all_gather).
         """
-        raise NotImplementedError("full_state_dict: rotate your shard N-1 times; put each shard's "
+        raise NotImplementedError("[E5.1] full_state_dict: rotate your shard N-1 times; put each shard's "
                                   "slices where shard_ranges(index) says")
 
 
@@ -135,18 +139,18 @@ class RotatedTensorParallel(nn.Module):
     """
 
     def __init__(self, model, group=None):
-        raise NotImplementedError("RotatedTensorParallel.__init__: super().__init__(); wrap the "
+        raise NotImplementedError("[E5.2] RotatedTensorParallel.__init__: super().__init__(); wrap the "
                                   "layers (recursively), store the model as self.module, "
                                   "broadcast the replicated parameters and buffers from rank 0, "
                                   "hook their gradients")
 
     def forward(self, *args, **kwargs):
-        raise NotImplementedError("RotatedTensorParallel.forward: call the wrapped model")
+        raise NotImplementedError("[E5.2] RotatedTensorParallel.forward: call the wrapped model")
 
     def full_state_dict(self):
         """The serial model's state_dict on every rank: same keys ('fc1.weight', ...), full
         tensors, gathered by rotation (FlyweightWrapper.full_state_dict), for checkpoints."""
-        raise NotImplementedError("full_state_dict: replicated entries as they are; each wrapper's "
+        raise NotImplementedError("[E5.2] full_state_dict: replicated entries as they are; each wrapper's "
                                   "entries from its full_state_dict, under the original key")
 
     def shard_layout(self):
@@ -162,4 +166,4 @@ class RotatedTensorParallel(nn.Module):
         wrapped); "name" is the shard parameter's name in self.named_parameters();
         "dim" and "ranges" are shard_ranges(r) of that wrapper.
         """
-        raise NotImplementedError("shard_layout: build it from your wrappers' shard_ranges")
+        raise NotImplementedError("[E5.2] shard_layout: build it from your wrappers' shard_ranges")

@@ -1,6 +1,11 @@
 """Exercise E6: 2D parallelism, tensor parallel inside a group, data parallel across groups.
 
 Notebook: notebooks/08_2d_parallelism.ipynb. Check: `rtp-course check groups`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E6.1  section 1: `build_groups`
+    E6.2  section 2: `parallelize_2d`
+    E6.3  section 3: `sync_gradients`, `train_step_2d`
 
 W ranks, tensor-parallel size T, D = W / T data-parallel replicas. Each replica
 is a TP group of T ranks that together hold one copy of the model (E3); the D
@@ -58,9 +63,8 @@ def build_groups(tp_size, group=None):
     by tp_size=3; ..."), raised before creating any group.
     Communication: only group creation.
     """
-    raise NotImplementedError("build_groups: loop d over replicas -> new_group of consecutive ranks; "
-                              "loop t over shards -> new_group of ranks t, t+T, ...; keep yours "
-                              "(notebook 08, section 1)")
+    raise NotImplementedError("[E6.1] build_groups: loop d over replicas -> new_group of consecutive ranks; "
+                              "loop t over shards -> new_group of ranks t, t+T, ...; keep yours")
 
 
 def parallelize_2d(model, groups):
@@ -72,8 +76,8 @@ def parallelize_2d(model, groups):
        dist.get_global_rank(groups.dp_group, 0)). Shard t on every replica is the same tensor.
     Communication: TP layers' collectives on tp_group in forward/backward; the broadcasts here.
     """
-    raise NotImplementedError("parallelize_2d: parallelize_transformer on tp_group, then broadcast "
-                              "from dp rank 0 (notebook 08, section 2)")
+    raise NotImplementedError("[E6.2] parallelize_2d: parallelize_transformer on tp_group, then broadcast "
+                              "from dp rank 0")
 
 
 def sync_gradients(model, groups):
@@ -86,8 +90,7 @@ def sync_gradients(model, groups):
     each replica saw another batch. Never on tp_group: that would mix different shards.
     Hint: your E1 data_parallel.average_gradients(model, group=...) does exactly this.
     """
-    raise NotImplementedError("sync_gradients: average every .grad over groups.dp_group "
-                              "(notebook 08, section 3)")
+    raise NotImplementedError("[E6.3] sync_gradients: average every .grad over groups.dp_group")
 
 
 def train_step_2d(model, optimizer, loss_fn, inputs, targets, groups):
@@ -97,4 +100,4 @@ def train_step_2d(model, optimizer, loss_fn, inputs, targets, groups):
     sync_gradients(model, groups); optimizer.step(). The optimizer holds this rank's
     shards and replicated parameters (model.parameters() after parallelize_2d).
     """
-    raise NotImplementedError("train_step_2d: zero_grad, forward, loss, backward, sync_gradients, step")
+    raise NotImplementedError("[E6.3] train_step_2d: zero_grad, forward, loss, backward, sync_gradients, step")

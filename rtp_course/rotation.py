@@ -1,6 +1,12 @@
 """Exercise E4: the rotation primitive of RTP, and ring collectives built from it.
 
 Notebook: notebooks/05_ring_rotation.ipynb. Check: `rtp-course check rotation`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E4.1  section 1: `ring_peers`
+    E4.2  section 2: `rotate_async`, `RotationHandle`, `rotate`
+    E4.3  section 3: `ring_all_gather`
+    E4.4  section 4: `ring_reduce_scatter`
 
 The N ranks of a group stand on a ring  0 -> 1 -> ... -> N-1 -> 0.  One ROTATION
 moves one tensor per rank one step around the ring, every rank at the same time:
@@ -43,7 +49,7 @@ def ring_peers(direction="clockwise", group=None):
     A direction other than the two in DIRECTIONS raises ValueError, and the
     message names both valid values.
     """
-    raise NotImplementedError("ring_peers: validate `direction`, compute the group-rank peers "
+    raise NotImplementedError("[E4.1] ring_peers: validate `direction`, compute the group-rank peers "
                               "with % N, translate them with dist.get_global_rank(group, peer)")
 
 
@@ -56,11 +62,11 @@ class RotationHandle:
     """
 
     def __init__(self, works, received, sent):
-        raise NotImplementedError("RotationHandle.__init__: store the works and both buffers")
+        raise NotImplementedError("[E4.2] RotationHandle.__init__: store the works and both buffers")
 
     def is_completed(self):
         """True when every transfer of this rotation has finished (does not block)."""
-        raise NotImplementedError("RotationHandle.is_completed: all(w.is_completed() ...)")
+        raise NotImplementedError("[E4.2] RotationHandle.is_completed: all(w.is_completed() ...)")
 
     def wait(self):
         """Block until the rotation is done; return the received tensor.
@@ -68,7 +74,7 @@ class RotationHandle:
         Calling wait() twice must be safe: forget the works once waited (with
         gloo, waiting again on a finished work can block forever).
         """
-        raise NotImplementedError("RotationHandle.wait: wait on every work (once), then return "
+        raise NotImplementedError("[E4.2] RotationHandle.wait: wait on every work (once), then return "
                                   "the receive buffer")
 
 
@@ -82,7 +88,7 @@ def rotate_async(tensor, direction="clockwise", group=None, recv_shape=None, rec
     Communication: one send of `tensor` to the destination, one receive from the
     source. With N = 1 nothing is sent: the handle holds tensor.clone().
     """
-    raise NotImplementedError("rotate_async: peers from ring_peers; allocate the receive buffer "
+    raise NotImplementedError("[E4.2] rotate_async: peers from ring_peers; allocate the receive buffer "
                               "(torch.empty of recv_shape); dist.batch_isend_irecv([P2POp(isend, "
                               "...), P2POp(irecv, ...)]); return a RotationHandle, do NOT wait")
 
@@ -93,7 +99,7 @@ def rotate(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtyp
 
     Example, N = 3, clockwise: rank 0 gets rank 2's tensor, rank 1 gets rank 0's.
     """
-    raise NotImplementedError("rotate: rotate_async(...).wait()")
+    raise NotImplementedError("[E4.2] rotate: rotate_async(...).wait()")
 
 
 def ring_all_gather(tensor, dim=0, group=None):
@@ -104,7 +110,7 @@ def ring_all_gather(tensor, dim=0, group=None):
     (rank order, not arrival order). Exactly N-1 rotations: the N-th would bring
     back your own tensor.
     """
-    raise NotImplementedError("ring_all_gather: parts[r] = tensor; N-1 times rotate clockwise "
+    raise NotImplementedError("[E4.3] ring_all_gather: parts[r] = tensor; N-1 times rotate clockwise "
                               "and store the result at parts[(r - k) % N]; torch.cat(parts, dim)")
 
 
@@ -117,6 +123,6 @@ def ring_reduce_scatter(tensor, dim=0, group=None):
     each sum starts so that after N-1 clockwise rotations rank r holds the
     complete sum of chunk r. Do not modify `tensor`.
     """
-    raise NotImplementedError("ring_reduce_scatter: a partial sum started on rank q ends, N-1 "
+    raise NotImplementedError("[E4.4] ring_reduce_scatter: a partial sum started on rank q ends, N-1 "
                               "clockwise steps later, on rank q-1: so start the chunk (r-1) % N, "
                               "and after each rotation add your chunk of the index you now hold")

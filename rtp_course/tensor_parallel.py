@@ -1,6 +1,14 @@
 """Exercise E3: Megatron-style tensor parallelism (TP) of a transformer.
 
 Notebook: notebooks/04_tensor_parallel.ipynb. Check: `rtp-course check tensor_parallel`.
+Tasks (each TODO below says its task; the notebook section of that number teaches it):
+
+    E3.1  section 1: `ColumnParallelLinear`
+    E3.2  section 2: `RowParallelLinear`
+    E3.3  section 3: `ParallelMLP`
+    E3.4  section 4: `ParallelEmbedding`
+    E3.5  section 5: `ParallelSelfAttention`
+    E3.6  section 6: `parallelize_transformer`
 
 N = dist.get_world_size(group) ranks share every layer; r = dist.get_rank(group)
 (the rank WITHIN `group`, not the global rank). All ranks feed the SAME batch.
@@ -46,7 +54,7 @@ from . import comm
 
 
 class ColumnParallelLinear(nn.Module):
-    """y = x W^T + b, W [out, in] split by OUTPUT rows (notebook 04, section 1).
+    """y = x W^T + b, W [out, in] split by OUTPUT rows.
 
     Attributes: weight [out/N, in] = serial W[r*out/N:(r+1)*out/N]; bias [out/N] (the same
     slice) or None; in_features, out_features (the serial sizes); gather_output; group.
@@ -63,28 +71,28 @@ class ColumnParallelLinear(nn.Module):
 
     def __init__(self, in_features, out_features, bias=True, gather_output=False, group=None,
                  *, device=None, dtype=None):
-        raise NotImplementedError("ColumnParallelLinear.__init__: check out_features % N, then "
+        raise NotImplementedError("[E3.1] ColumnParallelLinear.__init__: check out_features % N, then "
                                   "create weight [out/N, in] and bias [out/N] as nn.Parameter")
 
     @classmethod
     def from_tensors(cls, weight, bias=None, gather_output=False, group=None):
         """Shard a serial weight [out, in] (and bias [out]) that need not sit in an nn.Linear,
         e.g. one third of nn.MultiheadAttention's packed in_proj_weight. Returns the layer."""
-        raise NotImplementedError("ColumnParallelLinear.from_tensors: build cls(...) on weight's "
+        raise NotImplementedError("[E3.1] ColumnParallelLinear.from_tensors: build cls(...) on weight's "
                                   "device/dtype, then copy_ rows [r*out/N, (r+1)*out/N) under no_grad")
 
     @classmethod
     def from_serial(cls, linear, gather_output=False, group=None):
         """The column-parallel version of an existing nn.Linear `linear`."""
-        raise NotImplementedError("ColumnParallelLinear.from_serial: shard linear.weight / linear.bias")
+        raise NotImplementedError("[E3.1] ColumnParallelLinear.from_serial: shard linear.weight / linear.bias")
 
     def forward(self, x):
-        raise NotImplementedError("ColumnParallelLinear.forward: comm.duplicate, F.linear with the "
+        raise NotImplementedError("[E3.1] ColumnParallelLinear.forward: comm.duplicate, F.linear with the "
                                   "shard, then comm.all_gather(dim=-1) if gather_output")
 
 
 class RowParallelLinear(nn.Module):
-    """y = x W^T + b, W [out, in] split by INPUT columns (notebook 04, section 2).
+    """y = x W^T + b, W [out, in] split by INPUT columns.
 
     Attributes: weight [out, in/N] = serial W[:, r*in/N:(r+1)*in/N]; bias [out], the whole
     serial bias on every rank (replicated) or None; in_features, out_features; input_is_parallel; group.
@@ -102,27 +110,27 @@ class RowParallelLinear(nn.Module):
 
     def __init__(self, in_features, out_features, bias=True, input_is_parallel=True, group=None,
                  *, device=None, dtype=None):
-        raise NotImplementedError("RowParallelLinear.__init__: check in_features % N, then create "
+        raise NotImplementedError("[E3.2] RowParallelLinear.__init__: check in_features % N, then create "
                                   "weight [out, in/N] and a replicated bias [out]")
 
     @classmethod
     def from_tensors(cls, weight, bias=None, input_is_parallel=True, group=None):
         """Shard a serial weight [out, in] by columns; copy the bias [out] whole."""
-        raise NotImplementedError("RowParallelLinear.from_tensors: copy_ columns "
+        raise NotImplementedError("[E3.2] RowParallelLinear.from_tensors: copy_ columns "
                                   "[r*in/N, (r+1)*in/N) of weight, and all of bias")
 
     @classmethod
     def from_serial(cls, linear, input_is_parallel=True, group=None):
         """The row-parallel version of an existing nn.Linear `linear`."""
-        raise NotImplementedError("RowParallelLinear.from_serial: shard linear.weight, copy linear.bias")
+        raise NotImplementedError("[E3.2] RowParallelLinear.from_serial: shard linear.weight, copy linear.bias")
 
     def forward(self, x):
-        raise NotImplementedError("RowParallelLinear.forward: (comm.split), F.linear WITHOUT bias, "
+        raise NotImplementedError("[E3.2] RowParallelLinear.forward: (comm.split), F.linear WITHOUT bias, "
                                   "comm.all_reduce, then + bias")
 
 
 class ParallelMLP(nn.Module):
-    """fc2(act(fc1(x))) as the Megatron column/row pair (notebook 04, section 3).
+    """fc2(act(fc1(x))) as the Megatron column/row pair.
 
     Attributes: fc1 = ColumnParallelLinear(in, hidden, gather_output=False), act, fc2 =
     RowParallelLinear(hidden, out, input_is_parallel=True).
@@ -136,27 +144,27 @@ class ParallelMLP(nn.Module):
 
     def __init__(self, in_features, hidden_features, out_features=None, activation=None,
                  bias=True, group=None, *, device=None, dtype=None):
-        raise NotImplementedError("ParallelMLP.__init__: fc1 column (no gather), act "
+        raise NotImplementedError("[E3.3] ParallelMLP.__init__: fc1 column (no gather), act "
                                   "(default nn.GELU()), fc2 row (input_is_parallel); out defaults to in")
 
     @classmethod
     def from_linears(cls, fc1, fc2, activation=None, group=None):
         """Shard a serial pair fc2(activation(fc1(x))) of nn.Linear layers (e.g. the LM's
         linear1 / ReLU / linear2). `activation` is an elementwise module or function."""
-        raise NotImplementedError("ParallelMLP.from_linears: ColumnParallelLinear.from_serial(fc1), "
+        raise NotImplementedError("[E3.3] ParallelMLP.from_linears: ColumnParallelLinear.from_serial(fc1), "
                                   "RowParallelLinear.from_serial(fc2)")
 
     @classmethod
     def from_serial(cls, ff, group=None):
         """Shard the course's FeedForward (ff.fc1, ff.act, ff.fc2)."""
-        raise NotImplementedError("ParallelMLP.from_serial: from_linears(ff.fc1, ff.fc2, ff.act, group)")
+        raise NotImplementedError("[E3.3] ParallelMLP.from_serial: from_linears(ff.fc1, ff.fc2, ff.act, group)")
 
     def forward(self, x):
-        raise NotImplementedError("ParallelMLP.forward: fc2(act(fc1(x)))")
+        raise NotImplementedError("[E3.3] ParallelMLP.forward: fc2(act(fc1(x)))")
 
 
 class ParallelEmbedding(nn.Module):
-    """An embedding table [num, dim] split by COLUMNS (notebook 04, section 4).
+    """An embedding table [num, dim] split by COLUMNS.
 
     Attributes: weight [num, dim/N] = serial table[:, r*dim/N:(r+1)*dim/N]; num_embeddings,
     embedding_dim (serial sizes); padding_idx; group.
@@ -171,21 +179,21 @@ class ParallelEmbedding(nn.Module):
 
     def __init__(self, num_embeddings, embedding_dim, group=None, *, padding_idx=None,
                  device=None, dtype=None):
-        raise NotImplementedError("ParallelEmbedding.__init__: check embedding_dim % N, create "
+        raise NotImplementedError("[E3.4] ParallelEmbedding.__init__: check embedding_dim % N, create "
                                   "weight [num, dim/N]")
 
     @classmethod
     def from_serial(cls, embedding, group=None):
         """The column-split version of an existing nn.Embedding (padding_idx kept)."""
-        raise NotImplementedError("ParallelEmbedding.from_serial: copy_ columns [r*dim/N, (r+1)*dim/N)")
+        raise NotImplementedError("[E3.4] ParallelEmbedding.from_serial: copy_ columns [r*dim/N, (r+1)*dim/N)")
 
     def forward(self, ids):
-        raise NotImplementedError("ParallelEmbedding.forward: F.embedding with the shard, then "
+        raise NotImplementedError("[E3.4] ParallelEmbedding.forward: F.embedding with the shard, then "
                                   "comm.all_gather(dim=-1)")
 
 
 class ParallelSelfAttention(nn.Module):
-    """Multi-head self-attention with the HEADS split (notebook 04, section 5).
+    """Multi-head self-attention with the HEADS split.
 
     H heads of d = E/H features; rank r owns heads [r*H/N, (r+1)*H/N), which are the rows
     [r*E/N, (r+1)*E/N) of Wq, Wk, Wv (head h is rows [h*d, (h+1)*d)) and the same columns of Wo.
@@ -213,19 +221,19 @@ class ParallelSelfAttention(nn.Module):
 
     def __init__(self, hidden_dim, num_heads, bias=True, causal=False, group=None, *,
                  batch_first=True, tuple_output=False, device=None, dtype=None):
-        raise NotImplementedError("ParallelSelfAttention.__init__: check num_heads % N; q/k/v "
+        raise NotImplementedError("[E3.5] ParallelSelfAttention.__init__: check num_heads % N; q/k/v "
                                   "ColumnParallelLinear(E, E), out_proj RowParallelLinear(E, E)")
 
     @classmethod
     def from_serial(cls, module, group=None):
         """Shard a course SelfAttention or an nn.MultiheadAttention (packed q/k/v weights)."""
-        raise NotImplementedError("ParallelSelfAttention.from_serial: w = attention_weights(module) "
+        raise NotImplementedError("[E3.5] ParallelSelfAttention.from_serial: w = attention_weights(module) "
                                   "gives wq..bo for both kinds; ColumnParallelLinear.from_tensors(w.wq, "
                                   "w.bq, ...), RowParallelLinear.from_tensors(w.wo, w.bo, ...)")
 
     def forward(self, query, key=None, value=None, attn_mask=None, key_padding_mask=None,
                 need_weights=False, is_causal=False):
-        raise NotImplementedError("ParallelSelfAttention.forward: duplicate, local attention of "
+        raise NotImplementedError("[E3.5] ParallelSelfAttention.forward: duplicate, local attention of "
                                   "your H/N heads (scale 1/sqrt(head_dim)), all_reduce, + out bias")
 
 
@@ -244,5 +252,5 @@ def parallelize_transformer(model, group=None):
     Every rank must pass the same serial model (same seed) and then the same batches.
     TypeError for any other model.
     """
-    raise NotImplementedError("parallelize_transformer: setattr each submodule to its parallel "
+    raise NotImplementedError("[E3.6] parallelize_transformer: setattr each submodule to its parallel "
                               "version, e.g. block.attn = ParallelSelfAttention.from_serial(block.attn, group)")

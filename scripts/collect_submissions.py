@@ -18,19 +18,14 @@ Modules that mention the reference solutions or the hidden checks are flagged: t
 grading machine has both, and autograde runs student code with your permissions.
 """
 import argparse
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-EXERCISES = ("data_parallel", "comm", "tensor_parallel", "rotation", "flyweight", "groups")
-
-
-def course_dir() -> Path:
-    return Path(os.environ.get("RTP_COURSE_GRADING_DIR", ROOT / "grading")).resolve()
+from rtp_course.course import EXERCISES
+from rtp_course.instructor import grading_dir as course_dir
 
 
 def commit_time(folder: Path):

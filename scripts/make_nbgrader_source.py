@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lay out nbgrader's source folder from notebooks/: by default one assignment per graded notebook.
 
-    python scripts/make_nbgrader_source.py                       # every notebook with graded cells
+    python scripts/make_nbgrader_source.py                       # every graded notebook of the course table
     python scripts/make_nbgrader_source.py 02_data_parallel      # only these notebooks
     python scripts/make_nbgrader_source.py --as part1 02_data_parallel 03_tp_communication
 
@@ -16,24 +16,12 @@ copying them over the student's modules (Autograde.exclude_overwriting).
 An assignment folder that exists is replaced. Then: nbgrader generate_assignment <assignment>.
 """
 import argparse
-import json
-import os
 import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-EXERCISES = ("data_parallel", "comm", "tensor_parallel", "rotation", "flyweight", "groups")
-
-
-def course_dir() -> Path:
-    return Path(os.environ.get("RTP_COURSE_GRADING_DIR", ROOT / "grading")).resolve()
-
-
-def is_graded(notebook: Path) -> bool:
-    """True if a cell of the notebook carries points (an nbgrader grade cell)."""
-    cells = json.loads(notebook.read_text())["cells"]
-    return any(c.get("metadata", {}).get("nbgrader", {}).get("grade") for c in cells)
+from rtp_course.course import EXERCISES, GRADED_NOTEBOOKS
+from rtp_course.instructor import REPOSITORY as ROOT, grading_dir as course_dir
 
 
 def make_assignment(course: Path, name: str, notebooks: list, stubs: Path = ROOT / "rtp_course") -> Path:
@@ -63,7 +51,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"no such notebook in {args.notebooks}: {', '.join(missing)}", file=sys.stderr)
         return 2
-    chosen = [found[n] for n in args.names] if args.names else [nb for nb in found.values() if is_graded(nb)]
+    chosen = [found[n] for n in args.names] if args.names else [found[n] for n in GRADED_NOTEBOOKS if n in found]
     if not chosen:
         print(f"no graded notebooks in {args.notebooks}", file=sys.stderr)
         return 2

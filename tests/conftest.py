@@ -6,3 +6,20 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 sys.path.insert(0, str(Path(__file__).parent))
+
+# The suite runs on two workers (pytest-xdist, `-n 2` in pyproject.toml). Tests are handed out
+# one by one, except that each module below goes to one worker whole: it builds an expensive
+# session fixture (a release, the nbgrader cycle, a Slurm cluster, a training run) once.
+SHARED_FIXTURES = {"test_nbgrader_cycle.py", "test_slurm.py", "test_release.py", "test_train.py",
+                   "test_bench.py", "test_course_table.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerPerSharedModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).name in SHARED_FIXTURES else nodeid
+
+    return OneWorkerPerSharedModule(config, log)

@@ -7,13 +7,15 @@ import datetime
 import pytest
 import torch.distributed as dist
 
-from rtp_course import bench, cli, strategies
+from rtp_course.training import bench, strategies
+from rtp_course import cli
+from rtp_course.course import todo
 from rtp_course.models import build_model
 
 STRATEGIES = ("ddp", "fsdp", "tp", "rtp")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "1",
@@ -76,22 +78,24 @@ def one_rank_group():
 
 def test_a_stub_is_skipped_with_the_notebook_to_do(one_rank_group, monkeypatch):
     monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")    # the worker sets it: restore it after
-    from rtp_course.train import DEFAULT_CONFIGS, Task
+    from rtp_course.training.train import DEFAULT_CONFIGS, Task
     task = Task("lm", dict(DEFAULT_CONFIGS["lm"], vocab_size=32, ninp=16, nhid=32, nhead=2,
                            num_decoder_layers=1, seq_len=4), global_batch=2)
     opts = dict(task=task, strategies=["rtp"], steps=1, warmup=1, optimizer="adam", lr=1e-3,
                 impl="rtp_course")        # the student edition: flyweight is a stub
     row = bench._worker(0, 1, opts)[0]
-    assert row["status"].startswith("skipped: rtp: implement flyweight first (notebook 06)")
+    assert row["status"].startswith("skipped: implement flyweight.RotatedTensorParallel in "
+                                    "rtp_course/flyweight.py first (task E5.2, notebook 06 section 3)")
     info = dict(task=task, backend="gloo", world_size=1, steps=1, warmup=1, batch_size=2,
                 optimizer="adam", num_params=1, wall_s=0.0)
-    assert "implement flyweight first" in bench.report([row], info)
+    assert "implement flyweight.RotatedTensorParallel" in bench.report([row], info)
 
 
 @pytest.mark.parametrize("strategy, exercise, notebook", [
     ("rtp", "flyweight", "06"), ("tp", "tensor_parallel", "04"), ("dp", "data_parallel", "02")])
 def test_wrap_says_which_exercise_to_implement(monkeypatch, strategy, exercise, notebook):
     monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")     # stubs raise before communicating
-    with pytest.raises(strategies.StrategyNotImplemented,
-                       match=f"implement {exercise} first \\(notebook {notebook}\\)"):
+    with pytest.raises(todo.ExerciseNotImplemented,
+                       match=f"implement {exercise}\\.\\w+ in rtp_course/{exercise}.py first "
+                             f"\\(task E\\d\\.\\d, notebook {notebook} section"):
         strategies.wrap(build_model("lm", seed=0, tiny=True), strategy)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rtp_course import EXERCISES
+from rtp_course.course import EXERCISES
 from rtp_course.checker import engine, report
 
 ROOT = Path(__file__).resolve().parents[1]

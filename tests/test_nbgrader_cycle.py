@@ -1,15 +1,18 @@
 """The instructor's whole grading cycle, with a real nbgrader and this repository's nbgrader_config.py.
 
 release (the student edition) -> scripts/make_nbgrader_source.py -> nbgrader generate_assignment
--> three students fill in the edition -> scripts/collect_submissions.py -> nbgrader autograde
--> nbgrader export, for the assignments that grade `data_parallel` (notebook 02) and `comm`
-(notebook 03): the course notebooks when they are in nbgrader form, else the fixtures of
-test_release.py. The students:
+-> four students fill in the edition -> scripts/collect_submissions.py -> nbgrader autograde
+-> rtp-course grade (the points for code, outside the notebooks) -> nbgrader export, for the
+assignments that grade `data_parallel` (notebook 02) and `comm` (notebook 03): the course
+notebooks when they are in nbgrader form, else the fixtures of test_release.py. The students:
 
 * alice hands in the reference solutions: full marks;
-* bob's Duplication.backward does not all-reduce: loses comm points, keeps data_parallel's;
 * carol's average_gradients skips the all-reduce on rank 0 (the others wait for ever):
-  graded in bounded time, loses data_parallel points, keeps comm's.
+  graded in bounded time, loses data_parallel points, keeps comm's;
+* mallory's Duplication.backward does not all-reduce, and a notebook cell patches grade() to
+  award full points and tries to write the installed course: loses comm points (only what
+  the code earns), keeps data_parallel's, and the write is refused;
+* sam hands in the edition as released, stubs and all: 0 points, and grading goes on.
 
 The grade cells run at world size 2 only (patched into the test's copy of the hidden cells):
 2 is the smallest world that communicates, every bug above shows there, and each extra
@@ -101,8 +104,8 @@ def _replace_body(text: str, qualname: str, new_body: str) -> str:
 
 
 BROKEN = {
-    # bob: f's backward returns the local gradient (no all-reduce)
-    "bob": ("comm.py", "Duplication.backward", "return {1}, None"),
+    # mallory: f's backward returns the local gradient (no all-reduce)
+    "mallory": ("comm.py", "Duplication.backward", "return {1}, None"),
     # carol: rank 0 leaves without joining the all-reduce the others are waiting in
     "carol": ("data_parallel.py", "average_gradients",
               "import torch.distributed as dist\n"
@@ -140,9 +143,9 @@ def _leftovers(course: Path) -> list:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def cycle(tmp_path_factory):
-    from rtp_course.release import build
+    from rtp_course.instructor.release import build
     tmp = tmp_path_factory.mktemp("cycle")
     course, notebooks = tmp / "course", tmp / "source-notebooks"
     notebooks.mkdir()
@@ -166,9 +169,11 @@ def cycle(tmp_path_factory):
         _nbgrader(course, "generate_assignment", a, "--force")
 
     subs = tmp / "submissions"
-    for student in ("alice", "bob", "carol"):
+    for student in STUDENTS:
         clone = subs / student
         shutil.copytree(edition, clone)   # the student's copy of the edition ...
+        if student in STUBS:
+            continue
         for a in stems:                    # ... with the answers and the modules filled in
             _answered(edition / "notebooks" / f"{a}.ipynb", notebooks / f"{a}.ipynb",
                       clone / "notebooks" / f"{a}.ipynb")
@@ -179,40 +184,90 @@ def cycle(tmp_path_factory):
             name, qualname, body = BROKEN[student]
             path = clone / "rtp_course" / name
             path.write_text(_replace_body(path.read_text(), qualname, body))
+        if student == "mallory":
+            for a in stems:
+                _patch_grade_in_notebook(clone / "notebooks" / f"{a}.ipynb")
     _script("collect_submissions.py", course, str(subs))
+    _rtp_course(course, "seal")   # before any submission runs: `grade` verifies the grader against it
 
     seconds = {}
-    for student in ("alice", "bob", "carol"):
+    for a in stems:     # every student in one nbgrader run
         start = time.perf_counter()
-        for a in stems:
-            _nbgrader(course, "autograde", a, "--student", student)
-        seconds[student] = time.perf_counter() - start
+        _nbgrader(course, "autograde", a)
+        seconds[f"autograde {a}, per student"] = (time.perf_counter() - start) / len(STUDENTS)
+    start = time.perf_counter()
+    graded = _rtp_course(course, "grade", *stems, "--jobs", "2",
+                         "--world-size", *map(str, WORLD_SIZES)).stdout
+    seconds["rtp-course grade, all"] = time.perf_counter() - start
     _nbgrader(course, "export", "--to", str(tmp / "grades.csv"))
     with open(tmp / "grades.csv") as fh:
         rows = list(csv.DictReader(fh))
     print("\nautograde seconds per submission (world sizes %s): %s"
           % (WORLD_SIZES, json.dumps({k: round(v, 1) for k, v in seconds.items()})))
     return dict(course=course, stems=stems, notebooks=notebooks, rows=rows, seconds=seconds,
-                cells=_cell_scores(course, stems), leftovers=_leftovers(course))
+                cells=_cell_scores(course, stems), outputs=_cell_outputs(course, stems),
+                graded=graded, leftovers=_leftovers(course))
+
+
+STUDENTS = ("alice", "carol", "mallory", "sam")
+STUBS = ("sam",)
+
+
+def _rtp_course(course: Path, *args) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "rtp_course.cli", *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"rtp-course {' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+def _patch_grade_in_notebook(path: Path) -> None:
+    """A cell just before each grading cell that makes grade() award full points."""
+    nb = nbformat.read(path, as_version=4)
+    cheat = nbformat.v4.new_code_cell(
+        "import pathlib, rtp_course\n"
+        "import rtp_course.instructor.grading as _g\n"
+        "from rtp_course.course import exercise as _ex\n"
+        "_g.grade = lambda exercise, points=None, **kw: float(points or _ex(exercise).points)\n"
+        "_target = pathlib.Path(rtp_course.__file__).parent / 'checker' / 'verdict.py'\n"
+        "try:\n"
+        "    open(_target, 'a').close()\n"
+        "    print('WROTE the installed course')\n"
+        "except OSError as e:\n"
+        "    print('could not write the installed course:', e.strerror)")
+    at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    nb.cells.insert(at, cheat)
+    nbformat.write(nb, path)
 
 
 def _cell_scores(course: Path, stems) -> dict:
-    """{student: {(assignment, grade_id): (score, max, exercise or None, outputs)}} from the autograded
-    notebooks, scored as nbgrader scores them (nbgrader.utils.determine_grade)."""
-    from nbgrader.utils import determine_grade
+    """{student: {(assignment, grade_id): (score, max, exercise, [report])}} from the gradebook
+    (what nbgrader export reports), with the checker's report that `rtp-course grade` wrote."""
+    from nbgrader.api import Gradebook
+    from rtp_course.instructor.grade_code import graded_cells
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        for student in STUDENTS:
+            scores = out.setdefault(student, {})
+            for a in stems:
+                for cell in graded_cells(course, a):
+                    g = gb.find_grade(cell.grade_id, cell.notebook, a, student)
+                    report = course / "checks" / student / a / f"{cell.exercise}.txt"
+                    scores[(a, cell.grade_id)] = (g.score, g.max_score, cell.exercise,
+                                                  [{"text": report.read_text()}])
+    return out
+
+
+def _cell_outputs(course: Path, stems) -> dict:
+    """{student: {(assignment, grade_id): outputs}} of the graded cells of the autograded notebooks."""
     out = {}
     for student_dir in sorted((course / "autograded").iterdir()):
-        scores = out.setdefault(student_dir.name, {})
         for a in stems:
             for nb_path in (student_dir / a).glob("*.ipynb"):
-                nb = nbformat.read(nb_path, as_version=4)
-                exercises = _graded_exercises(nb)
-                for cell in nb.cells:
+                for cell in nbformat.read(nb_path, as_version=4).cells:
                     meta = cell.metadata.get("nbgrader", {})
                     if meta.get("grade") and cell.cell_type == "code":
-                        score, top = determine_grade(cell)
-                        scores[(a, meta["grade_id"])] = (score, top, exercises.get(meta["grade_id"]),
-                                                         cell.get("outputs", []))
+                        out.setdefault(student_dir.name, {})[(a, meta["grade_id"])] = cell.get("outputs", [])
     return out
 
 
@@ -226,7 +281,7 @@ def test_reference_solutions_score_full_marks(cycle):
     assert all(float(r["score"]) == float(r["max_score"]) > 0 for r in rows), rows
 
 
-@pytest.mark.parametrize("student, broken", [("bob", "comm"), ("carol", "data_parallel")])
+@pytest.mark.parametrize("student, broken", [("carol", "data_parallel"), ("mallory", "comm")])
 def test_a_broken_exercise_loses_only_its_points(cycle, student, broken):
     ref, got = cycle["cells"]["alice"], cycle["cells"][student]
     assert got.keys() == ref.keys()
@@ -241,19 +296,59 @@ def test_a_broken_exercise_loses_only_its_points(cycle, student, broken):
     assert len(lost) == 1, (total, full)
 
 
+def test_the_stubs_score_nothing(cycle):
+    cells = cycle["cells"]["sam"]
+    assert cells.keys() == cycle["cells"]["alice"].keys()
+    for key, (score, top, ex, outputs) in cells.items():
+        assert score == 0 < top, (key, outputs)
+        assert "not implemented yet" in outputs[0]["text"], outputs
+    assert all(float(r["score"]) == 0 for r in cycle["rows"] if r["student_id"] == "sam")
+
+
 def test_deadlock_is_bounded_and_reported(cycle):
     carol = cycle["cells"]["carol"]
     text = "".join(o.get("text", "") for *_, ex, outs in carol.values() if ex == "data_parallel"
                    for o in outs)
     assert "HANG" in text and "deadlock" in text, text
-    assert cycle["seconds"]["carol"] < 600, cycle["seconds"]
 
 
 def test_grade_cells_write_no_stderr(cycle):
     """nbgrader gives 0 to a test cell with any stderr output: the workers' must not reach it."""
-    for student, cells in cycle["cells"].items():
-        for key, (*_, outputs) in cells.items():
+    for student, cells in cycle["outputs"].items():
+        for key, outputs in cells.items():
             assert not [o for o in outputs if o.get("name") == "stderr"], (student, key, outputs)
+
+
+def test_notebook_grading_cells_award_nothing_themselves(cycle):
+    """While autograding, grade() in the notebook says the points come from outside."""
+    for student, cells in cycle["outputs"].items():
+        for key, outputs in cells.items():
+            text = "".join(o.get("text", "") for o in outputs)
+            if student != "mallory":
+                assert "computed by the checker outside this notebook" in text, (student, key, text)
+
+
+def test_notebook_cells_cannot_write_the_installed_course(cycle):
+    """The autograde kernel is confined: mallory's cell could not open the course for writing."""
+    import nbformat as nbf
+    from rtp_course.runtime import sandbox
+    if sandbox.abi_version() < 1:
+        pytest.skip("this kernel offers no Landlock")
+    texts = []
+    for a in cycle["stems"]:
+        for nb_path in (cycle["course"] / "autograded" / "mallory" / a).glob("*.ipynb"):
+            for cell in nbf.read(nb_path, as_version=4).cells:
+                texts += [o.get("text", "") for o in cell.get("outputs", [])]
+    text = "".join(texts)
+    assert "could not write the installed course: Permission denied" in text, text[-2000:]
+    assert "WROTE" not in text
+
+
+def test_the_grader_is_unchanged_after_grading_everyone(cycle):
+    """`rtp-course grade` verified the grader before grading; it is still intact after."""
+    from rtp_course.instructor import manifest
+    assert "grader differs" not in cycle["graded"]
+    assert manifest.verify(cycle["course"]) > 50
 
 
 def test_autograde_kept_the_students_modules(cycle):

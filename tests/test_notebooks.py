@@ -1,41 +1,77 @@
-"""The course notebooks 00-03: well-formed nbgrader sources, and they run top to bottom.
+"""The course notebooks, all by one rule: well-formed nbgrader sources that match the course
+table, and they run top to bottom, with the reference solutions and with the stubs.
 
-Select with `pytest -m notebooks`. Executing a notebook takes a kernel and
-spawned ranks (tens of seconds each); the structural tests are instant.
+Select with `pytest -m notebooks`. Structure tests are instant; executing a notebook takes a
+kernel and spawned ranks (tens of seconds each).
 
-* with RTP_COURSE_IMPL=solutions every demo runs, every nbgrader test cell
-  passes and every grading cell returns its full points;
-* with the stubs (RTP_COURSE_IMPL unset) the exercise notebooks still run to
-  the end: demos print what to implement, check cells report "not implemented yet".
+* with RTP_COURSE_IMPL=solutions every demo runs, every check cell passes and every
+  grading cell returns the points of the course table;
+* with the stubs (RTP_COURSE_IMPL unset) every cell but the grading cell runs: demos and
+  check cells say what to implement, and the task and notebook section that teach it.
 """
 import json
 import os
 import re
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from rtp_course.course import BY_MODULE, COURSE, QUIZZES
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+jupytext = pytest.importorskip("jupytext")
 
 pytestmark = pytest.mark.notebooks
 
-from notebook_exec import (NOTEBOOK_DIR, ROOT, WALL_TIMES, assert_solution_cell_ok,  # noqa: E402
-                           execute,
-                           nbgrader_meta as _nbgrader, text_outputs as _text_outputs)
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+SOURCE_DIR = ROOT / "scripts" / "notebook_src"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+GRADED = {ex.notebook: ex for ex in COURSE}
+CELL_TIMEOUT = 300
+WALL_TIMES = {}
 
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("0[0-3]_*.ipynb"))
-EXERCISE_NOTEBOOKS = [p for p in NOTEBOOKS if p.name.startswith(("02_", "03_"))]
+
+def _nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts)
+
+
+def _read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def _sections(path) -> dict:
+    """{section number: heading} of the notebook's '## N. ...' headings."""
+    return {m.group(1): m.group(2) for c in _read(path).cells if c.cell_type == "markdown"
+            for m in re.finditer(r"^## (\d+)\. (.*)$", c.source, re.M)}
+
+
+def _grading_cells(nb):
+    return [c for c in nb.cells if _nbgrader(c).get("grade")]
 
 
 # ---- structure (fast) ----------------------------------------------------------------------
 
 
+def test_every_exercise_has_its_notebook():
+    assert {ex.notebook for ex in COURSE} <= {p.stem for p in NOTEBOOKS}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_committed_without_outputs(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = _read(path)
     nbformat.validate(nb)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -43,16 +79,21 @@ def test_committed_without_outputs(path):
                 f"{path.name}: cell {cell.id} has outputs; clear them before committing"
 
 
-def test_notebooks_match_their_sources():
-    """scripts/make_notebooks.py --check: the .ipynb files are rebuilt from scripts/notebook_src."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_notebooks.py"), "--check"],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_matches_its_jupytext_source(path):
+    """notebooks/X.ipynb and scripts/notebook_src/X.py are a jupytext pair (jupytext.toml)."""
+    source = SOURCE_DIR / f"{path.stem}.py"
+    assert source.exists(), f"no source {source}: run jupytext --sync {path}"
+    text, nb = jupytext.read(source), _read(path)
+
+    def cells(notebook):
+        return [(c.cell_type, c.source.strip(), _nbgrader(c)) for c in notebook.cells]
+    assert cells(text) == cells(nb), f"{path.name} and its source differ: run jupytext --sync {path}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_nbgrader_metadata(path):
-    nb = nbformat.read(path, as_version=4)
+    nb = _read(path)
     ids = [_nbgrader(c)["grade_id"] for c in nb.cells if _nbgrader(c)]
     assert len(ids) == len(set(ids)), f"duplicate grade_id in {path.name}: {ids}"
     for cell in nb.cells:
@@ -65,63 +106,129 @@ def test_nbgrader_metadata(path):
             assert not meta["grade"] and not meta["locked"]
         else:
             assert meta["grade"] and meta["locked"] and meta["points"] > 0
+            assert cell.metadata.get("editable") is False and cell.metadata.get("deletable") is False
         if "### BEGIN HIDDEN TESTS" in cell.source:
             assert "### END HIDDEN TESTS" in cell.source and meta["grade"]
 
 
-@pytest.mark.parametrize("exercise, path, points", [("data_parallel", "02_data_parallelism", 10),
-                                                    ("comm", "03_tp_communication", 10)])
-def test_grading_cell(exercise, path, points):
-    nb = nbformat.read(NOTEBOOK_DIR / f"{path}.ipynb", as_version=4)
-    graded = [c for c in nb.cells if _nbgrader(c).get("grade") and "grade(" in c.source]
-    assert len(graded) == 1
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_grading_cell_matches_the_course_table(path):
+    graded = _grading_cells(_read(path))
+    if path.stem in QUIZZES:
+        total = sum(_nbgrader(c)["points"] for c in graded)
+        assert total == QUIZZES[path.stem], f"{path.name}: {total} points, the course table {QUIZZES[path.stem]}"
+        return
+    if path.stem not in GRADED:
+        assert not graded, f"{path.name} is not a graded notebook of the course table"
+        return
+    ex = GRADED[path.stem]
+    assert len(graded) == 1, f"{path.name}: one grading cell expected"
     cell = graded[0]
-    assert _nbgrader(cell)["points"] == points
+    assert _nbgrader(cell)["points"] == ex.points, \
+        f"{path.name}: the grading cell gives {_nbgrader(cell)['points']} points, the course table {ex.points}"
     body = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
-    assert f'grade("{exercise}", points={points})' in body
-    assert body.strip().splitlines()[-1].startswith("grade("), "grade(...) must be the last expression"
+    assert "from rtp_course.instructor.grading import grade" in body
+    assert body.strip().splitlines()[-1] == f'grade("{ex.module}")', "grade(...) must be the last expression"
 
 
-def test_stub_hints_point_at_the_right_sections():
-    """The stubs say "notebook 02, section 3"; that section must be the one about that function."""
-    for module, notebook in (("data_parallel", "02_data_parallelism"), ("comm", "03_tp_communication")):
-        stub = (ROOT / "rtp_course" / f"{module}.py").read_text()
-        nb = nbformat.read(NOTEBOOK_DIR / f"{notebook}.ipynb", as_version=4)
-        headings = {m.group(1): m.group(2) for c in nb.cells if c.cell_type == "markdown"
-                    for m in re.finditer(r"^## (\d+)\. (.*)$", c.source, re.M)}
-        found = 0
-        for m in re.finditer(r'NotImplementedError\(\s*"(\w+)', stub):
-            tail = stub[m.end():].split("NotImplementedError")[0]
-            where = re.search(r"\(notebook (\d+), section (\d+)\)", tail)
-            if where is None:
-                continue
-            found += 1
-            name, (nb_number, section) = m.group(1), where.groups()
-            assert notebook.startswith(nb_number), f"{module}.{name}: hint names notebook {nb_number}"
-            assert section in headings, f"{notebook} has no section {section}"
-            assert f"`{name}`" in headings[section], \
-                f"{module}.{name} points at {notebook} section {section}: {headings[section]!r}"
-        assert found, f"no section hints found in rtp_course/{module}.py"
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_check_cells_offer_slurm(path):
+    """Every notebook with a check cell also shows how to run that check on Slurm."""
+    sources = [c.source for c in _read(path).cells if c.cell_type == "code"]
+    if any("report = check(" in s for s in sources):
+        assert any("submit_check" in s or "check_on_slurm" in s for s in sources), path.name
+
+
+@pytest.mark.parametrize("ex", COURSE, ids=lambda e: e.module)
+def test_tasks_are_marked_in_stub_and_notebook(ex):
+    """Task E2.1: its notebook section's heading names it, the stub lists it with that section,
+    and every TODO of the stub is tagged with the task of the function it sits in."""
+    import ast
+    sections = _sections(NOTEBOOK_DIR / f"{ex.notebook}.ipynb")
+    stub = (ROOT / "rtp_course" / f"{ex.module}.py").read_text()
+    for task in ex.tasks:
+        assert str(task.section) in sections, f"{ex.notebook} has no section {task.section}"
+        assert sections[str(task.section)].startswith(f"Task {task.id} "), \
+            f"{ex.notebook} section {task.section} should open with 'Task {task.id}'"
+        assert re.search(rf"^\s+{re.escape(task.id)}  section {task.section}: ", stub, re.M), \
+            f"rtp_course/{ex.module}.py does not list task {task.id} (section {task.section})"
+    tree = ast.parse(stub)
+    tagged = 0
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Raise) and "NotImplementedError" in ast.unparse(inner):
+                message = ast.unparse(inner.exc)
+                found = re.search(r"\[(E\d+\.\d+)\]", message)
+                assert found, f"{ex.module}.{node.name}: TODO without a task tag: {message}"
+                assert ex.task_of(node.name) and ex.task_of(node.name).id == found.group(1), \
+                    f"{ex.module}.{node.name} is tagged {found.group(1)}"
+                tagged += 1
+    assert tagged, f"rtp_course/{ex.module}.py has no TODO"
 
 
 # ---- execution (slow) ----------------------------------------------------------------------
 
 
+def _execute(path: Path, impl, monkeypatch, keep=lambda cell: True):
+    if impl is None:
+        monkeypatch.delenv("RTP_COURSE_IMPL", raising=False)
+    else:
+        monkeypatch.setenv("RTP_COURSE_IMPL", impl)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    nb = _read(path)
+    nb.cells = [c for c in nb.cells if keep(c)]
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    start = time.monotonic()
+    client.execute()
+    WALL_TIMES[f"{path.stem} ({impl or 'stubs'})"] = time.monotonic() - start
+    return nb
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_runs_with_solutions(path, monkeypatch):
-    nb = execute(path, "solutions", monkeypatch)
+    nb = _execute(path, "solutions", monkeypatch)
     for cell in nb.cells:
-        text = assert_solution_cell_ok(path, cell)
-        if "check(" in cell.source and "report = check" in cell.source:
-            assert "FAIL" not in text and "TODO" not in text, text
+        text = _text(cell)
+        assert "[demo skipped]" not in text and "[demo failed]" not in text, \
+            f"{path.name}, cell {cell.id}: a demo did not run with the solutions:\n{text}"
+        assert "skipped:" not in text and "failed:" not in text, \
+            f"{path.name}, cell {cell.id}: a benchmark strategy did not run:\n{text}"
+        if "report = check(" in cell.source:
+            assert "PASS" in text, text
+            for mark in ("FAIL", "TODO", "ERROR", "HANG"):
+                assert f"  {mark}  " not in text, text
+        if _nbgrader(cell).get("grade") and path.stem in GRADED:
+            results = [o for o in cell.outputs if o.get("output_type") == "execute_result"]
+            assert results, f"{path.name}: the grading cell returned nothing"
+            score = float(results[-1]["data"]["text/plain"])
+            assert score == GRADED[path.stem].points, f"{path.name}: graded {score}"
 
 
-@pytest.mark.parametrize("path", EXERCISE_NOTEBOOKS, ids=lambda p: p.stem)
+def _runs_exercise_code(path) -> bool:
+    return "rtp_course.course.impl" in (SOURCE_DIR / f"{path.stem}.py").read_text()
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _runs_exercise_code(p)], ids=lambda p: p.stem)
 def test_runs_with_stubs(path, monkeypatch):
-    nb = execute(path, None, monkeypatch)
-    texts = "".join(_text_outputs(c) for c in nb.cells)
-    assert "[demo skipped]" in texts and "not implemented yet" in texts
-    assert "[demo failed]" not in texts
+    nb = _execute(path, None, monkeypatch, keep=lambda c: not _nbgrader(c).get("grade"))
+    texts = "".join(_text(c) for c in nb.cells)
+    assert "[demo failed]" not in texts and "Traceback" not in texts, texts
+    ex = GRADED.get(path.stem)
+    if ex is not None:
+        assert "[demo skipped]" in texts and "not implemented yet" in texts, texts
+        assert re.search(rf"\(task E\d\.\d, notebook {ex.notebook_number} section \d+\)", texts), texts
+    elif path.stem.startswith("07"):   # the benchmark skips TP and RTP and says what to implement
+        assert re.search(r"implement tensor_parallel\.\w+ in rtp_course/tensor_parallel.py", texts), texts
+        assert re.search(r"implement flyweight\.\w+ in rtp_course/flyweight.py", texts), texts
+
+
+def test_exercise_table_modules_exist():
+    for module in BY_MODULE:
+        assert (ROOT / "rtp_course" / f"{module}.py").exists()
 
 
 def teardown_module(module):

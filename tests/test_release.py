@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from rtp_course.release import MARKERS, ReleaseError, build
+from rtp_course.instructor.release import MARKERS, ReleaseError, build
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted(p for p in (ROOT / "solutions").glob("*.py") if p.name != "__init__.py")
@@ -41,7 +41,7 @@ def fixture_notebook(exercise: str, points: int, hidden_call: str) -> nbformat.N
         _cell("code", "assert abs(lr - 0.4) < 1e-12, 'scale the learning rate with the world size'",
               grade=True, solution=False, locked=True, points=1, grade_id=f"{exercise}_answer_test"),
         _cell("code", f"# The checks of {exercise} on your rtp_course/{exercise}.py\n"
-                      f"### BEGIN HIDDEN TESTS\nfrom rtp_course.grading import grade\n{hidden_call}\n"
+                      f"### BEGIN HIDDEN TESTS\nfrom rtp_course.instructor.grading import grade\n{hidden_call}\n"
                       f"### END HIDDEN TESTS",
               grade=True, solution=False, locked=True, points=points, grade_id=f"grade_{exercise}"),
     ])
@@ -80,17 +80,20 @@ def _env(out: Path) -> dict:
     return env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def edition(tmp_path_factory):
     """The real release of this repository, built with the CLI."""
     out = tmp_path_factory.mktemp("release") / "student-edition"
+    grading = tmp_path_factory.mktemp("grading")
     r = subprocess.run([sys.executable, "-m", "rtp_course.cli", "release", str(out)],
-                       capture_output=True, text=True, cwd=tmp_path_factory.getbasetemp())
+                       capture_output=True, text=True, cwd=tmp_path_factory.getbasetemp(),
+                       env=dict(os.environ, RTP_COURSE_GRADING_DIR=str(grading)))
     assert r.returncode == 0, r.stdout + r.stderr
+    assert (grading / "grader-manifest.json").is_file() and "Grader manifest written" in r.stdout
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def fixture_edition(tmp_path_factory):
     root = instructor_copy(tmp_path_factory.mktemp("instructor") / "repo")
     return root, build(tmp_path_factory.mktemp("release") / "edition", root=root, log=lambda *a: None)
@@ -168,7 +171,7 @@ def test_no_markers_or_grade_cells(edition, fixture_edition):
                 assert m not in text, f"{path}: {m}"
         for path in (out / "notebooks").glob("*.ipynb"):  # hidden test code is gone from every cell
             for cell in nbformat.read(path, as_version=4).cells:
-                assert "grade(" not in cell.source and "rtp_course.grading" not in cell.source, path
+                assert "grade(" not in cell.source and "rtp_course.instructor.grading" not in cell.source, path
 
 
 def test_notebooks_are_nbgrader_student_versions(fixture_edition):
@@ -178,7 +181,7 @@ def test_notebooks_are_nbgrader_student_versions(fixture_edition):
     for path in nbs:
         nb = nbformat.read(path, as_version=4)
         text = "\n".join(c.source for c in nb.cells)
-        assert FIXTURE_SOLUTION not in text and "grade(" not in text and "rtp_course.grading" not in text
+        assert FIXTURE_SOLUTION not in text and "grade(" not in text and "rtp_course.instructor.grading" not in text
         answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
         assert "raise NotImplementedError()" in answer.source
         graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
@@ -222,20 +225,21 @@ def test_checker_reports_not_implemented(edition):
     assert r.returncode != 0 and "not implemented yet" in r.stdout, r.stdout + r.stderr
 
 
-def test_grade_finds_no_hidden_checks(edition):
-    code = ("from rtp_course import EXERCISES\n"
+def test_edition_has_no_grading_code_and_finds_no_hidden_checks(edition):
+    assert not (edition / "rtp_course" / "instructor").exists()
+    code = ("from rtp_course.course import EXERCISES, edition\n"
             "from rtp_course.checker.registry import check_modules, hidden_dir\n"
-            "from rtp_course.grading import grade, submission_dir\n"
+            "assert edition() == 'student', edition()\n"
             "assert hidden_dir() is None, hidden_dir()\n"
             "assert all(m.startswith('rtp_course.checker.public.') for m in check_modules(EXERCISES, False))\n"
             "try:\n    check_modules(['comm'], True)\nexcept FileNotFoundError:\n    pass\n"
-            "else:\n    raise SystemExit('hidden checks found')\n"
-            "print(submission_dir())\n"
-            "print('score', grade('comm', points=10, world_sizes=(1,)))\n")
+            "else:\n    raise SystemExit('hidden checks found')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=_env(edition), cwd=edition / "notebooks", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert str(edition / "rtp_course") in r.stdout and "score 0.0" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "rtp_course.cli", "release", str(edition / "x")],
+                       capture_output=True, text=True, env=_env(edition), cwd=edition, timeout=300)
+    assert r.returncode == 2 and "student edition" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_readme_commands_work(edition):
@@ -248,9 +252,9 @@ def test_readme_commands_work(edition):
         r = subprocess.run([sys.executable, "-m", "rtp_course.cli", *args], capture_output=True,
                            text=True, env=env, cwd=edition)
         assert r.returncode == 0, r.stdout + r.stderr
-    shipped = sorted(p.name for p in (edition / "tests").glob("test_*.py"))
+    shipped = sorted(p.name for p in (edition / "tests").rglob("test_*.py"))
     assert shipped and "test_release.py" not in shipped
-    for p in (edition / "tests").glob("*.py"):
+    for p in (edition / "tests").rglob("*.py"):
         text = p.read_text()
         assert "solutions" not in text and "tests/wrong" not in text, p
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"],

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from rtp_course import slurm
+from rtp_course.cluster import slurm
 from slurm_fixture import ROOT, fake_course, real_course_command, slurm_cluster  # noqa: F401
 
 # ---- no Slurm needed --------------------------------------------------------------------------
@@ -138,6 +138,7 @@ def test_bench_job_gets_its_output_dir(slurm_cluster, fake, tmp_path):
 
 PROBE = """
 import os, torch, torch.distributed as dist
+
 dist.init_process_group("gloo")
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)

@@ -1,4 +1,4 @@
-"""`python -m rtp_course.train`: local runs with --nproc, the same losses for every
+"""`python -m rtp_course.training.train`: local runs with --nproc, the same losses for every
 data-parallel-like strategy and across reruns, a clear message for a stub."""
 import math
 import os
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from rtp_course import train
-from rtp_course.launcher import launch
+from rtp_course.training import train
+from rtp_course.runtime.launcher import launch
 
 ARGS = ["--tiny", "--steps", "3", "--nproc", "2", "--impl", "solutions"]
 
@@ -19,10 +19,10 @@ def _losses(strategy, nproc=2):
     return launch(train._spawned, nproc, (train.options(args, nproc),), timeout=120)[0]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def cli_ddp():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "rtp_course.train", "--strategy", "ddp", *ARGS],
+    return subprocess.run([sys.executable, "-m", "rtp_course.training.train", "--strategy", "ddp", *ARGS],
                           capture_output=True, text=True, timeout=180, env=env)
 
 
@@ -45,7 +45,7 @@ def test_a_stub_says_which_notebook_to_do(capsys):
     code = train.main(["--strategy", "rtp", "--tiny", "--steps", "1", "--nproc", "1",
                        "--impl", "rtp_course"])
     assert code == 2
-    assert "implement flyweight first (notebook 06)" in capsys.readouterr().err
+    assert "implement flyweight.RotatedTensorParallel in rtp_course/flyweight.py first (task E5.2, notebook 06" in capsys.readouterr().err
 
 
 def test_model_flags_map_to_each_model():

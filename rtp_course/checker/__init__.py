@@ -41,7 +41,7 @@ def check(*exercises, impl=None, world_sizes=None, hidden=False, dtype=None,
         if not quiet:
             print("check skipped while autograding: the graded cells run the checks")
         return CheckReport([])
-    from rtp_course.impl import default_impl
+    from rtp_course.course.impl import default_impl
     results = run(exercises or None, impl=impl or default_impl(), world_sizes=world_sizes, hidden=hidden,
                   dtype=dtype, only=only, timeout_scale=timeout_scale)
     rep = CheckReport(results)

@@ -17,15 +17,17 @@ from pathlib import Path
 
 import torch
 
-from rtp_course import EXERCISES
-from rtp_course.checker import reference
+from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks
-from rtp_course.impl import resolve
-from rtp_course.launcher import LaunchError, RankFailed, RankHung, default_backend, launch
+from rtp_course.course.impl import resolve
+from rtp_course.runtime import reaper
+from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
+                                         died_how, launch)
 
-DEFAULT_WORLD_SIZES = (1, 2, 3, 4)
+DEFAULT_WORLD_SIZES = tuple(sorted({n for ex in COURSE for n in ex.world_sizes}))
+IMPORT_TIMEOUT = 10.0   # s to import the exercise modules under test, before any check
 
 
 class _Stuck(Exception):
@@ -45,8 +47,9 @@ def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of):
         now = time.time()
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(world_size)}
         for r, st in statuses.items():
-            if st and st.get("check") in checks and st.get("phase") != "done":
-                limit = limit_of(checks[st["check"]])
+            importing = st and str(st.get("check", "")).startswith("import:")
+            if st and (st.get("check") in checks or importing) and st.get("phase") != "done":
+                limit = IMPORT_TIMEOUT if importing else limit_of(checks[st["check"]])
                 if now - st["started"] > limit:
                     for p in processes:
                         if p.is_alive():
@@ -98,8 +101,16 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         checks = [c for c in checks if c.name in only or c.id in only]
     world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
     results: list[Result] = []
+    hung: dict[str, Result] = {}   # check id -> where it hung: not run again at larger sizes
     for ws in world_sizes:
         todo = [c for c in checks if c.applies(ws)]
+        for c in [c for c in todo if c.id in hung]:
+            first = hung[c.id]
+            results.append(Result(c.exercise, c.name, ws, "deadlock", phase=first.phase,
+                                  message=f"not run: it did not finish at world size "
+                                          f"{first.world_size} ({first.message.split(';')[0]})",
+                                  hint=first.hint))
+        todo = [c for c in todo if c.id not in hung]
         if not todo:
             continue
         if progress:
@@ -108,8 +119,12 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
                                 backend_ws)
+        hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
         results += res
     order = {c.id: i for i, c in enumerate(checks)}
+    tasks = {c.id: c.task_id for c in checks}
+    for r in results:
+        r.task = tasks.get(f"{r.exercise}.{r.check}", "")
     results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
                                 r.world_size))
     return results
@@ -118,6 +133,9 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
 def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dtype, limit_of,
                             backend) -> None:
     """Instructor edition: tell how the reference communicated where a check failed."""
+    if edition() != "instructor":  # the student edition has no reference to compare with
+        return
+    from rtp_course.instructor import reference
     ref_dir = reference.reference_dir()
     failed = [r for r in results if r.status == "failed" and r.phase and r.rank is not None]
     if ref_dir is None or str(ref_dir) == impl_dir or not failed:
@@ -141,9 +159,10 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend):
     results, seen = [], {}
     by_id = {c.id: c for c in todo}
     while todo:
-        rundir = Path(tempfile.mkdtemp(prefix=f"rtp-check-w{ws}-"))
+        rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
-                   check_ids=[c.id for c in todo], dtype=dtype)
+                   check_ids=[c.id for c in todo], dtype=dtype,
+                   confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
         budget = sum(limit_of(c) for c in todo) + 60
         failure = None
         try:
@@ -161,22 +180,66 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend):
             results.append(_judge(check, ws, outcomes))
             seen[check.id] = outcomes
             done += 1
-        if done < len(todo):
+        confinement = _read_json(rundir / "confinement.0.json") or {}
+        if isinstance(failure, _Stuck) and failure.check_id.startswith("import:"):
+            module = failure.check_id.split(":", 1)[1]
+            message = _import_hang_message(module, failure, impl_dir)
+            results += [Result(c.exercise, c.name, ws, "deadlock", message, phase="import",
+                               hint=IMPORT_HINT) for c in todo[done:] if c.exercise == module]
+            todo = [c for c in todo[done:] if c.exercise != module]
+            done = 0
+        elif done < len(todo):
             broken = todo[done]
             results.append(_diagnose(broken, ws, rundir, failure))
             done += 1
+        for r in results:
+            r.details.setdefault("confinement", confinement.get("describe", ""))
         shutil.rmtree(rundir, ignore_errors=True)
         todo = todo[done:]
     return results, seen
 
 
+IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
+               "definitions, and move work into the functions the checks call")
+
+
+def _import_hang_message(module: str, failure, impl_dir: str) -> str:
+    where = ""
+    for stack in failure.stacks.values():
+        lines = [ln for ln in stack.splitlines() if impl_dir in ln]
+        if lines:
+            where = " at " + lines[0].strip().replace(impl_dir + "/", "")
+            break
+    return (f"importing {module}.py did not finish within {IMPORT_TIMEOUT:.0f} s{where}: an "
+            f"endless loop or a blocking call at import time? Every check of {module} fails")
+
+
+def _load_outcome(path: Path, rank: int):
+    """A rank's outcome of one check, read as data (never unpickling code); None if missing."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        outcome = torch.load(path, weights_only=True)
+        if not isinstance(outcome, dict) or outcome.get("status") not in OUTCOME_STATUSES:
+            raise ValueError("not an outcome record")
+        return outcome
+    except Exception as e:
+        return {"status": "error", "type": "MalformedResult", "phase": "",
+                "message": f"rank {rank}'s result file is not a result the checker wrote "
+                           f"({type(e).__name__}); it is not graded", "where": "",
+                "records": {}, "values": {}, "events": [], "peak_recv": {}}
+
+
+OUTCOME_STATUSES = ("ok", "notimpl", "error")
+
+
 def _load_outcomes(rundir: Path, cid: str, ws: int):
     outcomes = {}
     for r in range(ws):
-        p = rundir / f"result.{cid}.{r}.pt"
-        if not p.exists():
+        o = _load_outcome(rundir / f"result.{cid}.{r}.pt", r)
+        if o is None:
             return None
-        outcomes[r] = torch.load(p, weights_only=False)
+        outcomes[r] = o
     return outcomes
 
 
@@ -191,10 +254,28 @@ def _judge(check, ws, outcomes) -> Result:
     return judge(check, ws, outcomes, expected, rules)
 
 
+MISMATCH_HINT = ("a process killed by the communication library usually means the ranks' "
+                 "collectives did not match (a different order, count or size on some rank); "
+                 "see the torch/gloo message printed above the report")
+
+
+def _crash_hint(exit_code: int, in_call: bool) -> str:
+    """Why a rank's process ended, by how it ended."""
+    if exit_code == 0:
+        return ("code under test must return its result, never end the process "
+                "(no sys.exit, os._exit or signals)")
+    if exit_code == -signal.SIGABRT and in_call:
+        return MISMATCH_HINT
+    if exit_code == -signal.SIGSEGV:
+        return ("a segmentation fault usually means a tensor used after its memory was freed, "
+                "or a wrong-sized buffer given to a communication call")
+    return "the process was killed from outside or by the system (out of memory?)"
+
+
 def _diagnose(check, ws, rundir: Path, failure) -> Result:
     """The check during which the group ended early."""
-    partial = {r: torch.load(rundir / f"result.{check.id}.{r}.pt", weights_only=False)
-               for r in range(ws) if (rundir / f"result.{check.id}.{r}.pt").exists()}
+    partial = {r: o for r in range(ws)
+               if (o := _load_outcome(rundir / f"result.{check.id}.{r}.pt", r)) is not None}
     for status in ("notimpl", "error"):  # the rank that failed first explains the rest
         for r, o in sorted(partial.items()):
             if o["status"] == status:
@@ -213,6 +294,14 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
                       "point-to-point sends need a matching receive on the peer (post the "
                       "irecv before a blocking send, or use isend/irecv together)",
                       details={"stacks": failure.stacks})
+    if isinstance(failure, RankFailed) and failure.exit_code is not None and failure.exit_code <= 0:
+        statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}
+        st = statuses.get(failure.rank) or {}
+        call = f", in {st['call']}" if st.get("call") else ""
+        return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+                      message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
+                              f"{call}: {died_how(failure.exit_code)}",
+                      hint=_crash_hint(failure.exit_code, bool(st.get("call"))))
     if isinstance(failure, RankFailed):
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}
         where = _deadlock_message(check, statuses, ws)[0].split("; ", 1)[-1]
@@ -220,9 +309,7 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
                       phase=(statuses.get(failure.rank) or {}).get("phase", ""),
                       message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}; "
                               f"at that moment: {where}",
-                      hint="a process killed by the communication library usually means the "
-                           "ranks' collectives did not match (a different order, count or size "
-                           "on some rank); see the torch/gloo message printed above the report",
+                      hint=MISMATCH_HINT,
                       details={"traceback": failure.traceback})
     if isinstance(failure, RankHung):
         return Result(**base, status="deadlock", message=str(failure).splitlines()[0],

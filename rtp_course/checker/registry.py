@@ -12,9 +12,10 @@ The verdict (verdict.py) compares the two in the parent.
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from rtp_course import course
 
 PUBLIC_PACKAGE = "rtp_course.checker.public"
 
@@ -57,19 +58,28 @@ class CommRule:
 class Check:
     exercise: str = ""
     name: str = ""
-    world_sizes: tuple = (1, 2, 3, 4)
+    world_sizes: tuple | None = None   # default: the exercise's, from the course table
     hidden: bool = False
     timeout: float = 30.0       # seconds for this check on one world size
     dtype: str = "float64"
     hints: dict = {}            # key prefix -> hint shown when that key is wrong; the keys
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang
 
+    task: str = ""              # "E2.1"; default: the task whose function the name starts with
+
     @property
     def id(self) -> str:
         return f"{self.exercise}.{self.name}"
 
+    @property
+    def task_id(self) -> str:
+        if self.task:
+            return self.task
+        found = course.exercise(self.exercise).task_of(self.name)
+        return found.id if found else ""
+
     def applies(self, world_size: int) -> bool:
-        return world_size in self.world_sizes
+        return world_size in (self.world_sizes or course.exercise(self.exercise).world_sizes)
 
     def run(self, ctx) -> None:
         raise NotImplementedError
@@ -92,12 +102,14 @@ class Check:
 
 
 def hidden_dir() -> Path | None:
-    """tests/hidden of the instructor edition (or $RTP_COURSE_HIDDEN_CHECKS)."""
-    env = os.environ.get("RTP_COURSE_HIDDEN_CHECKS")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parents[2] / "tests" / "hidden"
-    return here if here.is_dir() else None
+    """The hidden checks, where the instructor edition says they are (None in the student edition)."""
+    if course.edition() != "instructor":
+        return None
+    try:
+        from rtp_course.instructor import hidden_checks_dir
+    except ImportError:
+        return None
+    return hidden_checks_dir()
 
 
 def check_modules(exercises, hidden: bool) -> list[str]:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 
+from rtp_course import course
 from rtp_course.checker.verdict import Result
 
 MARK = {"passed": "PASS", "failed": "FAIL", "notimpl": "TODO", "error": "ERROR",
@@ -17,25 +19,38 @@ def by_check(results):
     return grouped
 
 
+def where_taught(r: Result) -> str:
+    """'task E2.1, notebook 03 section 2' for the check of `r` ('' if it has no task)."""
+    if not r.task:
+        return ""
+    ex = course.exercise(r.exercise)
+    return f"task {r.task}, notebook {ex.notebook_number} section {ex.task(r.task).section}"
+
+
 def text(results: list[Result], verbose: bool = False) -> str:
     lines = []
     for (ex, name), rs in by_check(results).items():
         bad = [r for r in rs if not r.passed]
         sizes = ",".join(str(r.world_size) for r in rs)
+        task = f"[{rs[0].task}] " if rs[0].task else ""
         if not bad:
-            lines.append(f"  PASS  {ex}.{name}  (world sizes {sizes})")
+            lines.append(f"  PASS  {task}{ex}.{name}  (world sizes {sizes})")
             continue
         first = bad[0]
         if first.status == "notimpl":
-            lines.append(f"  TODO  {ex}.{name}: {first.message}")
+            hint = re.sub(r"^not implemented yet: (\[E\d+\.\d+\] )?", "", first.message)
+            read = f" ({where_taught(first)})" if where_taught(first) else ""
+            lines.append(f"  TODO  {task}{ex}.{name}: not implemented yet{read}. Hint: {hint}")
             continue
         where = ", ".join(str(r.world_size) for r in bad)
-        lines.append(f"  {MARK[first.status]:4}  {ex}.{name}  (fails at world size {where})")
+        lines.append(f"  {MARK[first.status]:4}  {task}{ex}.{name}  (fails at world size {where})")
         lines.append(f"        world size {first.world_size}, phase {first.phase or '-'}: {first.message}")
         if first.details.get("where"):
             lines.append("        in your code:\n" + _indent(first.details["where"], 10))
         if first.hint:
             lines.append(f"        hint: {first.hint}")
+        if where_taught(first):
+            lines.append(f"        read: {where_taught(first)}")
         if first.details.get("vs_reference"):
             lines.append(f"        reference: {first.details['vs_reference']}")
         if verbose and first.details.get("stacks"):
@@ -43,6 +58,9 @@ def text(results: list[Result], verbose: bool = False) -> str:
                 lines.append(f"        stack of rank {r}:\n" + _indent(st, 10))
     lines.append("")
     lines.append(summary_table(results))
+    confinement = sorted({r.details.get("confinement") for r in results} - {None, ""})
+    if confinement:
+        lines.append(f"  code under test ran {' / '.join(confinement)}")
     return "\n".join(lines)
 
 
@@ -69,7 +87,7 @@ def to_json(results: list[Result]) -> dict:
     for r in results:
         ex = exercises.setdefault(r.exercise, {"passed": True, "checks": []})
         ex["passed"] &= r.passed
-        ex["checks"].append({"name": r.check, "world_size": r.world_size, "passed": r.passed,
+        ex["checks"].append({"name": r.check, "task": r.task, "world_size": r.world_size, "passed": r.passed,
                              "status": r.status, "phase": r.phase, "rank": r.rank, "key": r.key,
                              "message": r.message, "hint": r.hint,
                              "where": r.details.get("where", ""),
@@ -77,6 +95,7 @@ def to_json(results: list[Result]) -> dict:
     passed = all(r.passed for r in results) and bool(results)
     s = summary(results)
     return {"passed": passed, "exercises": exercises,
+            "confinement": sorted({r.details.get("confinement") for r in results} - {None, ""}),
             "summary": "; ".join(f"{ex} {p}/{t}" for ex, (p, t, _) in s.items())}
 
 

@@ -25,6 +25,7 @@ class Result:
     key: str = ""
     hint: str = ""
     details: dict = field(default_factory=dict)
+    task: str = ""              # the course task the check belongs to, "E2.1"
 
     @property
     def passed(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import io
 import json
 import os
 import time
@@ -21,12 +22,28 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from rtp_course import commlog
+import rtp_course
 from rtp_course.checker.registry import load_checks
-from rtp_course.impl import exercise, load_impl, refuse_reference_imports
-from rtp_course.launcher import device_for
+from rtp_course.course.impl import exercise, load_impl, refuse_reference_imports
+from rtp_course.runtime import commlog, sandbox
+from rtp_course.runtime.launcher import device_for
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
+# Bound before any code under test runs: patching torch.save or os._exit later changes
+# what that code sees, not how the harness saves its results or leaves.
+_save, _exit = torch.save, os._exit
+
+
+class ExitCalled(BaseException):
+    """Code under test called os._exit: raised instead, so the report can say where."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def _refuse_exit(code=0):
+    raise ExitCalled(code)
 
 
 class Status:
@@ -106,8 +123,39 @@ def _student_frames(exc: BaseException, code_dir: str) -> str:
             "returned)\n" + "".join(traceback.format_list(frames[-1:])))
 
 
+def _outcome_of(e: BaseException, code_dir: str, phase: str) -> dict:
+    """What the report says about an exception (or an exit) raised by the code under test."""
+    where = _student_frames(e, code_dir)
+    if isinstance(e, NotImplementedError):
+        return {"status": "notimpl", "message": str(e) or "not implemented yet", "where": where,
+                "phase": phase}
+    if isinstance(e, (SystemExit, ExitCalled)):
+        call = "os._exit" if isinstance(e, ExitCalled) else "sys.exit"
+        code = e.code if isinstance(e, ExitCalled) else e.args[0] if e.args else None
+        line = where.strip().splitlines()[0].strip() if where.strip() else "somewhere"
+        return {"status": "error", "type": "Exit", "where": where, "phase": phase,
+                "message": f"your code called {call}({code!r}) ({line}): code under test must "
+                           f"return its result, never end the process"}
+    return {"status": "error", "type": type(e).__name__, "message": str(e), "where": where,
+            "phase": phase}
+
+
+def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confinement:
+    if not job.get("confine", True):
+        return sandbox.Confinement(False, 0, "disabled (RTP_COURSE_CONFINE=0)")
+    private = rundir / f"tmp.{rank}"
+    os.environ["HOME"] = os.environ["MPLCONFIGDIR"] = str(private)
+    write = [str(private)] + (["/dev/shm"] if job["backend"] == "nccl" else [])  # NCCL's SHM transport
+    package = str(Path(rtp_course.__file__).resolve().parent)
+    return sandbox.confine(read=[package, impl_dir], write=write)
+
+
 def run_checks(rank: int, world_size: int, job: dict) -> str:
-    """Worker entry (called by launcher.launch in each rank)."""
+    """Worker entry (called by launcher.launch in each rank).
+
+    Order matters: the checks (public and hidden) are loaded and every file the worker
+    will write is opened BEFORE the process confines itself; only then does the code
+    under test run (its import first, under a time limit of its own)."""
     rundir = Path(job["rundir"])
     impl_pkg = load_impl(job["impl"])
     refuse_reference_imports()
@@ -118,37 +166,48 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     store = c10d._get_default_store()
     device = device_for(job["backend"], rank)
     checks = {c.id: c for c in load_checks(job["modules"])}
-    for i, cid in enumerate(job["check_ids"]):
-        check = checks[cid]
-        status.update(check=cid, index=i, phase="setup", call=None, started=time.time())
-        group = dist.new_group(list(range(world_size)))
-        dtype = getattr(torch, job.get("dtype") or check.dtype)
-        ctx = Ctx(rank, world_size, group, device, dtype, status,
-                  dist.PrefixStore(f"check{i}/", store))
-        commlog.reset()
-        torch.manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
-        outcome = {"status": "ok"}
-        try:
-            check.run(ctx)
-        except NotImplementedError as e:
-            outcome = {"status": "notimpl", "message": str(e) or "not implemented yet",
-                       "where": _student_frames(e, code_dir), "phase": ctx.failed_phase or "setup"}
-        except Exception as e:  # the student's exception, reported with its rank and line
-            outcome = {"status": "error", "type": type(e).__name__, "message": str(e),
-                       "where": _student_frames(e, code_dir), "phase": ctx.failed_phase or "setup"}
-        outcome.update(records=ctx.records, values=ctx.values,
-                       events=[vars(e) for e in commlog.events()],
-                       peak_recv=dict(commlog.STATE.peak_recv))
-        tmp = rundir / f"result.{cid}.{rank}.tmp"  # renamed when complete: a rank killed while
-        torch.save(outcome, tmp)                   # saving leaves no half-written result
-        os.replace(tmp, rundir / f"result.{cid}.{rank}.pt")
-        status.update(phase="done", call="waiting for the other ranks to finish this check")
-        store.set(f"done/{i}/{rank}", outcome["status"])
-        keys = [f"done/{i}/{r}" for r in range(world_size)]
-        wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
-        try:
-            store.wait(keys, datetime.timedelta(seconds=wait))
-        except Exception:  # peers are stuck inside a call this rank abandoned
-            os._exit(3)
-        dist.destroy_process_group(group)
+    results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
+    with open(rundir / f"confinement.{rank}.json", "w") as fh:
+        confinement = _confine(rank, rundir, job, code_dir)
+        json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)
+    os._exit = _refuse_exit
+    try:
+        for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
+            status.update(check=f"import:{ex}", phase="import", call=None, started=time.time())
+            try:
+                exercise(ex)
+            except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
+                pass
+        for i, cid in enumerate(job["check_ids"]):
+            check = checks[cid]
+            status.update(check=cid, index=i, phase="setup", call=None, started=time.time())
+            group = dist.new_group(list(range(world_size)))
+            dtype = getattr(torch, job.get("dtype") or check.dtype)
+            ctx = Ctx(rank, world_size, group, device, dtype, status,
+                      dist.PrefixStore(f"check{i}/", store))
+            commlog.reset()
+            torch.manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
+            outcome = {"status": "ok"}
+            try:
+                check.run(ctx)
+            except BaseException as e:  # the student's exception or exit, with its rank and line
+                outcome = _outcome_of(e, code_dir, ctx.failed_phase or "setup")
+            outcome.update(records=ctx.records, values=ctx.values,
+                           events=[vars(e) for e in commlog.events()],
+                           peak_recv=dict(commlog.STATE.peak_recv))
+            buf = io.BytesIO()
+            _save(outcome, buf)
+            results[cid].write(buf.getvalue())         # one write: the parent reads it whole or empty
+            results[cid].close()
+            status.update(phase="done", call="waiting for the other ranks to finish this check")
+            store.set(f"done/{i}/{rank}", outcome["status"])
+            keys = [f"done/{i}/{r}" for r in range(world_size)]
+            wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
+            try:
+                store.wait(keys, datetime.timedelta(seconds=wait))
+            except Exception:  # peers are stuck inside a call this rank abandoned
+                _exit(3)
+            dist.destroy_process_group(group)
+    finally:
+        os._exit = _exit
     return "done"

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 00 · Why distributed training?
 #
@@ -14,7 +22,7 @@
 #   parallelism (RTP) each split across GPUs, and read the consequences off a plot.
 #
 # Nothing here starts a process: it is all multiplication. The helpers live in
-# `rtp_course/memory.py`; open it whenever you want to see a formula in code.
+# `rtp_course/training/memory.py`; open it whenever you want to see a formula in code.
 
 # %%
 import math
@@ -22,8 +30,8 @@ import math
 import matplotlib.pyplot as plt
 import torch
 
-from rtp_course import plots
-from rtp_course.memory import (activation_bytes, human_bytes, measure, sharded,
+from rtp_course.notebook import plots
+from rtp_course.training.memory import (activation_bytes, human_bytes, measure, sharded,
                                training_memory, transformer_activation_bytes)
 
 # %% [markdown]
@@ -69,7 +77,7 @@ print("fp32 SGD       :", training_memory(1, 4, 4, optimizer="sgd").as_dict())
 # In fp32 without a master copy we expect $4 + 4 + 8 = 16$ bytes per parameter.
 
 # %%
-from rtp_course.data import lm_tokens
+from rtp_course.training.data import lm_tokens
 from rtp_course.models import build_model, lm_loss
 
 model = build_model("lm", seed=0, tiny=True)
@@ -145,6 +153,7 @@ print(f"model states + saved activations : {human_bytes(careful.total + full)}")
 for gpu, mem in (("H100 (80 GB)", 80e9), ("H200 (141 GB)", 141e9)):
     print(f"{gpu}: model states alone need {careful.total / mem:.0f} of them, "
           f"with all activations {(careful.total + full) / mem:.0f}")
+
 
 # %% [markdown]
 # Those GPU counts assume we can **split** every byte evenly across the GPUs. Whether and how
@@ -239,6 +248,7 @@ plt.show()
 for name, bd in bars.items():
     print(f"{name:6s} {human_bytes(bd.total):>9}  fits in 80 GB: {bd.total <= 80e9}")
 
+
 # %% [markdown]
 # ## 5. Your turn
 #
@@ -256,7 +266,7 @@ for name, bd in bars.items():
 #
 # Hint: `training_memory(num_params).total` and `math.ceil`.
 
-# %% solution id=q1_gpus_needed
+# %% deletable=false editable=true nbgrader={"grade": false, "grade_id": "q1_gpus_needed", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def gpus_needed(num_params, gpu_bytes, strategy):
     ### BEGIN SOLUTION
     total = training_memory(num_params).total
@@ -267,13 +277,14 @@ def gpus_needed(num_params, gpu_bytes, strategy):
     raise ValueError(f"unknown strategy {strategy!r}")
     ### END SOLUTION
 
-# %% test id=q1_visible points=1
+
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "q1_visible", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
 assert gpus_needed(1e9, 80e9, "fsdp") == 1, "16 GB fit on one 80 GB GPU"
 assert gpus_needed(70e9, 80e9, "fsdp") == 14, "70e9 x 16 B = 1120 GB = 14 x 80 GB"
 assert gpus_needed(70e9, 80e9, "ddp") is None, "DDP replicates: 1120 GB never fit on one GPU"
 print("visible tests passed")
 
-# %% test id=q1_hidden points=1
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "q1_hidden", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
 assert gpus_needed(10**12, 80e9, "fsdp") == 200
 assert gpus_needed(175e9, 141e9, "fsdp") == 20
@@ -290,17 +301,17 @@ assert gpus_needed(5e9 + 1, 80e9, "fsdp") == 2
 #
 # Hint: `sharded(training_memory(...), world_size, "fsdp")` gives the per-GPU breakdown.
 
-# %% solution id=q2_left_for_activations
+# %% deletable=false editable=true nbgrader={"grade": false, "grade_id": "q2_left_for_activations", "locked": false, "schema_version": 3, "solution": true, "task": false}
 ### BEGIN SOLUTION
 left_for_activations = 80e9 - sharded(training_memory(13e9), 8, "fsdp").total
 ### END SOLUTION
 print(human_bytes(left_for_activations))
 
-# %% test id=q2_visible points=1
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "q2_visible", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
 assert 0 < left_for_activations < 80e9, "a positive number of bytes, less than the whole GPU"
 print("visible tests passed")
 
-# %% test id=q2_hidden points=1
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "q2_hidden", "locked": true, "points": 1.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
 assert abs(left_for_activations - 54e9) < 1e6, "80 GB - 16 B x 13e9 / 8 = 54 GB"
 ### END HIDDEN TESTS

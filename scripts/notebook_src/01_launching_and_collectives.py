@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 01 · Launching processes and making them talk
 #
@@ -25,9 +33,9 @@ import matplotlib.pyplot as plt
 import torch
 import torch.distributed as dist
 
-from rtp_course import plots
-from rtp_course.demos import collectives, hello, show_source, where_waiting
-from rtp_course.launcher import RankHung, launch
+from rtp_course.notebook import plots
+from rtp_course.notebook.demos import collectives, hello, show_source, where_waiting
+from rtp_course.runtime.launcher import RankHung, launch
 
 # %% [markdown]
 # ## 1. Vocabulary
@@ -52,7 +60,7 @@ from rtp_course.launcher import RankHung, launch
 # %% [markdown]
 # ## 2. Starting processes
 #
-# ### 2.1 From Python: `spawn` and `rtp_course.launcher.launch`
+# ### 2.1 From Python: `spawn` and `rtp_course.runtime.launcher.launch`
 #
 # `torch.multiprocessing.spawn(fn, nprocs=N)` starts $N$ fresh Python processes and calls
 # `fn(i, ...)` in process $i$. Each one then joins the process group. The course wraps this in
@@ -63,7 +71,7 @@ from rtp_course.launcher import RankHung, launch
 #
 # One catch: *spawn* starts new interpreters, which import `fn` by its module and name. A
 # function defined in a notebook cell cannot be imported, so the functions we run live in
-# `rtp_course/demos/`. Here is the first one:
+# `rtp_course/notebook/demos/`. Here is the first one:
 
 # %%
 show_source(hello.hello)
@@ -92,20 +100,19 @@ for info in launch(hello.hello, 4):
 #
 # torchrun sets `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR` and `MASTER_PORT` in each
 # process. The program then calls `dist.init_process_group("nccl")`, which reads them. The course's
-# `rtp_course.launcher.init_from_env()` does that, plus picking the backend and the GPU:
+# `rtp_course.runtime.launcher.init_from_env()` does that, plus picking the backend and the GPU:
 
 # %%
-from rtp_course import launcher
-
+from rtp_course.runtime import launcher
 show_source(launcher.init_from_env)
 
 # %% [markdown]
-# `rtp_course/demos/hello.py` has a `main()` that does exactly this. Let us run it with torchrun
+# `rtp_course/notebook/demos/hello.py` has a `main()` that does exactly this. Let us run it with torchrun
 # on 2 CPU processes (`python -m torch.distributed.run` is torchrun):
 
 # %%
 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-       "-m", "rtp_course.demos.hello"]
+       "-m", "rtp_course.notebook.demos.hello"]
 print("$", " ".join(cmd[2:]).replace("torch.distributed.run", "torchrun", 1))
 env = {**os.environ, "OMP_NUM_THREADS": "1"}
 done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
@@ -121,9 +128,9 @@ print("".join(sorted(line + "\n" for line in done.stdout.splitlines() if line.st
 # rendezvous address:
 #
 # ```bash
-# #!/bin/bash
+# !/bin/bash
 # #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --time=00:10:00
-# srun python -m rtp_course.demos.hello
+# srun python -m rtp_course.notebook.demos.hello
 # ```
 #
 # The course's templates in `slurm/` use both styles: `slurm/check.sbatch` (one node, the checker
@@ -152,6 +159,7 @@ def picture(name, **kwargs):
     plots.collective(before, after, title=f"dist.{name}" if name != "send_recv" else "dist.send / dist.recv",
                      **kwargs)
     plt.show()
+
 
 # %% [markdown]
 # ### 3.1 `broadcast`: one rank's tensor, copied to all
@@ -282,12 +290,12 @@ print(launch(collectives.no_deadlock, 2))
 # ## 5. Submitting jobs to Slurm from the notebook
 #
 # On a GPU cluster, the notebook usually runs on a login node without GPUs, and GPU work is
-# submitted to the Slurm queue. `rtp_course.slurm` does that for the course's checker: it submits
+# submitted to the Slurm queue. `rtp_course.cluster.slurm` does that for the course's checker: it submits
 # `slurm/check.sbatch` (the same script you could `sbatch` from a shell), follows the job while it
 # waits in the queue and runs, and turns the checker's report into text.
 #
 # ```python
-# from rtp_course.slurm import submit_check
+# from rtp_course.cluster.slurm import submit_check
 # job = submit_check(["data_parallel"], gpus=4)   # a checker job on 4 GPUs of one node
 # job.wait()                                      # live status: PENDING (2nd in queue) -> RUNNING -> COMPLETED
 # print(job.summary())                            # the checker's verdict, or why the job failed
@@ -301,7 +309,7 @@ print(launch(collectives.no_deadlock, 2))
 # First: is there a Slurm cluster here at all?
 
 # %%
-from rtp_course.slurm import slurm_available, submit_check
+from rtp_course.cluster.slurm import slurm_available, submit_check
 
 have_slurm, why = slurm_available()
 print(why)

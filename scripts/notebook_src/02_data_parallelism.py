@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 02 · Data parallelism from scratch (exercise E1)
 #
@@ -27,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from rtp_course import plots
-from rtp_course.data import rank_batch
-from rtp_course.demos import data_parallel as demo
-from rtp_course.demos import run_demo, show_source
-from rtp_course.impl import default_impl
+from rtp_course.notebook import plots
+from rtp_course.training.data import rank_batch
+from rtp_course.notebook.demos import data_parallel as demo
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.course.impl import default_impl
 
 print("exercise code under test:", default_impl())
 
@@ -103,7 +111,7 @@ for epoch in (0, 1):
 # build a serial run that sees exactly the same samples at each step as the $N$ ranks together.
 
 # %% [markdown]
-# ## 3. Exercise E1, part 1: `average_gradients`
+# ## 3. Task E1.1 · `average_gradients`
 #
 # In **`rtp_course/data_parallel.py`**, implement
 #
@@ -135,7 +143,7 @@ if out is not None:
 # (The notebook runs your code from the file on disk, in fresh processes, so there is no need to
 # restart the kernel after an edit: just run the cell again.)
 #
-# ## 4. Exercise E1, part 2: `DataParallel`
+# ## 4. Task E1.2 · `DataParallel`
 #
 # Calling `average_gradients` by hand works, but is easy to forget and cannot overlap
 # communication with the rest of the backward pass. Real DDP hides it inside the model. Implement
@@ -194,7 +202,7 @@ report = check("data_parallel")          # local CPU run: world sizes 1, 2, 3 an
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import submit_check
+    from rtp_course.cluster.slurm import submit_check
     job = submit_check(["data_parallel"], gpus=GPUS)
     job.wait()
     print(job.summary())
@@ -323,10 +331,10 @@ if summary is not None:
 # 10 points, in proportion to the checks that pass. In your copy the cell is empty: the grader
 # puts the tests back. Use the check cell of section 5 to know where you stand.
 
-# %% test id=e1_data_parallel points=10
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e1_data_parallel", "locked": true, "points": 10.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("data_parallel", points=10)
+from rtp_course.instructor.grading import grade
+grade("data_parallel")
 ### END HIDDEN TESTS
 
 # %% [markdown]

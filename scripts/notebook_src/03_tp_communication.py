@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 03 · The communication of tensor parallelism: $f$ and $g$ (exercise E2)
 #
@@ -21,11 +29,12 @@
 # %%
 import torch
 
-from rtp_course.demos import run_demo, show_source
-from rtp_course.demos import tp_comm as demo
-from rtp_course.impl import default_impl
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.notebook.demos import tp_comm as demo
+from rtp_course.course.impl import default_impl
 
 print("exercise code under test:", default_impl())
+
 
 # %% [markdown]
 # ## 1. Splitting an MLP: where the communication comes from
@@ -56,7 +65,7 @@ print("exercise code under test:", default_impl())
 # the same on every rank. Then why do we need $f$? Because of the **backward** pass.
 
 # %% [markdown]
-# ## 2. Exercise E2, part 1: $f$ (`Duplication`) and $g$ (`AllReduce`)
+# ## 2. Task E2.1 · $f$ (`Duplication`) and $g$ (`AllReduce`)
 #
 # ### The backward of $g$: the identity
 #
@@ -125,7 +134,7 @@ show("all_reduce")
 # Expected: the partial inputs $[1, 2, 3]$ and $[2, 4, 6]$ sum to $y = [3, 6, 9]$ on both ranks,
 # and the gradient passes through unchanged: `dL/dx = [1.0, 10.0, 100.0]` on both ranks.
 #
-# ## 3. Exercise E2, part 2: `AllGather` and `Split`
+# ## 3. Task E2.2 · `AllGather` and `Split`
 #
 # Sometimes a tensor is split along a dimension and a layer needs all of it, or the reverse. With
 # the ranks' slices $x_0, \dots, x_{N-1}$ along dimension `dim`:
@@ -188,7 +197,7 @@ report = check("comm")          # local CPU run: world sizes 1, 2, 3 and 4
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import submit_check
+    from rtp_course.cluster.slurm import submit_check
     job = submit_check(["comm"], gpus=GPUS)
     job.wait()
     print(job.summary())
@@ -255,10 +264,10 @@ if out is not None:
 # your copy the cell is empty: the grader puts the tests back. Use the check cell of section 4 to
 # know where you stand.
 
-# %% test id=e2_comm points=10
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e2_comm", "locked": true, "points": 10.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("comm", points=10)
+from rtp_course.instructor.grading import grade
+grade("comm")
 ### END HIDDEN TESTS
 
 # %% [markdown]

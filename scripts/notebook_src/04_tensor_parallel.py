@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 04 · Tensor-parallel layers and a tensor-parallel transformer (exercise E3)
 #
@@ -26,16 +34,16 @@
 # %%
 import matplotlib.pyplot as plt
 
-from rtp_course import diagrams, plots
+from rtp_course.notebook import diagrams, plots
 from rtp_course.checker import check
-from rtp_course.demos import run_demo, show_source
-from rtp_course.demos import tp as demo
-from rtp_course.impl import default_impl
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.notebook.demos import tp as demo
+from rtp_course.course.impl import default_impl
 
 print("exercise code under test:", default_impl())
 
 # %% [markdown]
-# ## 1. `ColumnParallelLinear`: split the output features
+# ## 1. Task E3.1 · `ColumnParallelLinear`: split the output features
 #
 # Cut $W$ `[out, in]` by **rows** (each row of $W$ makes one output feature): rank $r$ holds
 # $W_r$ = rows $[r\cdot out/N, (r+1)\cdot out/N)$ and the same slice $b_r$ of the bias. Then
@@ -89,14 +97,14 @@ for kind in ("column", "column_gather"):
 #
 # Now the checker, on this layer's two checks only (`only=`), on 1 to 4 ranks; section 6 runs
 # them all. On a Slurm cluster, the same check runs on GPUs with
-# `rtp_course.slurm.check_on_slurm(["tensor_parallel"], gpus=4)` (see the cell after section 6's
+# `rtp_course.cluster.slurm.check_on_slurm(["tensor_parallel"], gpus=4)` (see the cell after section 6's
 # check).
 
 # %%
 report = check("tensor_parallel", only=["ColumnParallelLinear", "ColumnParallelLinear_gather_output"])
 
 # %% [markdown]
-# ## 2. `RowParallelLinear`: split the input features
+# ## 2. Task E3.2 · `RowParallelLinear`: split the input features
 #
 # Cut $W$ by **columns** instead: rank $r$ holds $W_r$ = columns $[r\cdot in/N, (r+1)\cdot in/N)$,
 # `[out, in/N]`, and needs only slice $r$ of the input, $x_r$. Since a matrix product is a sum
@@ -139,7 +147,7 @@ if out is not None:
 report = check("tensor_parallel", only=["RowParallelLinear", "RowParallelLinear_full_input"])
 
 # %% [markdown]
-# ## 3. `ParallelMLP`: the column/row pair
+# ## 3. Task E3.3 · `ParallelMLP`: the column/row pair
 #
 # A transformer's MLP is `fc2(act(fc1(x)))` with a hidden width $h$ (4 times the model width).
 # Megatron's observation (notebook 03, section 1): make `fc1` column parallel **without gathering**
@@ -174,7 +182,7 @@ report = check("tensor_parallel", only=["ParallelMLP", "ParallelMLP_subgroup"])
 # `ParallelMLP_subgroup` runs your MLP on a group of 2 of the 3 ranks, while the third does
 # something else: if a collective forgets `group=`, it waits for a rank that never joins.
 #
-# ## 4. `ParallelEmbedding`: split the embedding dimension
+# ## 4. Task E3.4 · `ParallelEmbedding`: split the embedding dimension
 #
 # An embedding table `[num, dim]` maps a token id to a row. Cut the table by **columns**: rank $r$
 # holds `[num, dim/N]`, looks up the same ids in its slice, and gets slice $r$ of every embedding
@@ -203,7 +211,7 @@ if out is not None:
 report = check("tensor_parallel", only=["ParallelEmbedding"])
 
 # %% [markdown]
-# ## 5. `ParallelSelfAttention`: split the heads
+# ## 5. Task E3.5 · `ParallelSelfAttention`: split the heads
 #
 # Multi-head attention with $H$ heads of $d = E/H$ features computes each head independently:
 #
@@ -245,7 +253,7 @@ report = check("tensor_parallel", only=["ParallelSelfAttention",
                                         "ParallelSelfAttention_from_MultiheadAttention"])
 
 # %% [markdown]
-# ## 6. The whole model: `parallelize_transformer`
+# ## 6. Task E3.6 · The whole model: `parallelize_transformer`
 #
 # A transformer block is attention then MLP, each a column/row pair: **two all-reduces in
 # forward and two in backward per block**, each the size of the activations $[b, s, E]$. Replace
@@ -272,14 +280,14 @@ report = check("tensor_parallel")          # every check, on 1, 2, 3 and 4 ranks
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import check_on_slurm
+    from rtp_course.cluster.slurm import check_on_slurm
     check_on_slurm(["tensor_parallel"], gpus=GPUS)
 
 # %% [markdown]
 # ### Training the tensor-parallel classifier
 #
 # `demo.train` trains the course's BERT-like classifier (2 blocks, width 48, 12 heads) with Adam on
-# synthetic sequences whose class is readable from their tokens (`rtp_course.data.classification_tokens`).
+# synthetic sequences whose class is readable from their tokens (`rtp_course.training.data.classification_tokens`).
 # With `parallel=True` it calls your `parallelize_transformer` and runs on 2 ranks, each feeding the
 # same batch; the serial run trains the unchanged model in this process. Same seed, same batches.
 
@@ -353,10 +361,10 @@ if out is not None:
 # pass. In your copy the cell is empty: the grader puts the tests back. Use the check cell of
 # section 6 to know where you stand.
 
-# %% test id=e3_tensor_parallel points=20
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e3_tensor_parallel", "locked": true, "points": 20.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("tensor_parallel", points=20)
+from rtp_course.instructor.grading import grade
+grade("tensor_parallel")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 05 · Ring rotation and overlap (exercise E4)
 #
@@ -24,15 +32,15 @@
 import matplotlib.pyplot as plt
 import torch
 
-from rtp_course import diagrams, plots, timeline
-from rtp_course.demos import rotation as demo
-from rtp_course.demos import run_demo, show_source
-from rtp_course.impl import default_impl
+from rtp_course.notebook import diagrams, plots, timeline
+from rtp_course.notebook.demos import rotation as demo
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.course.impl import default_impl
 
 print("exercise code under test:", default_impl())
 
 # %% [markdown]
-# ## 1. The ring: `ring_peers`
+# ## 1. Task E4.1 · The ring: `ring_peers`
 #
 # Put the $N$ ranks of a group on a ring, $0 \to 1 \to \dots \to N-1 \to 0$. One **rotation**
 # moves one tensor per rank one step along the ring, every rank at once:
@@ -67,7 +75,7 @@ if out is not None:
 # %% [markdown]
 # Expected: clockwise, rank 0 sends to 1 and receives from 3; counterclockwise, the reverse.
 #
-# ## 2. One rotation: `rotate_async`, `RotationHandle` and `rotate`
+# ## 2. Task E4.2 · One rotation: `rotate_async`, `RotationHandle` and `rotate`
 #
 # A rotation is a send *and* a receive on every rank. How you post them matters:
 #
@@ -126,7 +134,7 @@ if out is not None:
 # handle that is already completed when it comes back means the call waited: look for a `wait()`
 # inside `rotate_async`). Between the two moments, the rank is free to compute.
 #
-# ## 3. Ring all-gather from rotations: `ring_all_gather`
+# ## 3. Task E4.3 · Ring all-gather from rotations: `ring_all_gather`
 #
 # All-gather (notebook 01) gives every rank the concatenation $[x_0, x_1, \dots, x_{N-1}]$ of all
 # ranks' tensors. With rotations: keep your own $x_r$, then rotate $N-1$ times clockwise; after
@@ -152,7 +160,7 @@ if out is not None:
               f"equal to dist.all_gather: {torch.equal(res['ring'], res['expected'])}")
 
 # %% [markdown]
-# ## 4. Ring reduce-scatter from rotations: `ring_reduce_scatter`
+# ## 4. Task E4.4 · Ring reduce-scatter from rotations: `ring_reduce_scatter`
 #
 # Reduce-scatter is all-gather's mirror: every rank holds a tensor cut in $N$ chunks, and rank $r$
 # must end with $\sum_q x_q^{(r)}$, the sum over ranks of **chunk $r$**. With rotations, a
@@ -201,7 +209,7 @@ report = check("rotation")          # local CPU run: world sizes 1, 2, 3 and 4
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import check_on_slurm
+    from rtp_course.cluster.slurm import check_on_slurm
     check_on_slurm(["rotation"], gpus=GPUS)
 
 # %% [markdown]
@@ -226,7 +234,7 @@ if USE_SLURM:
 # take about as long as one transfer on this machine (it measures both first). It records, with
 # `time.perf_counter()`, when each rank computes, when each transfer is in flight (from
 # `rotate_async` until the handle reports completion) and when the rank sits blocked in `wait()`.
-# `rtp_course/timeline.py` does the recording; here is the loop:
+# `rtp_course/notebook/timeline.py` does the recording; here is the loop:
 
 # %%
 show_source(demo._one_pass)
@@ -278,10 +286,10 @@ if out is not None:
 # In your copy the cell is empty: the grader puts the tests back. Use the check cell of section 5
 # to know where you stand.
 
-# %% test id=e4_rotation points=10
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e4_rotation", "locked": true, "points": 10.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("rotation", points=10)
+from rtp_course.instructor.grading import grade
+grade("rotation")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 06 · Rotated Tensor Parallelism with flyweight layers (exercise E5)
 #
@@ -34,13 +42,13 @@
 # %%
 import matplotlib.pyplot as plt
 
-from rtp_course import diagrams, plots, timeline
-from rtp_course.bench import CATEGORIES
+from rtp_course.notebook import diagrams, plots, timeline
+from rtp_course.training.bench import CATEGORIES
 from rtp_course.checker import check
-from rtp_course.demos import rtp as demo
-from rtp_course.demos import run_demo, show_source
-from rtp_course.impl import default_impl
-from rtp_course.strategies import LABELS
+from rtp_course.notebook.demos import rtp as demo
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.course.impl import default_impl
+from rtp_course.training.strategies import LABELS
 
 print("exercise code under test:", default_impl())
 
@@ -105,7 +113,7 @@ plt.show()
 # `torch.tensor_split`'s rule (10 outputs on 4 ranks: 3, 3, 2, 2), so every rank can compute the
 # shape of any shard from its index and allocate the receive buffer.
 #
-# ## 2. One layer: `FlyweightWrapper`
+# ## 2. Task E5.1 · One layer: `FlyweightWrapper`
 #
 # **Your task.** In `rtp_course/flyweight.py`, implement `FlyweightWrapper(module, group=None)`:
 #
@@ -146,7 +154,7 @@ for kind in ("linear", "attention"):
 # ### The rotation, overlapped: a timeline
 #
 # Does the transfer really hide behind the computation? The next cell wraps a larger
-# `nn.Linear(1024, 1024)` on 2 ranks and records (with `rtp_course.timeline.recording_rotations`,
+# `nn.Linear(1024, 1024)` on 2 ranks and records (with `rtp_course.notebook.timeline.recording_rotations`,
 # which times every `rotate_async` your layer starts) a forward and a backward pass, batch 256:
 
 # %%
@@ -169,7 +177,7 @@ if out is not None:
 # differentiates a shard's part (more compute) while the next weight shard and the accumulators
 # travel (more traffic). Where a transfer outlasts the compute, the red hatches show the wait.
 #
-# ## 3. The whole model: `RotatedTensorParallel`
+# ## 3. Task E5.2 · The whole model: `RotatedTensorParallel`
 #
 # **Your task.** Implement `RotatedTensorParallel(model, group=None)`:
 #
@@ -187,11 +195,12 @@ if out is not None:
 #
 # `demo.train_against_ddp` trains the **MNIST CNN** (synthetic digits) on 2 ranks, 8 images per
 # rank, first with PyTorch's `DistributedDataParallel`, then with your `RotatedTensorParallel`,
-# from the same weights on the same batches, through `rtp_course.strategies.wrap` (the benchmark's
+# from the same weights on the same batches, through `rtp_course.training.strategies.wrap` (the benchmark's
 # wrapper). At the end it gathers RTP's `full_state_dict()` and compares it with DDP's weights.
 
 # %%
 show_source(demo.train_against_ddp)
+
 
 # %%
 def against_ddp(model, steps=8):
@@ -243,13 +252,14 @@ report = check("flyweight")          # local CPU run: world sizes 1, 2, 3 and 4
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import check_on_slurm
+    from rtp_course.cluster.slurm import check_on_slurm
     check_on_slurm(["flyweight"], gpus=GPUS)
+
 
 # %% [markdown]
 # ## 6. Memory against DDP and FSDP
 #
-# Now the payoff. `rtp_course.bench` (notebook 07 runs it from the command line) trains one model
+# Now the payoff. `rtp_course.training.bench` (notebook 07 runs it from the command line) trains one model
 # with several strategies on the same ranks and batches, and measures each rank's bytes by
 # category: **parameters**, **gradients**, **optimizer** state (Adam's two moments), **activations**
 # (what autograd saves during a forward pass), **buffers** (registered buffers: the LM's positional
@@ -343,10 +353,10 @@ lm_rows = memory_and_time("lm", batch_size=8)
 # proportion to the checks that pass. In your copy the cell is empty: the grader puts the tests
 # back. Use the check cell of section 5 to know where you stand.
 
-# %% test id=e5_flyweight points=25
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e5_flyweight", "locked": true, "points": 25.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("flyweight", points=25)
+from rtp_course.instructor.grading import grade
+grade("flyweight")
 ### END HIDDEN TESTS
 
 # %% [markdown]

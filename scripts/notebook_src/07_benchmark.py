@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 07 · Benchmark: DDP, FSDP, TP and RTP side by side
 #
@@ -18,18 +26,17 @@
 # %%
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 from IPython.display import Image, display
 
-from rtp_course import plots
-from rtp_course.bench import CATEGORIES, PAPER
-from rtp_course.demos import bench_view as view
-from rtp_course.impl import default_impl
-from rtp_course.memory import human_bytes
-from rtp_course.strategies import LABELS
+from rtp_course.notebook import plots
+from rtp_course.training.bench import CATEGORIES, PAPER
+from rtp_course.notebook.demos import bench_view as view
+from rtp_course.course.impl import default_impl
+from rtp_course.training.memory import human_bytes
+from rtp_course.training.strategies import LABELS
 
 print("exercise code under test:", default_impl())
 
@@ -45,7 +52,7 @@ print("exercise code under test:", default_impl())
 #
 # All four train **the same model**: from the same weights, one step of each computes the gradient
 # of the same mean loss over the same global batch. (TP's ranks all see the global batch, the
-# others a slice each: `rtp_course/strategies.py` says who feeds what.) The benchmark prints each
+# others a slice each: `rtp_course/training/strategies.py` says who feeds what.) The benchmark prints each
 # strategy's loss before and after training to show it.
 #
 # ## 2. Running the benchmark
@@ -58,7 +65,7 @@ print("exercise code under test:", default_impl())
 # (`--ninp`, `--nhid`, `--nhead`, `--num-decoder-layers`, `--seq-len`, `--world-size`, ...).
 
 # %%
-OUT = Path(tempfile.mkdtemp(prefix="rtp-bench-"))      # or any folder you like
+OUT = Path("bench-results")      # next to this notebook; any folder you like
 command = [sys.executable, "-m", "rtp_course.cli", "bench", "--world-size", "2",
            "--strategies", "ddp", "fsdp", "tp", "rtp", "--warmup", "1", "--steps", "2",
            "--out", str(OUT)]
@@ -174,14 +181,14 @@ if "ddp" in ours:
 # ## 5. On GPUs, through Slurm
 #
 # `slurm/bench.sbatch` runs the same command on the GPUs of one node (NCCL); from here,
-# `rtp_course.slurm.submit_bench` submits it and `job.wait()` follows it. The arguments after
+# `rtp_course.cluster.slurm.submit_bench` submits it and `job.wait()` follows it. The arguments after
 # `bench_args` are those of `rtp-course bench`: a bigger model makes the comparison meaningful
 # (here about 100 million parameters).
 
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import submit_bench
+    from rtp_course.cluster.slurm import submit_bench
     job = submit_bench(gpus=GPUS, bench_args=["--ninp", "1024", "--nhid", "4096", "--nhead", "16",
                                               "--num-decoder-layers", "8", "--seq-len", "256"])
     job.wait()

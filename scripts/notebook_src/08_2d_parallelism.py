@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
 # %% [markdown]
 # # 08 · 2D parallelism: tensor parallel inside, data parallel across (exercise E6)
 #
@@ -22,16 +30,16 @@
 # %%
 import matplotlib.pyplot as plt
 
-from rtp_course import diagrams, plots
+from rtp_course.notebook import diagrams, plots
 from rtp_course.checker import check
-from rtp_course.demos import run_demo, show_source
-from rtp_course.demos import twod as demo
-from rtp_course.impl import default_impl
+from rtp_course.notebook.demos import run_demo, show_source
+from rtp_course.notebook.demos import twod as demo
+from rtp_course.course.impl import default_impl
 
 print("exercise code under test:", default_impl())
 
 # %% [markdown]
-# ## 1. Process groups: `build_groups`
+# ## 1. Task E6.1 · Process groups: `build_groups`
 #
 # Number the ranks so that **the ranks of one replica are consecutive**:
 #
@@ -75,7 +83,7 @@ if out is not None:
 # %% [markdown]
 # Expected for $W=4$, $T=2$: TP groups $\{0,1\}$ and $\{2,3\}$, DP groups $\{0,2\}$ and $\{1,3\}$.
 #
-# ## 2. Building the model: `parallelize_2d`
+# ## 2. Task E6.2 · Building the model: `parallelize_2d`
 #
 # Two steps, in place:
 #
@@ -102,7 +110,7 @@ if out is not None:
 # Before: the two replicas' serial weights differ. After: ranks 0 and 2 hold the same shard 0,
 # ranks 1 and 3 the same shard 1, all cut from replica 0's model.
 #
-# ## 3. Averaging across replicas: `sync_gradients` and `train_step_2d`
+# ## 3. Task E6.3 · Averaging across replicas: `sync_gradients` and `train_step_2d`
 #
 # Replica $d$ trains on its own batch of $B$ samples with loss $L_d$, the mean over them. The
 # serial model on the $D \cdot B$ concatenated samples has loss $L = \frac1D \sum_d L_d$, so
@@ -175,7 +183,7 @@ report = check("groups")          # local CPU run: world sizes 1, 2, 3 and 4
 # %%
 USE_SLURM, GPUS = False, 4
 if USE_SLURM:
-    from rtp_course.slurm import check_on_slurm
+    from rtp_course.cluster.slurm import check_on_slurm
     check_on_slurm(["groups"], gpus=GPUS)
 
 # %% [markdown]
@@ -186,10 +194,10 @@ if USE_SLURM:
 # your copy the cell is empty: the grader puts the tests back. Use the check cell of section 5 to
 # know where you stand.
 
-# %% test id=e6_groups points=15
+# %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e6_groups", "locked": true, "points": 15.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS
-from rtp_course.grading import grade
-grade("groups", points=15)
+from rtp_course.instructor.grading import grade
+grade("groups")
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -1,7 +1,6 @@
 """Hidden checks for E2 `comm` (instructor edition only): float32, non-contiguous inputs, 2-D shapes."""
 from __future__ import annotations
 
-import torch
 
 from rtp_course.checker.public import comm as pub
 

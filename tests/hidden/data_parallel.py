@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker.common import make_optimizer, named_grads, named_params, randn, rank_slice
+from rtp_course.checker.common import named_grads, rank_slice
 from rtp_course.checker.public import data_parallel as pub
 from rtp_course.checker.registry import Check
 

@@ -6,7 +6,6 @@ match serial training on the whole batch: same outputs per sample, the same
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from rtp_course.checker.common import (make_optimizer, mlp, named_grads, named_params, randn,

@@ -23,7 +23,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from rtp_course import commlog, memory
+from rtp_course.runtime import commlog
+from rtp_course.training import memory
 from rtp_course.checker.common import make_optimizer, randint, randn
 from rtp_course.checker.public.flyweight_layout import (expected_rank, rtp_comm_rules,
                                                          rtp_groups, sharded_layers, upstream)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from rtp_course import commlog
+from rtp_course.runtime import commlog
 from rtp_course.checker.common import make_optimizer
 from rtp_course.checker.public.tensor_parallel import Model
 from rtp_course.checker.public.tensor_parallel_harness import (OPTIMIZERS, cut_all, layout, raises,

@@ -1,6 +1,6 @@
 r"""Every rank does a blocking send before its receive: the ring deadlocks.
 
-EXPECT: HANG +rotation\.rotate .*deadlock.*rank \d waited in send called from rotation\.py:\d+ in rotate_async.*Post the receive and the send together
+EXPECT: HANG +\[E4.2\] rotation\.rotate .*deadlock.*rank \d waited in send called from rotation\.py:\d+ in rotate_async.*Post the receive and the send together
 WORLD_SIZES: 2
 ONLY: rotate
 

@@ -1,0 +1,146 @@
+"""`rtp-course`: check, info, submit, bench, release, seal, grade."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import shutil
+import sys
+import time
+
+from rtp_course import __version__
+from rtp_course.course import EXERCISES, edition
+
+
+def cmd_check(args) -> int:
+    from rtp_course.checker import engine, report
+    from rtp_course.course.impl import ImplError
+    from rtp_course.runtime.launcher import LaunchError
+    start = time.perf_counter()
+    try:
+        results = engine.run(args.exercises or None, impl=args.impl, world_sizes=args.world_size,
+                             hidden=args.hidden, dtype=args.dtype, timeout_scale=args.timeout_scale,
+                             timeout=args.timeout,
+                             backend=args.backend, only=args.only,
+                             progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+    except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
+        print(f"rtp-course check: {e}", file=sys.stderr)
+        return 2
+    print(report.text(results, verbose=args.verbose))
+    print(f"\n  ({time.perf_counter() - start:.1f} s)")
+    if args.json:
+        report.write_json(results, args.json)
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+def cmd_info(args) -> int:
+    import torch
+    import torch.distributed as dist
+    from rtp_course.runtime.launcher import default_backend
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    rows = [("rtp-course", __version__), ("python", sys.version.split()[0]),
+            ("torch", torch.__version__),
+            ("backends", ", ".join(b for b, ok in (("gloo", dist.is_gloo_available()),
+                                                     ("nccl", dist.is_nccl_available())) if ok)),
+            ("default backend", default_backend()), ("GPUs", str(gpus))]
+    for i in range(gpus):
+        rows.append((f"  cuda:{i}", torch.cuda.get_device_name(i)))
+    found = [c for c in ("sbatch", "squeue", "srun") if shutil.which(c)]
+    rows.append(("Slurm", "found (" + ", ".join(found) + ")" if found else "not found"))
+    rows.append(("edition", edition()))
+    for k, v in rows:
+        print(f"{k:<16} {v}")
+    return 0
+
+
+def _delegate(module: str, func: str):
+    def run(args):
+        if module.startswith("rtp_course.instructor.") and edition() != "instructor":
+            print(f"rtp-course {args.command}: this is the student edition; "
+                  f"`{args.command}` is for instructors (run it in the instructor repository)",
+                  file=sys.stderr)
+            return 2
+        return getattr(importlib.import_module(module), func)(args)
+    return run
+
+
+def build_parser(argv=None) -> argparse.ArgumentParser:
+    """`argv` says which subcommand runs: only its module is imported (bench pulls in
+    matplotlib and FSDP, ~3 s that `check` should not pay)."""
+    wanted = (argv if argv is not None else sys.argv[1:])[:1]
+    p = argparse.ArgumentParser(prog="rtp-course", description=__doc__)
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("check", help="check exercise implementations against the serial model")
+    c.add_argument("exercises", nargs="*", metavar="EXERCISE",
+                   help=f"one or more of: {', '.join(EXERCISES)} (default: all)")
+    c.add_argument("--impl", default="rtp_course", metavar="PATH",
+                   help="directory holding the exercise modules (default: rtp_course, your work; "
+                        "'solutions' in the instructor edition)")
+    c.add_argument("--world-size", type=int, nargs="+", metavar="N",
+                   help="world sizes to run (default: 1 2 3 4)")
+    c.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
+    c.add_argument("--hidden", action="store_true", help="add the hidden checks (instructor edition)")
+    c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
+    c.add_argument("--dtype", choices=["float64", "float32"], help="override the checks' dtype")
+    c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
+    c.add_argument("--timeout", type=float, metavar="S",
+                   help="stop a check (as a deadlock) after S seconds (default: each check's own)")
+    c.add_argument("--timeout-scale", type=float, default=1.0,
+                   help="multiply every check's deadlock timeout (slow machines)")
+    c.add_argument("-v", "--verbose", action="store_true", help="show stacks of deadlocked ranks")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(func=cmd_check)
+
+    i = sub.add_parser("info", help="torch version, backend, GPUs, Slurm")
+    i.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("submit", help="run a checker job (or benchmark) on Slurm")
+    if wanted == ["submit"]:
+        _slurm_args(s)
+    s.set_defaults(func=_delegate("rtp_course.cluster.slurm", "cli_submit"))
+
+    b = sub.add_parser("bench", help="DDP / FSDP / TP / RTP: memory by category and step time")
+    if wanted == ["bench"]:
+        _bench_args(b)
+    b.set_defaults(func=_delegate("rtp_course.training.bench", "cli_bench"))
+
+    g = sub.add_parser("grade", help="score the collected submissions' code into nbgrader's gradebook "
+                                     "(instructor edition; after nbgrader autograde)")
+    g.add_argument("assignments", nargs="+", metavar="ASSIGNMENT")
+    g.add_argument("--student", nargs="+", metavar="ID", help="only these students (default: all)")
+    g.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once")
+    g.add_argument("--world-size", type=int, nargs="+", metavar="N", help="default: 1 2 3 4")
+    g.set_defaults(func=_delegate("rtp_course.instructor.grade_code", "cli_grade"))
+
+    sl = sub.add_parser("seal", help="record the grader's files, which `grade` then verifies "
+                                     "(instructor edition; release does it too)")
+    sl.set_defaults(func=_delegate("rtp_course.instructor.manifest", "cli_seal"))
+
+    r = sub.add_parser("release", help="build the student edition into OUT (instructor edition)")
+    r.add_argument("out", metavar="OUT")
+    r.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    r.set_defaults(func=_delegate("rtp_course.instructor.release", "cli_release"))
+    return p
+
+
+def _slurm_args(s):
+    try:
+        from rtp_course.cluster.slurm import add_submit_arguments
+    except ImportError:
+        return
+    add_submit_arguments(s)
+
+
+def _bench_args(b):
+    try:
+        from rtp_course.training.bench import add_bench_arguments
+    except ImportError:
+        return
+    add_bench_arguments(b)
+
+
+def main(argv=None) -> int:
+    args = build_parser(argv).parse_args(argv)
+    return args.func(args)
+

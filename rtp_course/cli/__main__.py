@@ -1,0 +1,5 @@
+import sys
+
+from rtp_course.cli import main
+
+sys.exit(main())

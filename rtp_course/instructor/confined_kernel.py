@@ -1,0 +1,54 @@
+"""The Jupyter kernel `nbgrader autograde` runs students' notebooks in: confined before any cell runs.
+
+A student's notebook cells would otherwise run with the instructor's
+permissions. This kernel confines itself (Landlock, `rtp_course.runtime.sandbox`)
+before it starts: it may read the Python installation, the course package and
+its connection file, and write only the submission folder it runs in and a
+private temporary directory. The installed course, the hidden checks, the
+solutions, the gradebook and other students' folders are out of its reach;
+processes it starts inherit the same limits. nbgrader_config.py installs its
+kernelspec (`rtp-confined`) and selects it for autograde.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import rtp_course
+from rtp_course.runtime import sandbox
+
+KERNEL_NAME = "rtp-confined"
+
+
+def write_kernelspec(jupyter_dir: Path) -> Path:
+    """<jupyter_dir>/kernels/rtp-confined/kernel.json, running this module with this Python."""
+    spec = jupyter_dir / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "rtp_course.instructor.confined_kernel", "-f", "{connection_file}"],
+        "display_name": "Python 3 (rtp-course, confined for grading)", "language": "python"}))
+    return spec
+
+
+def main(argv: list[str]) -> None:
+    import atexit
+    import shutil
+    connection_file = argv[argv.index("-f") + 1]
+    # Inside the submission folder, so that the confined kernel can remove it when it ends.
+    private = tempfile.mkdtemp(prefix=".rtp-kernel-tmp-", dir=os.getcwd())
+    atexit.register(shutil.rmtree, private, True)
+    for var in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "TMPDIR"):
+        os.environ[var] = private
+    tempfile.tempdir = private
+    package = str(Path(rtp_course.__file__).resolve().parent)
+    confinement = sandbox.confine(read=[package, connection_file], write=[os.getcwd(), private])
+    os.environ["RTP_COURSE_KERNEL_CONFINEMENT"] = confinement.describe()
+    from ipykernel.kernelapp import IPKernelApp
+    IPKernelApp.launch_instance(argv=argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

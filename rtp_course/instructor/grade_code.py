@@ -1,0 +1,137 @@
+"""`rtp-course grade ASSIGNMENT`: the points for code, computed outside the students' notebooks.
+
+`nbgrader autograde` runs each student's notebook in a kernel with the
+instructor's permissions: a cell placed before the hidden grading cell could
+patch `grade()` and award itself full marks. So while nbgrader autogrades
+(`nbgrader_config.py` sets RTP_COURSE_GRADE_OUTSIDE=1), `grade()` in the
+notebook awards nothing and says so; this command then runs the public and
+hidden checks on each student's collected modules, in confined worker
+processes, and writes the points into nbgrader's gradebook as the grading
+cells' autograded scores, through nbgrader's own API:
+
+    nbgrader autograde 03_tp_communication
+    rtp-course grade 03_tp_communication            # --jobs 2: two submissions at a time
+    nbgrader export --to grades.csv
+
+The checks' report for each student and exercise is written next to the
+gradebook, in checks/<student>/<assignment>/<exercise>.txt.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rtp_course.course import EXERCISES
+
+GRADE_CALL = re.compile(r"""grade\(\s*["'](\w+)["']""")
+
+
+@dataclass(frozen=True)
+class GradedCell:
+    notebook: str           # notebook name without .ipynb
+    grade_id: str
+    exercise: str
+    points: float
+
+
+def graded_cells(course: Path, assignment: str) -> list[GradedCell]:
+    """The cells of the assignment's source notebooks that call grade(<exercise>)."""
+    import nbformat
+    cells = []
+    for nb_path in sorted((course / "source" / assignment).glob("*.ipynb")):
+        for cell in nbformat.read(nb_path, as_version=4).cells:
+            meta = cell.metadata.get("nbgrader", {})
+            m = GRADE_CALL.search(cell.source) if meta.get("grade") else None
+            if m and m.group(1) in EXERCISES:
+                cells.append(GradedCell(nb_path.stem, meta["grade_id"], m.group(1), float(meta["points"])))
+    return cells
+
+
+def grade_student(course: Path, assignment: str, student: str, cells, world_sizes=None) -> dict:
+    """{grade_id: points} for one student, the reports written under checks/."""
+    from rtp_course.checker import check
+    from rtp_course.checker.registry import hidden_dir
+    impl = course / "submitted" / student / assignment / "rtp_course"
+    out_dir = course / "checks" / student / assignment
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points = {}
+    for cell in cells:
+        if not (impl / f"{cell.exercise}.py").exists():
+            points[cell.grade_id] = 0.0
+            (out_dir / f"{cell.exercise}.txt").write_text(f"rtp_course/{cell.exercise}.py was not handed in\n")
+            continue
+        rep = check(cell.exercise, impl=str(impl), hidden=hidden_dir() is not None,
+                    world_sizes=world_sizes, quiet=True, grading=True)
+        points[cell.grade_id] = round(cell.points * rep.score(cell.exercise), 2)
+        (out_dir / f"{cell.exercise}.txt").write_text(
+            f"{cell.exercise}: {points[cell.grade_id]} of {cell.points:g} points\n\n{rep}\n")
+    return points
+
+
+def write_gradebook(course: Path, assignment: str, student: str, cells, points: dict) -> list[str]:
+    """Set the grading cells' autograded scores; return what could not be written."""
+    from nbgrader.api import Gradebook, MissingEntry
+    missing = []
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        for cell in cells:
+            try:
+                grade = gb.find_grade(cell.grade_id, cell.notebook, assignment, student)
+            except MissingEntry:
+                missing.append(f"{student}/{assignment}/{cell.notebook}:{cell.grade_id}")
+                continue
+            grade.auto_score = points[cell.grade_id]
+        gb.db.commit()
+    return missing
+
+
+def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1, world_sizes=None,
+                     log=print) -> dict:
+    """{student: {grade_id: points}} for every (or the named) student of the assignment."""
+    cells = graded_cells(course, assignment)
+    if not cells:
+        raise ValueError(f"no grading cell of {course / 'source' / assignment} calls grade(<exercise>)")
+    found = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}"))
+    students = [s for s in found if not students or s in students]
+
+    def log_one(student, points):
+        missing = write_gradebook(course, assignment, student, cells, points)
+        note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
+        log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
+                                                  for c in cells) + note)
+
+    out = {}
+    if jobs <= 1:
+        for student in students:
+            out[student] = grade_student(course, assignment, student, cells, world_sizes)
+            log_one(student, out[student])
+        return out
+    # Processes, not threads: the serial references seed torch's global generator, so two
+    # gradings in one process would draw each other's weights. The gradebook (SQLite) is
+    # written here only, one student at a time.
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {s: pool.submit(grade_student, course, assignment, s, cells, world_sizes)
+                   for s in students}
+        for student, fut in futures.items():
+            out[student] = fut.result()
+            log_one(student, out[student])
+    return out
+
+
+def cli_grade(args) -> int:
+    from rtp_course.instructor import grading_dir
+    from rtp_course.instructor.manifest import AlteredGrader, verify
+    course = grading_dir()
+    try:
+        verify(course)
+        for assignment in args.assignments:
+            grade_assignment(course, assignment, students=args.student, jobs=args.jobs,
+                             world_sizes=args.world_size)
+    except (ValueError, OSError, AlteredGrader) as e:
+        print(f"rtp-course grade: {e}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,78 @@
+"""Compare a failing implementation with the reference solution (instructor edition only).
+
+Values are always judged against the serial model. When a check fails and
+`solutions/` is installed, the same check is run once on the reference (the
+outcome is cached on disk, keyed by the code of the solutions and the checks)
+and the diagnosis gains what the reference communicated in that phase, so a
+grader or a TA sees at once "yours: 2 all_reduce, reference: 1".
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import rtp_course
+from rtp_course.instructor import solutions_dir
+
+
+def reference_dir() -> Path | None:
+    return solutions_dir()
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rtp-course" / "reference"
+
+
+def cache_key(check, ws: int, dtype) -> str:
+    h = hashlib.sha256(f"{check.id}|{ws}|{dtype}|{rtp_course.__version__}".encode())
+    ref = reference_dir()
+    checker = Path(rtp_course.__file__).resolve().parent / "checker"
+    for path in sorted(list(ref.glob("*.py")) + list(checker.rglob("*.py"))):
+        h.update(path.read_bytes())
+    hidden = check.__class__.__module__
+    if hidden.startswith("rtp_hidden_checks."):
+        from rtp_course.checker.registry import hidden_dir
+        h.update((hidden_dir() / f"{hidden.split('.')[-1]}.py").read_bytes())
+    return h.hexdigest()[:24]
+
+
+def load(check, ws, dtype):
+    """The cached outcomes of the reference, as JSON data (never unpickled), or None."""
+    p = _cache_dir() / f"{cache_key(check, ws, dtype)}.json"
+    try:
+        return {int(r): o for r, o in json.loads(p.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def save(check, ws, dtype, outcomes) -> None:
+    d = _cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    slim = {r: {"status": o["status"], "events": o["events"]} for r, o in outcomes.items()}
+    (d / f"{cache_key(check, ws, dtype)}.json").write_text(json.dumps(slim, default=str))
+
+
+def comm_by_phase(events, phase: str) -> str:
+    counts = Counter(e["kind"] for e in events if e["phase"] == phase)
+    nbytes = sum(e["nbytes"] for e in events if e["phase"] == phase)
+    if not counts:
+        return "no communication"
+    calls = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
+    return f"{calls} ({nbytes} bytes moved on this rank)"
+
+
+def annotate(result, impl_outcomes, ref_outcomes) -> None:
+    """Add the reference's and the implementation's communication in the failing phase."""
+    if not ref_outcomes or result.rank is None or result.rank not in ref_outcomes:
+        return
+    if not result.phase or result.rank not in (impl_outcomes or {}):
+        return
+    ref = comm_by_phase(ref_outcomes[result.rank]["events"], result.phase)
+    mine = comm_by_phase(impl_outcomes[result.rank]["events"], result.phase)
+    if ref != mine:
+        result.details["vs_reference"] = (f"in phase {result.phase}, rank {result.rank} did "
+                                          f"{mine}; the reference solution did {ref}")

@@ -1,0 +1,2 @@
+"""What the notebooks use: `demos/` (worker functions they launch on several processes),
+`plots`, `diagrams` and `timeline` (figures)."""

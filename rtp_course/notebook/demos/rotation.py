@@ -1,0 +1,172 @@
+"""Notebook 05: the rotation primitive (the student's `rotation` module, E4) at work.
+
+Workers (run with `launch` / `run_demo`):
+* ``peers``: ring_peers of every rank, both directions.
+* ``one_rotation``: what each rank holds before and after rotate(direction).
+* ``async_probe``: rotate_async returns before the data has arrived; wait() delivers it.
+* ``all_gather_steps``: what every rank holds after each of the N-1 rotations, and
+  ring_all_gather's result next to dist.all_gather's.
+* ``reduce_scatter_demo``: ring_reduce_scatter next to the true sums.
+* ``overlap_run``: N steps of "compute with the shard in hand, rotate it on", with the
+  rotation overlapped with the compute and without; returns the timelines of both.
+Rank r's small tensors hold 10*(r+1) + i, so a value says where it came from.
+"""
+import time
+
+import torch
+import torch.distributed as dist
+
+from rtp_course.course.todo import needs_exercises
+from rtp_course.course.impl import current
+from rtp_course.notebook.timeline import Timeline
+
+
+def _device():
+    """This rank's device: its GPU under NCCL, else the CPU (gloo)."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def own_values(rank, n=2):
+    return torch.arange(n, dtype=torch.float32, device=_device()) + 10 * (rank + 1)
+
+
+@needs_exercises
+def one_rotation(rank, world_size, direction="clockwise"):
+    """(before, after, (destination, source)) of this rank for one rotation."""
+    rot = current("rotation")
+    before = own_values(rank)
+    after = rot.rotate(before, direction)
+    return before.cpu(), after.cpu(), rot.ring_peers(direction)
+
+
+@needs_exercises
+def async_probe(rank, world_size, megabytes=8.0):
+    """rotate_async of a large tensor: is it done when the call returns? When wait() returns?"""
+    rot = current("rotation")
+    x = torch.full((int(megabytes * 2 ** 20 / 4),), float(rank), device=_device())
+    dist.barrier()
+    t0 = time.perf_counter()
+    handle = rot.rotate_async(x, "clockwise")
+    returned = time.perf_counter() - t0
+    done_at_return = handle.is_completed()
+    received = handle.wait()
+    waited = time.perf_counter() - t0
+    return {"returned_after_ms": 1e3 * returned, "done_when_returned": done_at_return,
+            "wait_returned_after_ms": 1e3 * waited, "done_after_wait": handle.is_completed(),
+            "received_from": int(received[0].item()), "again": handle.wait() is received}
+
+
+@needs_exercises
+def all_gather_steps(rank, world_size):
+    """This rank's tensor after each clockwise rotation, and the gathered results."""
+    rot = current("rotation")
+    mine = own_values(rank)
+    held, steps = mine, [mine.cpu()]
+    for _ in range(world_size - 1):
+        held = rot.rotate(held, "clockwise")
+        steps.append(held.cpu())
+    ring = rot.ring_all_gather(mine)
+    parts = [torch.empty_like(mine) for _ in range(world_size)]
+    dist.all_gather(parts, mine)
+    return {"steps": steps, "ring": ring.cpu(), "expected": torch.cat(parts).cpu()}
+
+
+@needs_exercises
+def reduce_scatter_demo(rank, world_size):
+    """ring_reduce_scatter of a tensor of N chunks of 2 values, and the true chunk sums."""
+    rot = current("rotation")
+    mine = own_values(rank, 2 * world_size)
+    out = rot.ring_reduce_scatter(mine)
+    total = mine.clone()
+    dist.all_reduce(total)
+    return {"input": mine.cpu(), "output": out.cpu(),
+            "expected": total.chunk(world_size)[rank].cpu()}
+
+
+@needs_exercises
+def overlap_run(rank, world_size, rows=512, cols=1024, batch=64, repeats=None, passes=3):
+    """RTP's forward loop without the model: for i in 0..N-1, compute with the shard in hand
+    (`repeats` times x @ shard^T) and rotate the shard clockwise (N-1 rotations), in two ways:
+
+    "sequential": compute, then rotate_async and wait at once: compute and transfer add up.
+    "overlapped": rotate_async first, compute, then wait: the transfer hides behind compute.
+
+    A shard is [rows, cols] float32 (2 MiB by default); x is [batch, cols]. repeats=None
+    measures one rotation and one product first and picks repeats so that computing takes
+    about as long as a transfer (where overlap matters most), the same on every rank.
+    The two ways alternate for `passes` passes each; for each way we keep the fastest pass
+    (a pass lasts as long as its slowest rank): the least disturbed by the rest of the machine.
+    Returns {"sequential": intervals, "overlapped": intervals, "repeats": repeats}.
+    """
+    rot = current("rotation")
+    dev = _device()
+    gen = torch.Generator().manual_seed(rank)
+    shard = torch.randn(rows, cols, generator=gen).to(dev)
+    x = torch.randn(batch, cols, generator=gen).to(dev)
+    if repeats is None:
+        repeats = _balanced_repeats(rot, shard, x)
+    out = {"repeats": repeats}
+    runs = {"sequential": [], "overlapped": []}
+    for _ in range(passes):
+        for way in runs:
+            runs[way].append(_one_pass(rot, shard, x, repeats, way == "overlapped"))
+    for way, passes_of_way in runs.items():
+        lengths = torch.tensor([length for length, _ in passes_of_way], dtype=torch.float64,
+                               device=dev)
+        dist.all_reduce(lengths, op=dist.ReduceOp.MAX)
+        out[way] = passes_of_way[int(lengths.argmin().item())][1]
+    return out
+
+
+def _one_pass(rot, shard, x, repeats, overlap):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    tl = Timeline()
+    dist.barrier()
+    tl.restart()
+    for i in range(world_size):
+        s = (rank - i) % world_size               # the shard in hand
+        handle = None
+        if overlap and i < world_size - 1:       # start the transfer BEFORE computing
+            handle = tl.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
+        with tl.span("compute", f"shard {s}"):
+            for _ in range(repeats):
+                _matmul(x, shard)
+        if not overlap and i < world_size - 1:   # only now: nothing left to hide it behind
+            handle = tl.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
+        if handle is not None:
+            shard = tl.wait(handle, f"shard {s}")
+    return tl.now(), tl.finished()
+
+
+def _balanced_repeats(rot, shard, x, trials=3):
+    """How many products x @ shard^T take as long as one rotation of `shard` (max over ranks)."""
+    rot.rotate(shard, "clockwise")                # warm-up: connections, allocator
+    _matmul(x, shard)
+    transfer = compute = float("inf")
+    for _ in range(trials):
+        dist.barrier()
+        t = time.perf_counter()
+        rot.rotate(shard, "clockwise")
+        transfer = min(transfer, time.perf_counter() - t)
+        t = time.perf_counter()
+        _matmul(x, shard)
+        compute = min(compute, time.perf_counter() - t)
+    need = torch.tensor([float(max(1, round(transfer / compute)))], device=shard.device)
+    dist.all_reduce(need, op=dist.ReduceOp.MAX)
+    return int(min(need.item(), 200))
+
+
+def _matmul(x, shard):
+    y = x @ shard.T
+    if y.is_cuda:      # time the kernel, not its launch; only the compute stream (NCCL has its own)
+        torch.cuda.current_stream().synchronize()
+    return y
+
+
+@needs_exercises
+def peers(rank, world_size):
+    """ring_peers for both directions: {direction: (destination, source)}."""
+    rot = current("rotation")
+    return {d: rot.ring_peers(d) for d in ("clockwise", "counterclockwise")}

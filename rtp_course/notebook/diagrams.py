@@ -1,0 +1,160 @@
+"""Pictures of who holds which block, for notebooks 04 to 08. Nothing here communicates.
+
+* ``weight_split``: parameter matrices cut in blocks, each block coloured by the rank
+  that holds it (grey: replicated on every rank); head boundaries as thin lines.
+* ``ring_steps``: what every rank holds after each rotation, coloured by where it came from.
+* ``rtp_schedule``: which weight shard (and gradient accumulator) each rank holds at each
+  step of an RTP forward and backward pass.
+* ``rank_layout``: the 2D grid of ranks, its tensor-parallel rows and data-parallel columns.
+"""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch, Patch, Rectangle
+
+from rtp_course.notebook.plots import RANK_COLORS
+
+REPLICATED = "#BBBBBB"
+
+
+def _color(rank):
+    return RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def _matrix(ax, x, y, rows, cols, split, world, label, heads=None, scale=1.0):
+    """Draw a rows x cols matrix at (x, y) (top-left), cut in `world` blocks along `split`
+    (0: rows, 1: columns, None: replicated). Returns the drawn width."""
+    w, h = cols * scale, rows * scale
+    if split is None:
+        ax.add_patch(Rectangle((x, y - h), w, h, facecolor=REPLICATED, edgecolor="#333333"))
+    else:
+        for r in range(world):
+            if split == 0:
+                box = (x, y - h + (world - 1 - r) * h / world, w, h / world)
+            else:
+                box = (x + r * w / world, y - h, w / world, h)
+            ax.add_patch(Rectangle(box[:2], box[2], box[3], facecolor=_color(r), edgecolor="#333333"))
+            cx, cy = box[0] + box[2] / 2, box[1] + box[3] / 2
+            ax.text(cx, cy, f"{r}", ha="center", va="center", color="white", fontsize=9,
+                    fontweight="bold")
+    if heads and split is not None:          # thin lines between heads inside the blocks
+        for k in range(1, heads):
+            if split == 0:
+                ax.plot([x, x + w], [y - k * h / heads] * 2, color="white", linewidth=0.6)
+            else:
+                ax.plot([x + k * w / heads] * 2, [y - h, y], color="white", linewidth=0.6)
+    ax.text(x + w / 2, y + 0.25, label, ha="center", va="bottom", fontsize=9)
+    return w
+
+
+def weight_split(parts, world_size, title="", ax=None, gap=1.2):
+    """Draw parameters side by side. `parts`: list of (label, rows, cols, split, heads)
+    with split 0 (rows: output features of an nn.Linear weight [out, in]), 1 (columns)
+    or None (replicated); heads: draw head boundaries (or None)."""
+    scale = 6.0 / max(max(p[1], p[2]) for p in parts)
+    if ax is None:
+        total = sum(p[2] * scale for p in parts) + gap * (len(parts) - 1)
+        _, ax = plt.subplots(figsize=(min(14, 1.0 + 0.75 * total), 3.2))
+    x, top = 0.0, 0.0
+    for label, rows, cols, split, heads in parts:
+        x += _matrix(ax, x, top, rows, cols, split, world_size, label, heads, scale) + gap
+    ax.set_xlim(-0.3, x - gap + 0.3)
+    ax.set_ylim(-6.6, 1.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    handles = [Patch(facecolor=_color(r), label=f"rank {r}") for r in range(world_size)]
+    handles.append(Patch(facecolor=REPLICATED, label="every rank (replicated)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+def ring_steps(steps, title="", ax=None):
+    """`steps`: list over ranks of lists over steps of 1-D tensors (step 0 = own tensor).
+    A cell's colour is the rank whose step-0 tensor held that value."""
+    world, count = len(steps), len(steps[0])
+    origin = {float(v): r for r in range(world) for v in steps[r][0].flatten().tolist()}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.2 + 2.3 * count, 0.5 + 0.55 * world))
+    for k in range(count):
+        for r in range(world):
+            values = steps[r][k].flatten().tolist()
+            for i, v in enumerate(values):
+                x, y = k * (len(values) + 1) + i, world - 1 - r
+                color = _color(origin[v]) if v in origin else REPLICATED
+                ax.add_patch(Rectangle((x, y + 0.1), 0.92, 0.8, facecolor=color, edgecolor="#333333"))
+                ax.text(x + 0.46, y + 0.5, f"{v:g}", ha="center", va="center", color="white",
+                        fontsize=8, fontweight="bold")
+        ax.text(k * (len(values) + 1) + len(values) / 2, world + 0.1,
+                "own" if k == 0 else f"after {k} rotation{'s' * (k > 1)}", ha="center", fontsize=9)
+    for r in range(world):
+        ax.text(-0.3, world - 1 - r + 0.5, f"rank {r}", ha="right", va="center", fontsize=9,
+                color=_color(r))
+    ax.set_xlim(-1.6, count * (len(values) + 1))
+    ax.set_ylim(-0.1, world + 0.6)
+    ax.axis("off")
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+def rtp_schedule(world_size, axes=None):
+    """Two grids, step x rank: the weight shard each rank holds in forward (clockwise:
+    s = (r - i) % N) and in backward (counterclockwise: s = (r + k) % N), with the
+    gradient accumulator of that shard that rank r adds to and passes on."""
+    n = world_size
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(2.2 + 2.4 * n, 0.9 + 0.6 * n))
+    grids = (("forward: compute with W_s, rotate clockwise", lambda r, i: (r - i) % n, False),
+             ("backward: W_s and acc_s rotate counterclockwise", lambda r, k: (r + k) % n, True))
+    for ax, (title, shard, acc) in zip(axes, grids):
+        for step in range(n):
+            for r in range(n):
+                s = shard(r, step)
+                y = n - 1 - r
+                ax.add_patch(FancyBboxPatch((step + 0.06, y + 0.1), 0.88, 0.8,
+                                            boxstyle="round,pad=0.02", facecolor=_color(s),
+                                            edgecolor="#333333"))
+                text = f"W{s}" + (f"\nacc{s}" if acc else "")
+                ax.text(step + 0.5, y + 0.5, text, ha="center", va="center", color="white",
+                        fontsize=9, fontweight="bold")
+            ax.text(step + 0.5, n + 0.05, f"step {step}", ha="center", va="bottom", fontsize=9)
+        for r in range(n):
+            ax.text(-0.1, n - 1 - r + 0.5, f"rank {r}", ha="right", va="center", fontsize=9)
+        ax.set_xlim(-0.9, n + 0.05)
+        ax.set_ylim(-0.1, n + 0.5)
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    return axes
+
+
+def rank_layout(world_size, tp_size, ax=None):
+    """Ranks on a grid: row d = TP group d (replicas), column t = DP group t (shard t).
+    rank = d * tp_size + t. Boxes are coloured by TP rank (the shard they hold)."""
+    dp_size = world_size // tp_size
+    if ax is None:
+        _, ax = plt.subplots(figsize=(2.4 + 1.4 * tp_size, 1.2 + 1.0 * dp_size))
+    for d in range(dp_size):
+        y = dp_size - 1 - d
+        ax.add_patch(FancyBboxPatch((-0.15, y + 0.05), tp_size + 0.3 - 0.1, 0.9,
+                                    boxstyle="round,pad=0.04", facecolor="none",
+                                    edgecolor="#333333", linestyle="-", linewidth=1.5))
+        ax.text(tp_size + 0.25, y + 0.5, f"TP group {d}\n(replica {d})", va="center", fontsize=9)
+        for t in range(tp_size):
+            rank = d * tp_size + t
+            ax.add_patch(Rectangle((t + 0.05, y + 0.18), 0.8, 0.64, facecolor=_color(t),
+                                   edgecolor="#333333"))
+            ax.text(t + 0.45, y + 0.5, f"rank {rank}", ha="center", va="center", color="white",
+                    fontsize=9, fontweight="bold")
+    for t in range(tp_size):
+        ax.add_patch(Rectangle((t - 0.02, -0.05), 0.94, dp_size + 0.1, facecolor="none",
+                               edgecolor=_color(t), linestyle="--", linewidth=1.5))
+        ax.text(t + 0.45, -0.2, f"DP {t}", ha="center", va="top", fontsize=9, color=_color(t))
+    ax.set_xlim(-0.4, tp_size + 1.6)
+    ax.set_ylim(-0.9, dp_size + 0.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"{world_size} ranks, tp_size={tp_size}: rank = dp_rank * {tp_size} + tp_rank\n"
+                 "rows: TP groups (one model replica each); dashed columns: DP groups", fontsize=9)
+    return ax

@@ -1,0 +1,325 @@
+"""Run a function on N processes of this machine, or join a torchrun / srun job.
+
+`launch(fn, world_size)` is what notebooks and the checker use: it starts
+`world_size` processes with `torch.multiprocessing.start_processes` (spawn),
+initialises a process group in each (gloo on CPU, NCCL with one GPU per rank),
+calls `fn(rank, world_size, *args)` and returns every rank's return value.
+
+Why not plain `mp.spawn`: it has no deadline. A rank stuck in a collective
+would hang the caller forever, so `launch` joins with a deadline, asks stuck
+ranks for their Python stacks (faulthandler on SIGUSR1) and ends them.
+Rendezvous goes through a TCPStore that the parent opens on port 0, so the OS
+picks a free port: two launches at once on one node never collide.
+
+Under torchrun or srun the processes already exist: call `init_from_env()`.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import faulthandler
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from rtp_course.runtime import reaper
+
+BACKENDS = ("gloo", "nccl")
+# torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
+logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
+
+
+class LaunchError(RuntimeError):
+    """A launch that could not start or did not finish; the message says why."""
+
+
+class RankFailed(LaunchError):
+    def __init__(self, rank: int, traceback: str, stacks: dict[int, str] | None = None,
+                 exit_code: int | None = None):
+        self.rank, self.traceback, self.stacks, self.exit_code = rank, traceback, stacks or {}, exit_code
+        super().__init__(f"rank {rank} raised an exception:\n{traceback}")
+
+
+class RankHung(LaunchError):
+    def __init__(self, timeout: float, stuck: list[int], stacks: dict[int, str]):
+        self.timeout, self.stuck, self.stacks = timeout, stuck, stacks
+        where = "\n".join(f"--- rank {r} ---\n{stacks.get(r, '(no stack)')}" for r in stuck)
+        super().__init__(f"rank(s) {stuck} did not finish within {timeout:.0f} s "
+                         f"(deadlock?); where they were:\n{where}")
+
+
+@dataclass
+class WorkerInfo:
+    """What a worker needs to join the group; pickled to each spawned process."""
+    store_host: str
+    store_port: int
+    world_size: int
+    backend: str
+    rundir: str
+    pg_timeout: float
+    mark: str = ""
+
+
+def default_backend(world_size: int = 1) -> str:
+    """NCCL when every rank can have its own GPU, gloo otherwise."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def device_for(backend: str, local_rank: int) -> torch.device:
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+
+
+def validate(world_size, backend: str) -> None:
+    if not isinstance(world_size, int) or world_size < 1:
+        raise LaunchError(f"world_size must be a positive integer, got {world_size!r}")
+    if backend not in BACKENDS:
+        raise LaunchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if world_size > gpus:
+            raise LaunchError(f"NCCL needs one GPU per rank: asked for {world_size} ranks but "
+                              f"{gpus} GPU(s) are visible; use backend='gloo' (CPU) or fewer ranks")
+
+
+def _dump_stack_on_sigusr1(rundir: str, rank: int) -> None:
+    path = Path(rundir) / f"stack.{rank}.txt"
+    fh = open(path, "w")  # kept open for the life of the process
+    faulthandler.register(signal.SIGUSR1, file=fh, all_threads=False)
+
+
+def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
+    rank = local_rank
+    reaper.die_with_parent()
+    os.environ[reaper.MARK_ENV] = info.mark
+    rundir = Path(info.rundir)
+    private = rundir / f"tmp.{rank}"           # this rank's temp files go with the run
+    private.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = str(private)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    _dump_stack_on_sigusr1(info.rundir, rank)
+    # Opened now: `fn` may confine this process so that it can no longer open files here.
+    result_fh = open(rundir / f"result.{rank}.pt", "wb")
+    error_fh = open(rundir / f"error.{rank}.txt", "w")
+    store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,
+                          timeout=datetime.timedelta(seconds=60))
+    if info.backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(info.backend, store=store, rank=rank, world_size=info.world_size,
+                            timeout=datetime.timedelta(seconds=info.pg_timeout))
+    try:
+        result = fn(rank, info.world_size, *args)
+        torch.save(result, result_fh)
+        result_fh.close()
+    except BaseException:                     # as text: the parent never unpickles a worker's words
+        error_fh.write(traceback.format_exc())
+        error_fh.close()
+        os._exit(1)
+    finally:
+        dist.destroy_process_group()
+
+
+def _read_stacks(rundir: Path, ranks) -> dict[int, str]:
+    stacks = {}
+    for r in ranks:
+        p = rundir / f"stack.{r}.txt"
+        if p.exists():
+            stacks[r] = p.read_text().strip()
+    return stacks
+
+
+def _end(processes) -> None:
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _start_method() -> str:
+    """forkserver with torch preloaded: the server imports torch once per parent process and
+    every later rank starts as a fork of it (about 0.1 s instead of 1.5 s to import torch).
+    The server never touches CUDA, so forking it is safe. $RTP_COURSE_START_METHOD=spawn
+    restores plain spawn."""
+    method = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
+    if method == "forkserver":
+        import multiprocessing
+        # torch imports dynamo and sympy lazily on the first optimizer / backward: 3-4 s per
+        # rank if each rank pays it, once if the server does.
+        multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
+                                                "torch.fx.experimental.symbolic_shapes",
+                                                "rtp_course.runtime.launcher", "rtp_course.checker.worker"])
+    return method
+
+
+def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
+           timeout: float = 120.0, rundir: str | os.PathLike | None = None,
+           on_poll=None, results: str = "data") -> list:
+    """Run `fn(rank, world_size, *args)` on `world_size` local processes.
+
+    `fn` must be importable (defined in a module, not a notebook cell: spawn
+    pickles it by name). Returns the list of per-rank return values: plain data
+    (tensors, numbers, strings, lists, dicts), read without unpickling code,
+    unless `results="objects"` (demos that return their own classes). Raises
+    RankFailed (with the rank and its traceback) if a rank raises or dies,
+    RankHung if ranks are still running after `timeout` seconds. Every process
+    is ended before this returns, with whatever they started, and a temporary
+    run directory is removed. `on_poll(processes)` is called about every 0.1 s
+    while waiting; it may raise to stop the launch (the checker's watchdog).
+    """
+    backend = backend or default_backend(world_size)
+    validate(world_size, backend)
+    reaper.ensure_guardian()
+    own_dir = rundir is None
+    rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix("launch")) if own_dir else rundir)
+    rundir.mkdir(parents=True, exist_ok=True)
+    with reaper.subreaping():
+        return _launch(fn, world_size, args, backend, timeout, rundir, own_dir, on_poll, results)
+
+
+def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results):
+    mark, before = uuid.uuid4().hex, reaper.descendants()
+    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=60))
+    info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
+                      pg_timeout=timeout + 60, mark=mark)
+    ctx = None
+    try:
+        with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
+            ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
+                                     start_method=_start_method())
+            reaper.ACTIVE[mark] = {p.pid for p in ctx.processes}
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=0.1):
+                if on_poll is not None:
+                    on_poll(ctx.processes)
+                if time.monotonic() > deadline:
+                    stuck = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
+                    for r in stuck:
+                        os.kill(ctx.processes[r].pid, signal.SIGUSR1)
+                    time.sleep(0.3)
+                    raise RankHung(timeout, stuck, _read_stacks(rundir, stuck))
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            rank, trace, code = _first_failure(rundir, ctx.processes, e.error_index)
+            raise RankFailed(rank, trace, exit_code=code) from None
+        return [_load_result(rundir, r, results) for r in range(world_size)]
+    finally:
+        if ctx is not None:
+            _end(ctx.processes)
+            for path in ctx.error_files:      # torch's own error files, in the system temp dir
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        reaper.sweep(mark, before)
+        reaper.ACTIVE.pop(mark, None)
+        del store
+        if own_dir:
+            shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _load_result(rundir: Path, rank: int, results: str):
+    path = rundir / f"result.{rank}.pt"
+    if not path.exists() or path.stat().st_size == 0:
+        raise RankFailed(rank, died_how(0), exit_code=0)
+    try:
+        return torch.load(path, weights_only=(results != "objects"))
+    except Exception as e:
+        raise RankFailed(rank, f"its result could not be read as plain data ({type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}); a launched function "
+                               f"must return tensors, numbers, strings, lists or dicts") from None
+
+
+def _first_failure(rundir: Path, processes, reported: int) -> tuple[int, str, int | None]:
+    """(rank, traceback or how it died, exit code) of the rank that failed first: its peers
+    then fail too ("Connection closed by peer"), and torch reports the lowest failed rank."""
+    time.sleep(0.2)  # let the peers' error files land
+    found = []
+    for r in range(len(processes)):
+        path = rundir / f"error.{r}.txt"
+        if path.exists() and path.stat().st_size > 0:
+            found.append((path.stat().st_mtime, r, path.read_text(errors="replace")))
+    original = [f for f in found if not any(m in f[2] for m in _PEER_GONE)] or found
+    if original:
+        _, rank, trace = min(original)
+        return rank, trace.strip(), processes[rank].exitcode
+    code = processes[reported].exitcode
+    return reported, died_how(code), code
+
+
+def died_how(code: int | None) -> str:
+    """'process killed by signal SIGSEGV (segmentation fault)' / 'process exited with code 0'."""
+    if code is not None and code < 0:
+        sig = signal.Signals(-code)
+        what = {signal.SIGSEGV: "segmentation fault", signal.SIGKILL: "killed",
+                signal.SIGABRT: "aborted", signal.SIGBUS: "bus error"}.get(sig, "")
+        return f"process killed by signal {sig.name}" + (f" ({what})" if what else "")
+    return (f"process exited with code {code} before it finished (os._exit or sys.exit in "
+            f"the code it ran, or killed)")
+
+
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+# --- already-launched processes: torchrun (RANK/WORLD_SIZE/LOCAL_RANK) or srun (SLURM_*) ---
+
+def env_rank_info(env=os.environ) -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's or Slurm's variables."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+    raise LaunchError("no RANK/WORLD_SIZE (torchrun) or SLURM_PROCID/SLURM_NTASKS (srun) in the "
+                      "environment: start this program with torchrun or srun, or use launch()")
+
+
+def _slurm_master(env) -> tuple[str, str]:
+    """First host of the allocation and a port derived from the job id (same on every task)."""
+    import subprocess
+    nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost"
+    try:
+        host = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True,
+                              text=True, check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        host = nodes.split(",")[0]
+    port = 20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000
+    return host, str(port)
+
+
+def init_from_env(backend: str | None = None, timeout: float = 600.0) -> tuple[int, int, torch.device]:
+    """Join the job's process group; returns (rank, world_size, device)."""
+    rank, world_size, local_rank = env_rank_info()
+    if "MASTER_ADDR" not in os.environ:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = _slurm_master(os.environ)
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend not in BACKENDS:
+        raise LaunchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
+    return rank, world_size, device_for(backend, local_rank)
+
+
+def free_port() -> int:
+    """A currently free TCP port (for tools that need a port number up front)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,146 @@
+"""Confine the current process with Landlock: read only what it needs, write only a private dir.
+
+A checker worker calls `confine(...)` after it has loaded the checks and opened
+its result files, and before the first line of code under test runs. From then
+on the process, and every process it starts, can read the Python installation,
+the course package and the code under test, and write only its private
+directory: not the instructor repository, the reference solutions, the hidden
+checks, the reference cache, the gradebook, or another run's files. Files the
+worker opened before keep the access they were opened with.
+
+Why Landlock: it needs no privilege, no setuid helper and no user namespaces
+(bubblewrap needs those, and some clusters disable them); a process restricts
+itself with three system calls, and the restriction is inherited and cannot be
+lifted. It is in Linux since 5.13 (ABI 1); this module uses what the running
+kernel offers: truncation control from ABI 3, device ioctls from ABI 5, and
+from ABI 6 signal scoping (code under test cannot signal processes outside
+its sandbox, e.g. the grader). Where the kernel has no Landlock, `confine`
+returns a Confinement with `active=False` and the report says "unconfined".
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446   # same numbers on every arch
+_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
+MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+SCOPE_SIGNAL = 1 << 1
+
+READ = EXECUTE | READ_FILE | READ_DIR
+FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV   # rights a rule on a file may hold
+
+
+def _abi_rights(abi: int) -> int:
+    rights = (1 << 13) - 1                      # ABI 1: EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        rights |= REFER
+    if abi >= 3:
+        rights |= TRUNCATE
+    if abi >= 5:
+        rights |= IOCTL_DEV
+    return rights
+
+
+WRITE = (1 << 13) - 1 | REFER | TRUNCATE        # everything, inside the private dir
+
+# The system's own read-only parts: shared libraries, certificates, /proc and /sys for torch.
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+@dataclass
+class Confinement:
+    active: bool
+    abi: int = 0
+    reason: str = ""            # why not, when inactive
+
+    def describe(self) -> str:
+        return f"confined (Landlock ABI {self.abi})" if self.active else f"unconfined: {self.reason}"
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI (0: none, or not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        v = _libc().syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(v), 0)
+
+
+def python_dirs() -> list[str]:
+    """Where this Python and its packages live (the standard library, site-packages)."""
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    dirs |= {p for p in sys.path if p and p.rstrip("/").endswith(("site-packages", "dist-packages"))}
+    dirs |= {str(Path(p).parent) for p in sys.path if p and Path(p).name.startswith("python3")}
+    return sorted(d for d in dirs if d and os.path.isdir(d))
+
+
+def confine(read, write, scope_signals: bool = True) -> Confinement:
+    """Restrict this process to reading `read` (+ the system and Python dirs) and writing
+    under `write`. Irreversible. Returns what was done; never raises for a missing Landlock."""
+    abi = abi_version()
+    if abi < 1:
+        return Confinement(False, 0, "this kernel offers no Landlock (Linux 5.13+ with landlock "
+                                     "in its lsm= list)")
+    libc = _libc()
+    handled = _abi_rights(abi)
+    attr = _RulesetAttr(handled, 0, SCOPE_SIGNAL if (scope_signals and abi >= 6) else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16
+    fd = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    try:
+        rules = [(p, READ) for p in (*SYSTEM_READ, *python_dirs(), *read)]
+        rules += [("/dev", READ | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0))]
+        rules += [(p, WRITE | READ) for p in write]
+        for path, rights in rules:
+            _add_rule(libc, fd, path, rights & handled)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return Confinement(False, abi, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
+        if libc.syscall(_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            return Confinement(False, abi, f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+    return Confinement(True, abi)
+
+
+def _add_rule(libc, ruleset_fd: int, path, rights: int) -> None:
+    try:
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return                                  # a path this system does not have
+    try:
+        if not os.path.isdir(path):
+            rights &= FILE_ONLY
+        rule = _PathBeneath(rights, pfd)
+        if libc.syscall(_ADD_RULE, ctypes.c_int(ruleset_fd), ctypes.c_int(_RULE_PATH_BENEATH),
+                        ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule({path}): "
+                                              f"{os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(pfd)

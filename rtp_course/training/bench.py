@@ -1,0 +1,330 @@
+"""`rtp-course bench`: DDP, FSDP, TP and RTP side by side on the same model, config and ranks.
+
+    rtp-course bench                                  # TransformerLM, 2 CPU ranks (gloo)
+    rtp-course bench --world-size 4 --ninp 512 --nhid 2048 --strategies ddp rtp
+    sbatch slurm/bench.sbatch                         # N GPUs of one node (NCCL)
+
+One launch of N ranks runs every strategy in turn. Each starts from the same serial
+weights (seeded), trains on the same global batches (rtp_course.training.strategies says who
+feeds what) for warm-up steps, then timed steps, and reports per rank:
+  * memory by category (how each is measured: MEASURED_HOW and strategies.COMMUNICATION,
+    printed in the footer);
+  * on GPUs, torch.cuda.max_memory_allocated over the timed steps;
+  * step time: the median of the timed steps;
+  * the global-batch loss on a fixed evaluation batch before and after training:
+    equal across strategies (up to rounding), since they train the same model.
+Output: a table (stdout and bench.txt), bench.csv (every rank) and bench.png under --out.
+"""
+from __future__ import annotations
+
+import csv
+import gc
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rtp_course.course import todo
+from rtp_course.runtime import launcher
+from rtp_course.training import strategies
+from rtp_course.training.memory import human_bytes
+from rtp_course.training.strategies import DTensor
+from rtp_course.training.train import (Task, add_model_arguments, make_optimizer, model_config, to_device,
+                              train_step)
+
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers", "communication")
+COLUMNS = ("strategy", "rank", "world_size", "model", "device", *CATEGORIES, "total",
+           "cuda_max_allocated", "step_time_s", "loss_start", "loss_end", "status")
+MEASURED_HOW = {
+    "parameters": "this rank's parameter tensors (its local shard for FSDP's DTensors)",
+    "gradients": "this rank's .grad tensors after the last step",
+    "optimizer": "this rank's optimizer state tensors (Adam: exp_avg, exp_avg_sq)",
+    "activations": "bytes saved for backward during one forward (saved_tensors_hooks; each "
+                   "storage once, parameters excluded)",
+    "buffers": "registered buffers (positional tables)",
+}
+PAPER = ("Reference, NOT measured here -- the RTP repository reports peak memory per GPU on 8 "
+         "GPUs for a 340M-parameter model: DDP 46.3 GB, FSDP 26.1 GB, RTP 5.9 GB")
+PAPER_GB = {"ddp": 46.3, "fsdp": 26.1, "rtp": 5.9}
+
+
+def add_bench_arguments(p):
+    p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
+    p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES,
+                   default=["ddp", "fsdp", "tp", "rtp"], help="default: ddp fsdp tp rtp")
+    p.add_argument("--steps", type=int, default=5, help="timed steps (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up steps, at least 1; the last one "
+                                                          "measures activations and buffers (default 2)")
+    p.add_argument("--out", default="bench-results", metavar="DIR",
+                   help="where bench.csv, bench.png, bench.txt go (default ./bench-results)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped")
+    return add_model_arguments(p)
+
+
+# ------------------------------------------------------------------ measuring, in each rank
+def _local_bytes(t) -> int:
+    if t is None:
+        return 0
+    t = t.to_local() if isinstance(t, DTensor) else t
+    return t.numel() * t.element_size()
+
+
+def _held_bytes(model, optimizer) -> dict:
+    params = {id(p): p for p in model.parameters()}.values()
+    optim = sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values()
+                if torch.is_tensor(v) and v.dim() > 0)
+    return {"parameters": sum(_local_bytes(p) for p in params),
+            "gradients": sum(_local_bytes(p.grad) for p in params), "optimizer": optim,
+            "buffers": sum(_local_bytes(b) for b in model.buffers())}
+
+
+def _instrumented_step(strategy, model, optimizer, task, batch) -> dict:
+    """A training step that also measures activations and communication buffers."""
+    saved = {}
+    probe = strategies.CommunicationProbe(strategy, model)
+
+    def pack(t):
+        base = t if t._base is None else t._base
+        if not (base.is_leaf and base.requires_grad):
+            s = t.untyped_storage()
+            saved[(t.device, s.data_ptr())] = s.nbytes()
+        probe.sample()
+        return t
+
+    def unpack(t):
+        probe.sample()
+        return t
+
+    optimizer.zero_grad(set_to_none=True)
+    with probe:
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            loss = task.loss(model, batch)  # forward only: backward's recomputations are not activations
+        loss.backward()
+        optimizer.step()
+    return {"activations": sum(saved.values()), "communication": probe.peak_bytes()}
+
+
+@torch.no_grad()
+def _evaluate(strategy, model, task, device) -> float:
+    batch = to_device(strategies.local_batch(strategy, task.eval_batch()), device)
+    return strategies.global_loss(strategy, task.loss(model, batch))
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _measure(strategy, model, device, opts) -> dict:
+    """Losses, warm-up (the last step instrumented), timed steps, then what the rank holds."""
+    task, row = opts["task"], {}
+    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"])
+    batches = lambda step: to_device(strategies.local_batch(strategy, task.batch(step)), device)
+    row["loss_start"] = _evaluate(strategy, model, task, device)
+    for step in range(opts["warmup"] - 1):
+        train_step(model, optimizer, task, batches(step))
+    row.update(_instrumented_step(strategy, model, optimizer, task, batches(opts["warmup"] - 1)))
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for step in range(opts["warmup"], opts["warmup"] + opts["steps"]):
+        batch = batches(step)
+        dist.barrier()
+        _sync(device)
+        start = time.perf_counter()
+        train_step(model, optimizer, task, batch)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    if device.type == "cuda":
+        row["cuda_max_allocated"] = torch.cuda.max_memory_allocated(device)
+    row.update(_held_bytes(model, optimizer))
+    row["loss_end"] = _evaluate(strategy, model, task, device)
+    row["step_time_s"] = statistics.median(times)
+    row["total"] = sum(row[c] for c in CATEGORIES)
+    return row
+
+
+def _where(exc) -> str:
+    """'Type: message (at file.py:LINE)', the innermost line outside torch."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    frame = ([f for f in frames if "/torch/" not in f.filename.replace("\\", "/")] or frames)[-1]
+    return f"{type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno})"
+
+
+def bench_strategy(strategy, rank, world_size, device, opts) -> dict:
+    """Benchmark one strategy on this rank (every rank calls it): one CSV row.
+
+    A strategy that cannot be built (a stub, shapes TP cannot split, a model it does not
+    handle) is skipped; one that raises while training is reported as failed. Both go on
+    with the next strategy: that assumes every rank raised alike (a deterministic error);
+    a rank left waiting in a collective is stopped by the launch's timeout."""
+    row = dict(strategy=strategy, rank=rank, world_size=world_size, model=opts["task"].model,
+               device=str(device), status="ok")
+    try:
+        model = strategies.wrap(opts["task"].build(), strategy, device=device)
+    except (todo.ExerciseNotImplemented, ValueError, TypeError) as e:
+        return {**row, "status": f"skipped: {e}"}
+    try:
+        with strategies.exercise_guard(strategy):
+            row.update(_measure(strategy, model, device, opts))
+    except todo.ExerciseNotImplemented as e:
+        row["status"] = f"skipped: {e}"
+    except Exception as e:  # noqa: BLE001 -- reported in the table, the other strategies still run
+        row["status"] = f"failed: {_where(e)}"
+    del model
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return row
+
+
+def _worker(rank, world_size, opts):
+    os.environ["RTP_COURSE_IMPL"] = str(opts["impl"])
+    device = strategies.default_device()
+    rows = []
+    for strategy in opts["strategies"]:
+        rows.append(bench_strategy(strategy, rank, world_size, device, opts))
+        dist.barrier()
+    return rows
+
+
+# ------------------------------------------------------------------ the parent: run and report
+def run_bench(args) -> tuple[list[dict], dict]:
+    """Launch the ranks, run every strategy; returns (CSV rows, run info)."""
+    from rtp_course.course.impl import default_impl
+    if args.warmup < 1 or args.steps < 1:
+        raise ValueError("--warmup and --steps must be at least 1")
+    task = Task(args.model, model_config(args), args.batch_size * args.world_size, args.seed)
+    opts = dict(task=task, strategies=list(dict.fromkeys(args.strategies)), steps=args.steps,
+                warmup=args.warmup, optimizer=args.optimizer, lr=args.lr,
+                impl=args.impl or default_impl())
+    backend = args.backend or launcher.default_backend(args.world_size)
+    start = time.perf_counter()
+    per_rank = launcher.launch(_worker, args.world_size, (opts,), backend=backend,
+                               timeout=args.timeout, results="objects")
+    info = dict(task=task, backend=backend, world_size=args.world_size, steps=args.steps,
+                warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer,
+                num_params=sum(p.numel() for p in task.build().parameters()),
+                wall_s=time.perf_counter() - start)
+    return [row for rows in zip(*per_rank) for row in rows], info
+
+
+def _rank0(rows):
+    return [r for r in rows if r["rank"] == 0]
+
+
+def _slowest(rows, strategy):
+    times = [r["step_time_s"] for r in rows if r["strategy"] == strategy and r.get("step_time_s")]
+    return max(times) if times else None
+
+
+def report(rows, info) -> str:
+    """The printed table with its footer."""
+    task, gpu = info["task"], any(r.get("cuda_max_allocated") for r in rows)
+    config = " ".join(f"{k}={v}" for k, v in task.config.items())
+    lines = [f"rtp-course bench: {task.model} ({config}), {info['num_params'] / 1e6:.2f} M parameters",
+             f"  {info['world_size']} ranks, {info['backend']}, batch {info['batch_size']} per rank "
+             f"(TP: {task.global_batch} on every rank), {info['optimizer']}, {info['warmup']} "
+             f"warm-up + {info['steps']} timed steps",
+             "", "per-rank memory of rank 0 (every rank: bench.csv); step time: median, slowest rank",
+             ""]
+    head = ["strategy", "params", "grads", "optim", "activ", "buffers", "comm", "total"]
+    head += (["cuda peak"] if gpu else []) + ["step ms", "loss start", "loss end"]
+    table = [head]
+    for r in _rank0(rows):
+        if r["status"] != "ok":
+            table.append([strategies.LABELS[r["strategy"]], r["status"]])
+            continue
+        cells = [strategies.LABELS[r["strategy"]]] + [human_bytes(r[c]) for c in CATEGORIES]
+        cells += [human_bytes(r["total"])]
+        cells += [human_bytes(r["cuda_max_allocated"])] if gpu else []
+        cells += [f"{1000 * _slowest(rows, r['strategy']):.1f}", f"{r['loss_start']:.4f}",
+                  f"{r['loss_end']:.4f}"]
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table if len(row) == len(head)) for i in range(len(head))]
+    for row in table:
+        if len(row) != len(head):
+            lines.append(f"{row[0]:<{widths[0]}}  {row[1]}")
+        else:
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(row, widths))))
+    lines += ["", "how each category is measured:"]
+    lines += [f"  {c}: {MEASURED_HOW[c]}" for c in CATEGORIES if c != "communication"]
+    lines += [f"  communication, {strategies.LABELS[s]}: {strategies.COMMUNICATION[s]}"
+              for s in dict.fromkeys(r["strategy"] for r in rows)]
+    lines += ["loss: global-batch loss on a fixed evaluation batch before and after training. "
+              "DDP, FSDP, RTP, mini-DDP: each rank feeds its own slice (the loss is the mean over "
+              "ranks); TP: every rank feeds the whole global batch. Same weights, same samples "
+              "per step: the same model, up to float rounding.", "", PAPER]
+    ours = {r["strategy"]: r["total"] for r in _rank0(rows) if r["status"] == "ok"}
+    if "ddp" in ours:
+        ratio = lambda s, v: f"{strategies.LABELS[s]} {v:.2f}"
+        lines.append("  per-rank total relative to DDP -- paper (8 GPUs): "
+                     + ", ".join(ratio(s, g / PAPER_GB["ddp"]) for s, g in PAPER_GB.items())
+                     + "; here (rank 0, " + f"{info['world_size']} ranks): "
+                     + ", ".join(ratio(s, v / ours["ddp"]) for s, v in ours.items()))
+    lines.append(f"\nbench wall time: {info['wall_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: r.get(k, "") for k in COLUMNS})
+
+
+def figure(rows, info, path):
+    """Stacked bars of rank 0's memory by category, and the step time, per strategy."""
+    import matplotlib
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rtp_course.notebook.plots import memory_bars
+    ok = [r for r in _rank0(rows) if r["status"] == "ok"]
+    labels = [strategies.LABELS[r["strategy"]] for r in ok]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(4 + 2.2 * len(ok), 4.6),
+                                      gridspec_kw=dict(width_ratios=[3, 2]))
+    memory_bars({lab: {c: r[c] for c in CATEGORIES} for lab, r in zip(labels, ok)}, ax=left,
+                categories=CATEGORIES, title=f"memory per rank (rank 0 of {info['world_size']})")
+    if any(r.get("cuda_max_allocated") for r in ok):
+        left.scatter(labels, [r["cuda_max_allocated"] for r in ok], marker="_", s=900,
+                     color="black", label="cuda max allocated", zorder=3)
+        left.legend(fontsize=8)
+    right.bar(labels, [1000 * _slowest(rows, r["strategy"]) for r in ok], color="#4C72B0")
+    right.set_ylabel("ms per step (median, slowest rank)")
+    right.set_title(f"step time, {info['backend']}")
+    fig.suptitle(f"{info['task'].model}: {info['num_params'] / 1e6:.2f} M parameters, "
+                 f"{info['world_size']} ranks", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def cli_bench(args) -> int:
+    """`rtp-course bench`: 0 when every strategy ran, 1 if one failed or was skipped."""
+    try:
+        rows, info = run_bench(args)
+    except launcher.RankFailed as e:
+        print(f"rtp-course bench: {todo.from_traceback(e.traceback) or e}", file=sys.stderr)
+        return 1
+    except (launcher.LaunchError, ValueError) as e:
+        print(f"rtp-course bench: {e}", file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = report(rows, info)
+    print(text)
+    (out / "bench.txt").write_text(text + "\n")
+    write_csv(rows, out / "bench.csv")
+    if any(r["status"] == "ok" for r in rows):
+        figure(rows, info, out / "bench.png")
+    print(f"wrote {out / 'bench.csv'}, {out / 'bench.png'}, {out / 'bench.txt'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
