@@ -188,6 +188,34 @@ def test_a_check_that_hangs_is_not_run_again_at_larger_sizes(tmp_path):
     assert "not run: it did not finish at world size 2" in results[1].message
 
 
+RECV_FROM_NEXT = """import torch.distributed as dist
+dist.recv(torch.empty(1), src=(dist.get_rank() + 1) % dist.get_world_size())"""
+
+
+def test_a_plain_deadlock_is_stopped_when_every_rank_waits(tmp_path):
+    """Both ranks wait in recv: stopped once nobody moves, not at the check's 30 s timeout."""
+    results, text = run(hostile(tmp_path, at_forward(RECV_FROM_NEXT)), only=("Duplication",))
+    assert results[0].status == "deadlock", text
+    assert "no rank moved for 6 s, each waiting in a communication call" in results[0].message, text
+    assert "rank 0 waited in recv called from comm.py" in results[0].message, text
+
+
+ALL_COLLECTIVES_HANG = """import time as _time
+import torch.distributed as _dist
+for _name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
+    setattr(_dist, _name, lambda *a, **k: _time.sleep(1000))"""
+
+
+def test_an_exercise_that_keeps_hanging_stops_at_its_hang_budget(tmp_path):
+    """Every communication computes for ever (no call in progress): the first check is stopped at
+    the exercise's hang budget (here 20 s x 0.2), the others are not run."""
+    results, text = run(hostile(tmp_path, at_import(ALL_COLLECTIVES_HANG)), timeout_scale=0.2,
+                        only=("Duplication", "AllReduce", "AllGather", "Split"))
+    assert [r.status for r in results] == ["deadlock"] * 4, text
+    assert sum("did not finish within 4 s" in r.message for r in results) == 1, text
+    assert sum("hang budget" in r.message for r in results) == 3, text
+
+
 # ---- nothing outlives the run ------------------------------------------------------------------
 
 DETACH = """import subprocess, time

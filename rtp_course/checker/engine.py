@@ -28,11 +28,13 @@ from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, defa
 
 DEFAULT_WORLD_SIZES = tuple(sorted({n for ex in COURSE for n in ex.world_sizes}))
 IMPORT_TIMEOUT = 10.0   # s to import the exercise modules under test, before any check
+STALL = 6.0             # s with every rank blocked in a communication call and no rank moving
+HANG_BUDGET = 20.0      # s an exercise's checks may spend hung, in all, before the rest are not run
 
 
 class _Stuck(Exception):
-    def __init__(self, check_id, stacks, statuses):
-        self.check_id, self.stacks, self.statuses = check_id, stacks, statuses
+    def __init__(self, check_id, stacks, statuses, why=""):
+        self.check_id, self.stacks, self.statuses, self.why = check_id, stacks, statuses, why
 
 
 def _read_json(path: Path):
@@ -42,26 +44,46 @@ def _read_json(path: Path):
         return None
 
 
-def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of):
+def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float):
+    """Stop the group when a check runs past its limit, or at once when it is a plain deadlock:
+    every rank waits in a communication call (or for the others, done) and no status has
+    changed for `stall` seconds. A rank that computes (no call in progress) waits for the limit."""
+    seen = {"text": None, "since": time.time()}
+
+    def stuck(check_id, statuses, processes, why):
+        for p in processes:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGUSR1)
+        time.sleep(0.3)
+        stacks = {q: (rundir / f"stack.{q}.txt").read_text()
+                  for q in range(world_size) if (rundir / f"stack.{q}.txt").exists()}
+        raise _Stuck(check_id, stacks, statuses, why)
+
     def poll(processes):
         now = time.time()
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(world_size)}
+        text = json.dumps(statuses, sort_keys=True)
+        if text != seen["text"]:
+            seen.update(text=text, since=now)
+        running = [st for st in statuses.values()
+                   if st and st.get("check") in checks and st.get("phase") != "done"]
+        if running and now - seen["since"] > stall and all(
+                st and st.get("check") == running[0]["check"] and st.get("call")
+                for st in statuses.values()):
+            stuck(running[0]["check"], statuses, processes,
+                  f"no rank moved for {stall:.0f} s, each waiting in a communication call")
         for r, st in statuses.items():
             importing = st and str(st.get("check", "")).startswith("import:")
             if st and (st.get("check") in checks or importing) and st.get("phase") != "done":
                 limit = IMPORT_TIMEOUT if importing else limit_of(checks[st["check"]])
                 if now - st["started"] > limit:
-                    for p in processes:
-                        if p.is_alive():
-                            os.kill(p.pid, signal.SIGUSR1)
-                    time.sleep(0.3)
-                    stacks = {q: (rundir / f"stack.{q}.txt").read_text()
-                              for q in range(world_size) if (rundir / f"stack.{q}.txt").exists()}
-                    raise _Stuck(st["check"], stacks, statuses)
+                    stuck(st["check"], statuses, processes,
+                          f"the check did not finish within {limit:.0f} s")
     return poll
 
 
-def _deadlock_message(check, statuses: dict, world_size: int) -> tuple[str, int | None]:
+def _deadlock_message(check, statuses: dict, world_size: int,
+                      why: str = "the check did not finish in time") -> tuple[str, int | None]:
     lines, first = [], None
     for r in range(world_size):
         st = statuses.get(r) or {}
@@ -76,7 +98,7 @@ def _deadlock_message(check, statuses: dict, world_size: int) -> tuple[str, int 
             first = r
         where = f"waited in {call}" if call else "was computing (no communication call in progress)"
         lines.append(f"rank {r} {where} during phase '{st.get('phase')}'")
-    msg = "deadlock: the check did not finish in time; " + "; ".join(lines)
+    msg = f"deadlock: {why}; " + "; ".join(lines)
     return msg, first
 
 
@@ -87,8 +109,11 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
 
     A check that makes no progress for `timeout` seconds (default: its own
     timeout x `timeout_scale`) is stopped and reported as a deadlock."""
+    hang_left = {ex: HANG_BUDGET * timeout_scale for ex in EXERCISES}
+
     def limit_of(check):
-        return timeout if timeout else check.timeout * timeout_scale
+        limit = timeout if timeout else check.timeout * timeout_scale
+        return min(limit, max(hang_left[check.exercise], STALL * timeout_scale))
 
     exercises = list(exercises or EXERCISES)
     for ex in exercises:
@@ -111,12 +136,16 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
                                           f"{first.world_size} ({first.message.split(';')[0]})",
                                   hint=first.hint))
         todo = [c for c in todo if c.id not in hung]
+        for c in [c for c in todo if hang_left[c.exercise] <= 0]:
+            results.append(_over_budget(c, ws, timeout_scale))
+        todo = [c for c in todo if hang_left[c.exercise] > 0]
         if not todo:
             continue
         if progress:
             progress(f"world size {ws}: {len(todo)} checks")
         backend_ws = backend or default_backend(ws)
-        res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws)
+        res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
+                                   STALL * timeout_scale, hang_left, timeout_scale)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
                                 backend_ws)
         hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
@@ -154,9 +183,21 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
             reference.annotate(r, outcomes.get(c.id), reference.load(c, ws, dtype))
 
 
-def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend):
-    """Run `todo` on `ws` ranks; returns (results, {check id: per-rank outcomes})."""
+def _over_budget(check, ws, timeout_scale) -> Result:
+    return Result(check.exercise, check.name, ws, "deadlock", phase="setup",
+                  message=f"not run: checks of {check.exercise} already hung for "
+                          f"{HANG_BUDGET * timeout_scale:.0f} s in all (the hang budget of an exercise)",
+                  hint="fix the hang reported above first; the checks after it then run again")
+
+
+def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STALL, hang_left=None,
+               timeout_scale=1.0):
+    """Run `todo` on `ws` ranks; returns (results, {check id: per-rank outcomes}).
+
+    `hang_left` ({exercise: seconds}) is charged for every hang; an exercise that has used
+    its budget runs no further checks."""
     results, seen = [], {}
+    hang_left = hang_left if hang_left is not None else {c.exercise: float("inf") for c in todo}
     by_id = {c.id: c for c in todo}
     while todo:
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
@@ -167,9 +208,11 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend):
         failure = None
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
-                   on_poll=_watchdog(rundir, ws, by_id, limit_of))
+                   on_poll=_watchdog(rundir, ws, by_id, limit_of, stall))
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
+            if isinstance(e, _Stuck):
+                _charge(hang_left, e, by_id)
         except LaunchError:
             raise
         done = 0
@@ -192,11 +235,24 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend):
             broken = todo[done]
             results.append(_diagnose(broken, ws, rundir, failure))
             done += 1
+            over = [c for c in todo[done:] if hang_left.get(c.exercise, 1) <= 0]
+            results += [_over_budget(c, ws, timeout_scale) for c in over]
+            todo = todo[:done] + [c for c in todo[done:] if c not in over]
         for r in results:
             r.details.setdefault("confinement", confinement.get("describe", ""))
         shutil.rmtree(rundir, ignore_errors=True)
         todo = todo[done:]
     return results, seen
+
+
+def _charge(hang_left: dict, stuck: "_Stuck", by_id: dict) -> None:
+    """Charge the time a hung check ran to its exercise's hang budget."""
+    check = by_id.get(stuck.check_id)
+    if check is None:
+        return
+    started = [st.get("started") for st in stuck.statuses.values()
+               if st and st.get("check") == stuck.check_id and st.get("started")]
+    hang_left[check.exercise] -= time.time() - min(started) if started else STALL
 
 
 IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
@@ -286,7 +342,7 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
                 return res
     base = dict(exercise=check.exercise, check=check.name, world_size=ws)
     if isinstance(failure, _Stuck):
-        msg, rank = _deadlock_message(check, failure.statuses, ws)
+        msg, rank = _deadlock_message(check, failure.statuses, ws, failure.why or "the check did not finish in time")
         return Result(**base, status="deadlock", message=msg, rank=rank,
                       phase=(failure.statuses.get(rank) or {}).get("phase", "") if rank is not None else "",
                       hint=check.hints.get("deadlock") or  # the check may know the usual cause
