@@ -154,6 +154,18 @@ def _end(processes) -> None:
             p.join()
 
 
+def _own_multiprocessing_tempdir() -> None:
+    """multiprocessing keeps the forkserver's socket in a `pymp-*` directory that only a normal
+    exit removes; give it a name of this process's run directories, which the guardian removes
+    when this process is killed (multiprocessing reads it from the process config, once)."""
+    from multiprocessing import process, util
+    config = process.current_process()._config
+    if config.get("tempdir") is None:
+        path = tempfile.mkdtemp(prefix=reaper.temp_prefix("mp"))
+        util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
+        config["tempdir"] = path
+
+
 def _start_method() -> str:
     """forkserver with torch preloaded: the server imports torch once per parent process and
     every later rank starts as a fork of it (about 0.1 s instead of 1.5 s to import torch).
@@ -162,6 +174,7 @@ def _start_method() -> str:
     method = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
     if method == "forkserver":
         import multiprocessing
+        _own_multiprocessing_tempdir()
         # torch imports dynamo and sympy lazily on the first optimizer / backward: 3-4 s per
         # rank if each rank pays it, once if the server does.
         multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
