@@ -184,7 +184,7 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
 
 
 def _over_budget(check, ws, timeout_scale) -> Result:
-    return Result(check.exercise, check.name, ws, "deadlock", phase="setup",
+    return Result(check.exercise, check.name, ws, "deadlock",
                   message=f"not run: checks of {check.exercise} already hung for "
                           f"{HANG_BUDGET * timeout_scale:.0f} s in all (the hang budget of an exercise)",
                   hint="fix the hang reported above first; the checks after it then run again")

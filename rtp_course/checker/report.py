@@ -44,7 +44,8 @@ def text(results: list[Result], verbose: bool = False) -> str:
             continue
         where = ", ".join(str(r.world_size) for r in bad)
         lines.append(f"  {MARK[first.status]:4}  {task}{ex}.{name}  (fails at world size {where})")
-        lines.append(f"        world size {first.world_size}, phase {first.phase or '-'}: {first.message}")
+        phase = f", phase {first.phase}" if first.phase else ""
+        lines.append(f"        world size {first.world_size}{phase}: {first.message}")
         if first.details.get("where"):
             lines.append("        in your code:\n" + _indent(first.details["where"], 10))
         if first.hint:
