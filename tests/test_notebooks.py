@@ -171,7 +171,9 @@ def test_tasks_are_marked_in_stub_and_notebook(ex):
 # ---- execution (slow) ----------------------------------------------------------------------
 
 
-def _execute(path: Path, impl, monkeypatch, keep=lambda cell: True):
+def _execute(path: Path, impl, monkeypatch, workdir: Path, keep=lambda cell: True):
+    """Run the notebook top to bottom in `workdir` (what it writes, e.g. Slurm job logs or
+    benchmark results, stays out of the repository)."""
     if impl is None:
         monkeypatch.delenv("RTP_COURSE_IMPL", raising=False)
     else:
@@ -181,7 +183,7 @@ def _execute(path: Path, impl, monkeypatch, keep=lambda cell: True):
     nb = _read(path)
     nb.cells = [c for c in nb.cells if keep(c)]
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+                                     resources={"metadata": {"path": str(workdir)}})
     start = time.monotonic()
     client.execute()
     WALL_TIMES[f"{path.stem} ({impl or 'stubs'})"] = time.monotonic() - start
@@ -189,8 +191,8 @@ def _execute(path: Path, impl, monkeypatch, keep=lambda cell: True):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_runs_with_solutions(path, monkeypatch):
-    nb = _execute(path, "solutions", monkeypatch)
+def test_runs_with_solutions(path, monkeypatch, tmp_path):
+    nb = _execute(path, "solutions", monkeypatch, tmp_path)
     for cell in nb.cells:
         text = _text(cell)
         assert "[demo skipped]" not in text and "[demo failed]" not in text, \
@@ -213,8 +215,8 @@ def _runs_exercise_code(path) -> bool:
 
 
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _runs_exercise_code(p)], ids=lambda p: p.stem)
-def test_runs_with_stubs(path, monkeypatch):
-    nb = _execute(path, None, monkeypatch, keep=lambda c: not _nbgrader(c).get("grade"))
+def test_runs_with_stubs(path, monkeypatch, tmp_path):
+    nb = _execute(path, None, monkeypatch, tmp_path, keep=lambda c: not _nbgrader(c).get("grade"))
     texts = "".join(_text(c) for c in nb.cells)
     assert "[demo failed]" not in texts and "Traceback" not in texts, texts
     ex = GRADED.get(path.stem)
