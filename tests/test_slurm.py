@@ -129,6 +129,18 @@ def test_cli_submit_waits_and_returns_the_verdict(slurm_cluster, fake, tmp_path,
     assert "some checks failed" in capsys.readouterr().out
 
 
+def test_gpus_on_a_partition_without_gpus_is_one_sentence(slurm_cluster, fake, tmp_path, capsys):
+    """The test cluster's nodes have no GPUs: sbatch would answer 'Invalid generic resource'."""
+    parser = slurm.add_submit_arguments(argparse.ArgumentParser())
+    assert slurm.cli_submit(parser.parse_args(
+        ["check", "comm", "--gpus", "4", "--out-dir", str(tmp_path)])) == 2
+    err = capsys.readouterr().err
+    assert "has no GPUs" in err and "--gpus 0" in err, err
+    assert "gres" not in err.lower() and "Traceback" not in err
+    with pytest.raises(slurm.SlurmError, match="no partition 'nosuch'"):
+        slurm.submit_check(["comm"], gpus=2, partition="nosuch", out_dir=tmp_path)
+
+
 def test_bench_job_gets_its_output_dir(slurm_cluster, fake, tmp_path):
     job = slurm.submit_bench(gpus=0, out_dir=tmp_path)
     assert job.wait(timeout=60, progress=False) == "COMPLETED"

@@ -20,6 +20,7 @@ def test_wrong_implementation_is_caught(path, tmp_path):
     assert s["expect"], f"{path}: add an EXPECT: line"
     assert re.search(s["expect"], text, re.S), (
         f"caught, but the report does not say /{s['expect']}/:\n{text}")
+    assert "Traceback" not in text and "Warning" not in text, text
 
 
 def test_collection_covers_every_exercise_with_enough_bugs():

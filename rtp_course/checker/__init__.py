@@ -1,9 +1,11 @@
 """The course checker: `check("comm")` from a notebook, `rtp-course check comm` from a shell."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from rtp_course.checker import report
+from rtp_course.runtime.quiet import torch_warnings
 from rtp_course.checker.engine import DEFAULT_WORLD_SIZES, run
 from rtp_course.checker.verdict import Result
 
@@ -41,9 +43,20 @@ def check(*exercises, impl=None, world_sizes=None, hidden=False, dtype=None,
         if not quiet:
             print("check skipped while autograding: the graded cells run the checks")
         return CheckReport([])
-    from rtp_course.course.impl import default_impl
-    results = run(exercises or None, impl=impl or default_impl(), world_sizes=world_sizes, hidden=hidden,
-                  dtype=dtype, only=only, timeout_scale=timeout_scale)
+    from rtp_course.course.impl import ImplError, default_impl
+    from rtp_course.runtime.launcher import LaunchError
+    with warnings.catch_warnings():
+        torch_warnings()
+        try:
+            results = run(exercises or None, impl=impl or default_impl(), world_sizes=world_sizes,
+                          hidden=hidden, dtype=dtype, only=only, timeout_scale=timeout_scale)
+        except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
+            print(f"check: {e}")
+            return CheckReport([])
+        except KeyboardInterrupt:
+            print("check interrupted: every process it started was stopped; run the cell again "
+                  "for a verdict")
+            return CheckReport([])
     rep = CheckReport(results)
     if not quiet:
         print(rep)

@@ -17,14 +17,15 @@ from pathlib import Path
 
 import torch
 
+from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
-from rtp_course.checker.worker import run_checks
+from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import reaper
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
-                                         died_how, launch)
+                                         died_how, launch, stderr_tail)
 
 DEFAULT_WORLD_SIZES = tuple(sorted({n for ex in COURSE for n in ex.world_sizes}))
 IMPORT_TIMEOUT = 10.0   # s to import the exercise modules under test, before any check
@@ -44,7 +45,7 @@ def _read_json(path: Path):
         return None
 
 
-def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float):
+def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float, tick=None):
     """Stop the group when a check runs past its limit, or at once when it is a plain deadlock:
     every rank waits in a communication call (or for the others, done) and no status has
     changed for `stall` seconds. A rank that computes (no call in progress) waits for the limit."""
@@ -65,6 +66,9 @@ def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: floa
         text = json.dumps(statuses, sort_keys=True)
         if text != seen["text"]:
             seen.update(text=text, since=now)
+            first = statuses.get(0) or {}
+            if tick and "index" in first:  # rank 0's place in this launch's list of checks
+                tick(first["index"] + (first.get("phase") == "done"))
         running = [st for st in statuses.values()
                    if st and st.get("check") in checks and st.get("phase") != "done"]
         if running and now - seen["since"] > stall and all(
@@ -102,6 +106,34 @@ def _deadlock_message(check, statuses: dict, world_size: int,
     return msg, first
 
 
+def _syntax_errors(exercises, impl_dir: str) -> dict:
+    """{exercise: outcome} for exercise files of the code under test that do not parse.
+
+    compile() only parses: nothing of the student's runs in this process."""
+    bad = {}
+    for ex in exercises:
+        path = Path(impl_dir) / f"{ex}.py"
+        try:
+            compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+        except SyntaxError as e:
+            bad[ex] = syntax_error_outcome(e)
+        except (OSError, ValueError):
+            pass  # a missing file is the loader's to report
+    return bad
+
+
+def _refuse_world_sizes(checks, world_sizes, exercises) -> None:
+    for ws in world_sizes:
+        if not isinstance(ws, int) or ws < 1:
+            raise ValueError(f"world size {ws!r}: a world size is a number of processes, 1 or more")
+    if checks and not any(c.applies(ws) for c in checks for ws in world_sizes):
+        sizes = sorted({n for ex in exercises for n in course.exercise(ex).world_sizes})
+        raise ValueError(f"no check of {', '.join(exercises)} runs at world size "
+                         f"{', '.join(map(str, world_sizes))}: its checks run at world sizes "
+                         f"{', '.join(map(str, sizes))}; pick some of these (or leave "
+                         f"--world-size out)")
+
+
 def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
         timeout_scale=1.0, backend=None, progress=None, only=None,
         timeout=None) -> list[Result]:
@@ -125,10 +157,17 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     if only:
         checks = [c for c in checks if c.name in only or c.id in only]
     world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
+    _refuse_world_sizes(checks, world_sizes, exercises)
     results: list[Result] = []
+    unreadable = _syntax_errors(exercises, impl_dir)
+    for c in [c for c in checks if c.exercise in unreadable]:
+        results += [judge(c, ws, {0: unreadable[c.exercise]}, {}, [])
+                    for ws in world_sizes if c.applies(ws)]
+    checks_run = [c for c in checks if c.exercise not in unreadable]
     hung: dict[str, Result] = {}   # check id -> where it hung: not run again at larger sizes
+    total = len(results) + sum(c.applies(ws) for c in checks_run for ws in world_sizes)
     for ws in world_sizes:
-        todo = [c for c in checks if c.applies(ws)]
+        todo = [c for c in checks_run if c.applies(ws)]
         for c in [c for c in todo if c.id in hung]:
             first = hung[c.id]
             results.append(Result(c.exercise, c.name, ws, "deadlock", phase=first.phase,
@@ -141,11 +180,12 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         todo = [c for c in todo if hang_left[c.exercise] > 0]
         if not todo:
             continue
-        if progress:
-            progress(f"world size {ws}: {len(todo)} checks")
+        finished = len(results)
+        tick = (lambda i, ws=ws, base=finished: progress(base + i, total, f"world size {ws}")) \
+            if progress else None
         backend_ws = backend or default_backend(ws)
         res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
-                                   STALL * timeout_scale, hang_left, timeout_scale)
+                                   STALL * timeout_scale, hang_left, timeout_scale, tick)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
                                 backend_ws)
         hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
@@ -156,6 +196,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         r.task = tasks.get(f"{r.exercise}.{r.check}", "")
     results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
                                 r.world_size))
+    if progress:
+        progress(total, total, "done")
     return results
 
 
@@ -191,7 +233,7 @@ def _over_budget(check, ws, timeout_scale) -> Result:
 
 
 def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STALL, hang_left=None,
-               timeout_scale=1.0):
+               timeout_scale=1.0, tick=None):
     """Run `todo` on `ws` ranks; returns (results, {check id: per-rank outcomes}).
 
     `hang_left` ({exercise: seconds}) is charged for every hang; an exercise that has used
@@ -208,7 +250,8 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
         failure = None
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
-                   on_poll=_watchdog(rundir, ws, by_id, limit_of, stall))
+                   on_poll=_watchdog(rundir, ws, by_id, limit_of, stall,
+                                     tick and (lambda i, base=len(results): tick(base + i))))
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
             if isinstance(e, _Stuck):
@@ -312,7 +355,7 @@ def _judge(check, ws, outcomes) -> Result:
 
 MISMATCH_HINT = ("a process killed by the communication library usually means the ranks' "
                  "collectives did not match (a different order, count or size on some rank); "
-                 "see the torch/gloo message printed above the report")
+                 "what the rank printed last is quoted above")
 
 
 def _crash_hint(exit_code: int, in_call: bool) -> str:
@@ -354,9 +397,11 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}
         st = statuses.get(failure.rank) or {}
         call = f", in {st['call']}" if st.get("call") else ""
+        said = stderr_tail(rundir, failure.rank, lines=2)
+        said = f"; its last words: {' / '.join(said.splitlines())}" if said else ""
         return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
                       message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
-                              f"{call}: {died_how(failure.exit_code)}",
+                              f"{call}: {died_how(failure.exit_code)}{said}",
                       hint=_crash_hint(failure.exit_code, bool(st.get("call"))))
     if isinstance(failure, RankFailed):
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}

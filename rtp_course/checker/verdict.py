@@ -87,10 +87,12 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 if status == "notimpl":
                     return Result(**base, status="notimpl", rank=rank, phase=o.get("phase", ""),
                                   message=f"not implemented yet: {o['message']}")
+                said = (f"{o['type']}: {o['message']}" if o.get("type") == "SyntaxError"
+                        else f"rank {rank} raised {o['type']}: {o['message']}")
                 return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
-                              message=f"rank {rank} raised {o['type']}: {o['message']}",
+                              message=said,
                               details={"where": o.get("where", "")},
-                              hint=_check_error_hint(check, o) or _error_hint(o)
+                              hint=o.get("hint") or _check_error_hint(check, o) or _error_hint(o)
                               or check.hint(o.get("phase") or "setup"))
     keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
     for key in keys:  # the earliest phase first, whichever rank shows it

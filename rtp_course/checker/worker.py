@@ -123,8 +123,26 @@ def _student_frames(exc: BaseException, code_dir: str) -> str:
             "returned)\n" + "".join(traceback.format_list(frames[-1:])))
 
 
+def syntax_error_outcome(e: SyntaxError) -> dict:
+    """A file of the code under test that Python cannot read: its line, not an import's frames."""
+    name = Path(e.filename or "?").name
+    text = (e.text or "").rstrip("\n")
+    caret = ""
+    if text and e.offset:
+        stripped = text.lstrip()
+        caret = "\n    " + " " * max(0, e.offset - 1 - (len(text) - len(stripped))) + "^"
+        text = stripped
+    where = f'  File "{e.filename}", line {e.lineno}\n    {text}{caret}' if text else ""
+    return {"status": "error", "type": type(e).__name__, "phase": "import", "where": where,
+            "message": f"{name} does not parse: {e.msg} (line {e.lineno})",
+            "hint": "Python cannot read the file, so none of its checks can run: fix that line "
+                    "(`python -m py_compile` on the file shows the same error)"}
+
+
 def _outcome_of(e: BaseException, code_dir: str, phase: str) -> dict:
     """What the report says about an exception (or an exit) raised by the code under test."""
+    if isinstance(e, SyntaxError) and str(e.filename or "").startswith(code_dir):
+        return syntax_error_outcome(e)
     where = _student_frames(e, code_dir)
     if isinstance(e, NotImplementedError):
         return {"status": "notimpl", "message": str(e) or "not implemented yet", "where": where,

@@ -15,16 +15,21 @@ def cmd_check(args) -> int:
     from rtp_course.checker import engine, report
     from rtp_course.course.impl import ImplError
     from rtp_course.runtime.launcher import LaunchError
+    from rtp_course.cli.progress import Bar
     start = time.perf_counter()
+    bar = Bar()
     try:
         results = engine.run(args.exercises or None, impl=args.impl, world_sizes=args.world_size,
                              hidden=args.hidden, dtype=args.dtype, timeout_scale=args.timeout_scale,
                              timeout=args.timeout,
                              backend=args.backend, only=args.only,
-                             progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+                             progress=None if args.quiet else bar)
     except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
+        bar.clear()
         print(f"rtp-course check: {e}", file=sys.stderr)
         return 2
+    finally:
+        bar.clear()
     print(report.text(results, verbose=args.verbose))
     print(f"\n  ({time.perf_counter() - start:.1f} s)")
     if args.json:
@@ -142,5 +147,12 @@ def _bench_args(b):
 
 def main(argv=None) -> int:
     args = build_parser(argv).parse_args(argv)
-    return args.func(args)
+    from rtp_course.runtime import quiet
+    quiet.torch_warnings()
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print(f"\nrtp-course {args.command}: interrupted; every process it started was stopped",
+              file=sys.stderr)
+        return 130
 

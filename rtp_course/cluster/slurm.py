@@ -73,8 +73,46 @@ def _job_environment(extra):
     return {**env, "RTP_COURSE": _course_command(), **extra}
 
 
+class Unsatisfiable(SlurmError):
+    """A request this cluster cannot run (GPUs it lacks, a partition it does not have)."""
+
+
+def _partition_gres(partition) -> dict:
+    """{partition: generic resources of its nodes} as sinfo lists them ({} if sinfo fails)."""
+    cmd = ["sinfo", "-h", "-o", "%P|%G"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in r.stdout.splitlines():
+        name, _, gres = line.partition("|")
+        found.setdefault(name.rstrip("*"), []).append(gres)
+    return found
+
+
+def _require_gpus(gpus, partition) -> None:
+    """Refuse before sbatch, in one sentence, a GPU job for a partition whose nodes have none
+    (sbatch's own answer is 'Invalid generic resource (gres) specification')."""
+    if not gpus:
+        return
+    found = _partition_gres(partition)
+    if not found:
+        if partition:
+            raise Unsatisfiable(f"Slurm has no partition '{partition}' (sinfo lists none by that name); "
+                             f"`sinfo -s` shows the partitions of this cluster")
+        return
+    with_gpus = [p for p, gres in found.items() if any("gpu" in g for g in gres)]
+    if partition and partition not in with_gpus or not partition and not with_gpus:
+        where = f"partition '{partition}'" if partition else "this cluster"
+        other = f"; partitions with GPUs: {', '.join(with_gpus)} (--partition)" if with_gpus else ""
+        raise Unsatisfiable(f"{where} has no GPUs (sinfo shows no 'gpu' resource on its nodes): "
+                         f"submit with --gpus 0 to run the check on CPUs with gloo{other}")
+
+
 def _sbatch(template, args, *, ntasks, gpus, time_limit, partition, account, qos,
             extra_sbatch, log, env):
+    _require_gpus(gpus, partition)
     cmd = ["sbatch", "--parsable", f"--ntasks={ntasks}", f"--gpus-per-task={1 if gpus else 0}",
            f"--output={log}"]
     cmd += [f"--time={time_limit}"] if time_limit else []
@@ -183,7 +221,8 @@ def add_submit_arguments(parser):
 
 
 def cli_submit(args):
-    """`rtp-course submit ...`: 0 when the job completed and its checks passed, 1 if not, 2 without Slurm."""
+    """`rtp-course submit ...`: 0 when the job completed and its checks passed, 1 if not, 2 without
+    Slurm or for a request the cluster cannot run."""
     try:
         if args.what in ("status", "cancel"):
             job = Job.attach(args.names[0])
@@ -203,7 +242,10 @@ def cli_submit(args):
     except SlurmNotFound as e:
         print(e, file=sys.stderr)
         return 2
-    except (SlurmError, ValueError) as e:
+    except (Unsatisfiable, ValueError) as e:
+        print(f"rtp-course submit: {e}", file=sys.stderr)
+        return 2
+    except SlurmError as e:
         print(f"rtp-course submit: {e}", file=sys.stderr)
         return 1
     print(f"submitted Slurm job {job.job_id}; log: {job.log}")

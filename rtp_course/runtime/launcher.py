@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import reaper
+from rtp_course.runtime import quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -70,6 +70,8 @@ class WorkerInfo:
     rundir: str
     pg_timeout: float
     mark: str = ""
+    stderr_to_file: bool = True
+    course_env: dict | None = None  # the parent's RTP_COURSE_* now: a forkserver's are stale
 
 
 def default_backend(world_size: int = 1) -> str:
@@ -101,11 +103,36 @@ def _dump_stack_on_sigusr1(rundir: str, rank: int) -> None:
     faulthandler.register(signal.SIGUSR1, file=fh, all_threads=False)
 
 
+def _quiet_stderr(path: Path) -> None:
+    """The rank's stderr (torch's warnings, gloo's C++ log lines, an abort's message) goes to a
+    file of the run: what a person reads is the report, which quotes it when a rank crashed.
+    At the file-descriptor level, because Jupyter shows its children's fd 2 in the cell."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    quiet.torch_warnings(everywhere=True)
+
+
+def stderr_tail(rundir: Path, rank: int, lines: int = 4) -> str:
+    """The last lines a rank wrote to its stderr (empty if none), without blank lines."""
+    try:
+        text = (Path(rundir) / f"stderr.{rank}.txt").read_text(errors="replace")
+    except OSError:
+        return ""
+    kept = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    return "\n".join(kept[-lines:])
+
+
 def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
     os.environ[reaper.MARK_ENV] = info.mark
+    for key in [k for k in os.environ if k.startswith("RTP_COURSE_")]:
+        del os.environ[key]
+    os.environ.update(info.course_env or {})
     rundir = Path(info.rundir)
+    if info.stderr_to_file:
+        _quiet_stderr(rundir / f"stderr.{rank}.txt")
     private = rundir / f"tmp.{rank}"           # this rank's temp files go with the run
     private.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = tempfile.tempdir = str(private)
@@ -213,7 +240,8 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
-                      pg_timeout=timeout + 60, mark=mark)
+                      pg_timeout=timeout + 60, mark=mark,
+                      course_env={k: v for k, v in os.environ.items() if k.startswith("RTP_COURSE_")})
     ctx = None
     try:
         with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
@@ -274,7 +302,8 @@ def _first_failure(rundir: Path, processes, reported: int) -> tuple[int, str, in
         _, rank, trace = min(original)
         return rank, trace.strip(), processes[rank].exitcode
     code = processes[reported].exitcode
-    return reported, died_how(code), code
+    said = stderr_tail(rundir, reported)
+    return reported, died_how(code) + (f"; it printed:\n{said}" if said else ""), code
 
 
 def died_how(code: int | None) -> str:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
+from rtp_course.course import EXERCISES
 from rtp_course.course.todo import from_traceback
 from rtp_course.runtime.launcher import RankFailed, RankHung, launch
 
@@ -27,8 +29,27 @@ SKIPPED = "[demo skipped]"
 FAILED = "[demo failed]"
 
 
-def _last_lines(text: str, n: int = 12) -> str:
-    return "\n".join(text.strip().splitlines()[-n:])
+_PEER_LEFT = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def short_failure(trace: str) -> str:
+    """A rank's failure in a few lines: the exception and where in exercise code it was raised
+    (not torch's or gloo's frames)."""
+    lines = trace.strip().splitlines()
+    if not lines:
+        return "it ended without saying why"
+    last = lines[-1].strip()
+    if any(m in last for m in _PEER_LEFT):
+        last = ("another rank left a collective this rank was waiting in (every rank must make "
+                "the same collective calls in the same order)")
+    elif not lines[0].startswith("Traceback"):
+        return last                                   # a crash: how the process died
+    frames = [m for m in _FRAME_TB.finditer(trace) if Path(m["path"]).stem in EXERCISES]
+    where = "".join(f"\n    at {Path(m['path']).name}:{m['line']} in {m['func']}()" for m in frames[-2:])
+    return last + where
+
+
+_FRAME_TB = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
 def run_demo(fn, world_size: int, *args, needs: str = "", timeout: float = 90.0):
@@ -45,8 +66,8 @@ def run_demo(fn, world_size: int, *args, needs: str = "", timeout: float = 90.0)
             print(f"{SKIPPED} this demo runs your {needs or 'exercise code'}, which is not "
                   f"implemented yet:\n    {todo}\nImplement it, then run this cell again.")
         else:
-            print(f"{FAILED} rank {e.rank} raised an exception (run the check cell for a "
-                  f"diagnosis):\n{_last_lines(e.traceback)}")
+            print(f"{FAILED} rank {e.rank}: {short_failure(e.traceback)}\n"
+                  f"(the check cell of this exercise gives the full diagnosis)")
     except RankHung as e:
         print(f"{FAILED} rank(s) {e.stuck} were still running after {e.timeout:.0f} s "
               f"(a deadlock?). Where they waited:")
