@@ -88,8 +88,9 @@ def main(argv=None) -> int:
             missing = collect(student, course, a)
             note = f" (missing: {', '.join(missing)})" if missing else ""
             print(f"{student.name}/{a}{note}")
-    print(f"{len(students)} student(s) -> {course / 'submitted'}; next: nbgrader autograde "
-          + " ".join(assignments))
+    print(f"{len(students)} student(s) -> {course / 'submitted'}; next (nbgrader takes one "
+          f"assignment per command):\n" + "\n".join(
+              f"    nbgrader autograde {a} && rtp-course grade {a}" for a in assignments))
     return 0
 
 

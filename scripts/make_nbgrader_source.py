@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     for name, nbs in plan.items():
         folder = make_assignment(course, name, nbs)
         print(f"{folder}: {', '.join(nb.name for nb in nbs)} + rtp_course/ stubs")
-    print("next: nbgrader generate_assignment " + " ".join(plan))
+    # nbgrader takes one assignment per command
+    print("next:\n" + "\n".join(f"    nbgrader generate_assignment {a}" for a in plan))
     return 0
 
 

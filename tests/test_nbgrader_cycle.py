@@ -200,11 +200,17 @@ def cycle(tmp_path_factory):
                          "--world-size", *map(str, WORLD_SIZES)).stdout
     seconds["rtp-course grade, all"] = time.perf_counter() - start
     _nbgrader(course, "export", "--to", str(tmp / "grades.csv"))
+    from rtp_course.instructor.grade_code import graded_cells
+    comm_assignment = next(a for a in stems if any(c.exercise == "comm" for c in graded_cells(course, a)))
+    start = time.perf_counter()
+    _nbgrader(course, "generate_feedback", comm_assignment)
+    seconds[f"generate_feedback {comm_assignment}"] = time.perf_counter() - start
     with open(tmp / "grades.csv") as fh:
         rows = list(csv.DictReader(fh))
     print("\nautograde seconds per submission (world sizes %s): %s"
           % (WORLD_SIZES, json.dumps({k: round(v, 1) for k, v in seconds.items()})))
     return dict(course=course, stems=stems, notebooks=notebooks, rows=rows, seconds=seconds,
+                comm_assignment=comm_assignment,
                 cells=_cell_scores(course, stems), outputs=_cell_outputs(course, stems),
                 graded=graded, leftovers=_leftovers(course))
 
@@ -319,13 +325,29 @@ def test_grade_cells_write_no_stderr(cycle):
             assert not [o for o in outputs if o.get("name") == "stderr"], (student, key, outputs)
 
 
-def test_notebook_grading_cells_award_nothing_themselves(cycle):
-    """While autograding, grade() in the notebook says the points come from outside."""
+def test_grading_cells_show_the_report_of_the_code_graded_outside(cycle):
+    """`rtp-course grade` puts each exercise's points and report in its grading cell (where the
+    notebook's own grade() awarded nothing), so nbgrader's feedback shows them."""
     for student, cells in cycle["outputs"].items():
         for key, outputs in cells.items():
             text = "".join(o.get("text", "") for o in outputs)
-            if student != "mallory":
-                assert "computed by the checker outside this notebook" in text, (student, key, text)
+            score, top, ex, _ = cycle["cells"][student][key]
+            assert text.startswith(f"{ex}: {score:g} of {top:g} points for your code"), (student, key, text)
+
+
+def test_feedback_shows_the_diagnosis_wrapped_and_without_the_graders_paths(cycle):
+    from rtp_course.instructor.grade_code import FEEDBACK_WIDTH
+    course = cycle["course"]
+    pages = list((course / "feedback" / "mallory" / cycle["comm_assignment"]).glob("*.html"))
+    assert pages, list((course / "feedback").rglob("*"))
+    page = pages[0].read_text()
+    assert "FAIL" in page and "comm.Duplication" in page and "points for your code" in page, page[-3000:]
+    assert str(course) not in page and str(ROOT) not in page
+    for student in STUDENTS:
+        for report in (course / "checks" / student).rglob("*.txt"):
+            text = report.read_text()
+            assert str(course) not in text and str(ROOT) not in text, text
+            assert max(map(len, text.splitlines())) <= FEEDBACK_WIDTH, text
 
 
 def test_notebook_cells_cannot_write_the_installed_course(cycle):
@@ -361,3 +383,14 @@ def test_autograde_kept_the_students_modules(cycle):
 
 def test_no_process_left_behind(cycle):
     assert cycle["leftovers"] == []
+
+
+def test_the_reference_notebooks_run_clean_in_the_grading_kernel(cycle):
+    """Every cell of alice's notebooks (demos included) ran without an error in the confined
+    kernel, whose temporary directory must stay short enough for multiprocessing's sockets."""
+    for nb_path in sorted((cycle["course"] / "autograded" / "alice").rglob("*.ipynb")):
+        for cell in nbformat.read(nb_path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                text = out.get("text", "") + " ".join(out.get("traceback", []))
+                assert out.get("output_type") != "error" and "Traceback" not in text, (
+                    nb_path.name, cell.source[:200], text[-2000:])

@@ -245,8 +245,10 @@ def test_edition_has_no_grading_code_and_finds_no_hidden_checks(edition):
 def test_readme_commands_work(edition):
     readme = (edition / "README.md").read_text()
     for cmd in ('pip install -e ".[dev]"', "jupyter lab", "rtp-course check comm",
-                "rtp-course submit check comm", "python -m pytest -q"):
+                "rtp-course submit check comm", "python -m pytest -q", "conda env create",
+                "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"):
         assert cmd in readme, cmd
+    assert "pip install torch " not in readme and "pip install torch\n" not in readme, readme
     env = _env(edition)
     for args in (["submit", "check", "--help"], ["info"]):
         r = subprocess.run([sys.executable, "-m", "rtp_course.cli", *args], capture_output=True,

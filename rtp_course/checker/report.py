@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections import OrderedDict
 
 from rtp_course import course
@@ -27,7 +28,22 @@ def where_taught(r: Result) -> str:
     return f"task {r.task}, notebook {ex.notebook_number} section {ex.task(r.task).section}"
 
 
-def text(results: list[Result], verbose: bool = False) -> str:
+def text(results: list[Result], verbose: bool = False, width: int | None = None) -> str:
+    """The report; with `width`, long lines wrap under their own indentation (for pages, such
+    as nbgrader's feedback, that would otherwise cut them at the right edge)."""
+    body = _text(results, verbose)
+    return body if width is None else "\n".join(_wrap(line, width) for line in body.splitlines())
+
+
+def _wrap(line: str, width: int) -> str:
+    if len(line) <= width:
+        return line
+    indent = " " * (len(line) - len(line.lstrip()))
+    return textwrap.fill(line.strip(), width, initial_indent=indent,
+                         subsequent_indent=indent + "  ", break_on_hyphens=False)
+
+
+def _text(results: list[Result], verbose: bool) -> str:
     lines = []
     for (ex, name), rs in by_check(results).items():
         bad = [r for r in rs if not r.passed]

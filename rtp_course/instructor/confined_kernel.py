@@ -36,9 +36,13 @@ def write_kernelspec(jupyter_dir: Path) -> Path:
 def main(argv: list[str]) -> None:
     import atexit
     import shutil
+    from rtp_course.runtime import reaper
     connection_file = argv[argv.index("-f") + 1]
-    # Inside the submission folder, so that the confined kernel can remove it when it ends.
-    private = tempfile.mkdtemp(prefix=".rtp-kernel-tmp-", dir=os.getcwd())
+    # A short path in the system's temp dir: multiprocessing puts its sockets in it (AF_UNIX
+    # paths have at most 107 bytes). The guardian, started before the kernel confines itself,
+    # removes it if the kernel is killed; the kernel removes it when it ends.
+    reaper.ensure_guardian()
+    private = tempfile.mkdtemp(prefix=reaper.temp_prefix("kernel"))
     atexit.register(shutil.rmtree, private, True)
     for var in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "TMPDIR"):
         os.environ[var] = private

@@ -18,13 +18,15 @@ gradebook, in checks/<student>/<assignment>/<exercise>.txt.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import sys
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from rtp_course.checker import report
 from rtp_course.course import EXERCISES
 
 GRADE_CALL = re.compile(r"""grade\(\s*["'](\w+)["']""")
@@ -68,8 +70,41 @@ def grade_student(course: Path, assignment: str, student: str, cells, world_size
                     world_sizes=world_sizes, quiet=True, grading=True)
         points[cell.grade_id] = round(cell.points * rep.score(cell.exercise), 2)
         (out_dir / f"{cell.exercise}.txt").write_text(
-            f"{cell.exercise}: {points[cell.grade_id]} of {cell.points:g} points\n\n{rep}\n")
+            f"{cell.exercise}: {points[cell.grade_id]:g} of {cell.points:g} points for your code\n\n"
+            f"{student_view(report.text(rep.results, width=FEEDBACK_WIDTH), impl)}\n")
     return points
+
+
+FEEDBACK_WIDTH = 92   # characters: nbgrader's feedback page shows outputs unwrapped
+
+
+def student_view(text: str, impl: Path) -> str:
+    """Paths as the student knows them: their modules as rtp_course/<module>.py, torch's and
+    the course's files by their place in the package, never the grader's directories."""
+    import rtp_course
+    text = text.replace(f"{impl}{os.sep}", f"rtp_course{os.sep}")
+    text = text.replace(f"{Path(rtp_course.__file__).resolve().parent.parent}{os.sep}", "")
+    return re.sub(r"/[^\s\"']*/site-packages/", "", text)
+
+
+def write_feedback(course: Path, assignment: str, student: str, cells, points: dict) -> None:
+    """Put each exercise's report in its grading cell of the autograded notebook, where
+    `nbgrader generate_feedback` shows it to the student beside the points."""
+    import nbformat
+    for notebook in {c.notebook for c in cells}:
+        path = course / "autograded" / student / assignment / f"{notebook}.ipynb"
+        if not path.exists():
+            continue
+        nb = nbformat.read(path, as_version=4)
+        by_id = {c.grade_id: c for c in cells if c.notebook == notebook}
+        for cell in nb.cells:
+            graded = by_id.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
+            if graded is None or cell.cell_type != "code":
+                continue
+            report_file = course / "checks" / student / assignment / f"{graded.exercise}.txt"
+            text = report_file.read_text() if report_file.exists() else ""
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+        nbformat.write(nb, path)
 
 
 def write_gradebook(course: Path, assignment: str, student: str, cells, points: dict) -> list[str]:
@@ -99,6 +134,7 @@ def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1
 
     def log_one(student, points):
         missing = write_gradebook(course, assignment, student, cells, points)
+        write_feedback(course, assignment, student, cells, points)
         note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
         log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
                                                   for c in cells) + note)

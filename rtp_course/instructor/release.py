@@ -142,11 +142,15 @@ def student_readme(out: Path) -> str:
     notebooks = "\n".join(f"* `notebooks/{nb.name}`: {_title(nb)}" for nb in nbs) or "* (none yet)"
     env = out / "environment.yml"
     name = re.search(r"^name:\s*(\S+)", env.read_text(), re.M) if env.exists() else None
-    conda = (f"\nOr, on a cluster with conda (this also installs the course): `conda env create -f "
-             f"environment.yml && conda activate {name.group(1)}`\n" if name else "")
+    torch_pin = re.search(r"^\s*-\s*(torch==\S+)", env.read_text(), re.M) if env.exists() else None
+    torch_pin = torch_pin.group(1) if torch_pin else "torch"
+    gpu = (f"\n    conda env create -f environment.yml && conda activate {name.group(1)}\n\n"
+           f"(`environment.yml` installs {torch_pin} and the course) or, without conda, the "
+           f"commands above without `--index-url`.\n" if name else
+           f"\n    pip install {torch_pin} && pip install -e \".[dev]\"\n")
     tests = ("\n## Tests of the given code\n\n    python -m pytest -q\n"
              if list((out / "tests").rglob("test_*.py")) else "")
-    return STUDENT_README.format(notebooks=notebooks, conda=conda, tests=tests,
+    return STUDENT_README.format(notebooks=notebooks, torch=torch_pin, gpu=gpu, tests=tests,
                                  modules=", ".join(f"`{m}.py`" for m in EXERCISES))
 
 
@@ -161,11 +165,18 @@ a laptop CPU (gloo, several processes) and on a Slurm GPU cluster (NCCL).
 
 ## Set up
 
+On a laptop or any machine without a GPU (the CPU build of the torch the
+course is tested with; a plain `pip install torch` would fetch a CUDA build of
+several GB):
+
     python3 -m venv .venv && source .venv/bin/activate
-    pip install torch          # a laptop without a GPU: add --index-url https://download.pytorch.org/whl/cpu
+    pip install {torch} --index-url https://download.pytorch.org/whl/cpu
     pip install -e ".[dev]"
     rtp-course info            # torch, backend, GPUs, Slurm
-{conda}
+
+On a GPU machine or cluster, the same torch from PyPI, which is built for CUDA
+(NCCL included):
+{gpu}
 ## Work
 
     jupyter lab

@@ -188,7 +188,10 @@ def _own_multiprocessing_tempdir() -> None:
     from multiprocessing import process, util
     config = process.current_process()._config
     if config.get("tempdir") is None:
-        path = tempfile.mkdtemp(prefix=reaper.temp_prefix("mp"))
+        base = tempfile.gettempdir()
+        if len(base) > 60 and os.access("/tmp", os.W_OK):  # its sockets' paths: 107 bytes at most
+            base = "/tmp"
+        path = tempfile.mkdtemp(prefix=reaper.temp_prefix("mp"), dir=base)
         util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
         config["tempdir"] = path
 
