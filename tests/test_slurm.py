@@ -5,10 +5,13 @@ so its minute (Slurm's smallest limit, enforced every 30 s) overlaps the others.
 """
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +203,89 @@ def test_job_past_its_time_limit_ends_timeout(slurm_cluster, timeout_job):
     text = timeout_job.summary()
     assert "TIMEOUT: reached its time limit (00:01:00)" in text
     assert "DUE TO TIME LIMIT" in text  # slurmstepd's line, from the log's tail
+
+
+@pytest.fixture
+def venv_on_path(monkeypatch):
+    """nbgrader's gradebook runs `alembic` from the PATH: this Python's scripts first."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def _small_class(tmp_path, students):
+    """A grading directory with one assignment graded by grade("comm") (3 points), one
+    submission per student ({name: (old, new) edit of solutions/comm.py or None}) and a
+    gradebook that knows them, as `nbgrader autograde` would have left it."""
+    import nbformat
+    from nbgrader.api import Gradebook
+    course, a = tmp_path / "course", "03_tp_communication"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('grade("comm")', metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "grade_id": "comm-code", "points": 3}})]
+    (course / "source" / a).mkdir(parents=True)
+    nbformat.write(nb, course / "source" / a / f"{a}.ipynb")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        gb.add_assignment(a)
+        gb.add_notebook(a, a)
+        gb.add_grade_cell("comm-code", a, a, max_score=3, cell_type="code")
+        for student, edit in students.items():
+            impl = course / "submitted" / student / a / "rtp_course"
+            shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
+            if edit:
+                text = (impl / "comm.py").read_text()
+                assert edit[0] in text
+                (impl / "comm.py").write_text(text.replace(edit[0], edit[1], 1))
+            gb.add_student(student)
+            gb.add_submission(a, student)
+    return course, a
+
+
+def _gradebook_scores(course, a, students):
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        return {s: gb.find_grade("comm-code", a, a, s).auto_score for s in students}
+
+
+def test_class_graded_as_a_slurm_array_matches_local_grading(slurm_cluster, tmp_path, venv_on_path):
+    """One array task per student on the real cluster; the gradebook gets the same points as
+    a local `rtp-course grade --jobs 2`, and each student's report."""
+    if real_course_command() is None:
+        pytest.skip("the rtp-course CLI is not installed (pip install -e .)")
+    students = {"alice": None, "mallory": ("        dist.all_reduce(grad, group=ctx.group)", "        pass"),
+                "sam": ("def duplicate(x, group=None):", "def duplicate(x, group=None:")}
+    course, a = _small_class(tmp_path, students)
+    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), RTP_COURSE=real_course_command())
+
+    def grade(*args):
+        r = subprocess.run([real_course_command(), "grade", a, "--world-size", "2", *args], env=env,
+                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    assert subprocess.run([real_course_command(), "seal"], env=env, capture_output=True).returncode == 0
+    out = grade("--slurm", "--time", "00:05:00")
+    assert "Slurm array" in out and "3 task(s)" in out, out
+    on_slurm = _gradebook_scores(course, a, students)
+    reports = {s: (course / "checks" / s / a / "comm.txt").read_text() for s in students}
+    logs = sorted((course / "slurm" / a).glob("rtp-grade-*_*.out"))
+    assert len(logs) == 3, logs
+    assert on_slurm["alice"] == 3 and 0 < on_slurm["mallory"] < 3 and on_slurm["sam"] == 0, (on_slurm, out)
+    assert "FAIL  [E2.1] comm.Duplication" in reports["mallory"], reports["mallory"]
+    assert "comm.py does not parse" in reports["sam"], reports["sam"]
+
+    out = grade("--jobs", "2")
+    assert _gradebook_scores(course, a, students) == on_slurm, out
+    assert "alice/03_tp_communication: comm 3/3" in out, out
+
+
+def test_merge_reports_a_student_whose_task_left_nothing(slurm_cluster, tmp_path, capsys, venv_on_path):
+    from rtp_course.instructor import grade_slurm
+    course, a = _small_class(tmp_path, {"alice": None, "bob": None})
+    (course / "checks" / "alice" / a).mkdir(parents=True)
+    grade_slurm.points_file(course, "alice", a).write_text('{"comm-code": 3.0}')
+    (course / "checks" / "alice" / a / "comm.txt").write_text("comm: 3 of 3 points for your code\n")
+    got = grade_slurm.merge(course, a, ["alice", "bob"])
+    assert got == {"alice": {"comm-code": 3.0}}
+    out = capsys.readouterr().out
+    assert "bob/03_tp_communication: no result from its array task" in out
+    assert f"rtp-course grade {a} --student bob" in out
+    assert _gradebook_scores(course, a, ["alice"]) == {"alice": 3.0}

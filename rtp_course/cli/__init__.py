@@ -114,8 +114,23 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
                                      "(instructor edition; after nbgrader autograde)")
     g.add_argument("assignments", nargs="+", metavar="ASSIGNMENT")
     g.add_argument("--student", nargs="+", metavar="ID", help="only these students (default: all)")
-    g.add_argument("--jobs", type=int, default=1, metavar="N", help="submissions graded at once")
+    g.add_argument("--jobs", type=int, metavar="N",
+                   help="submissions graded at once on this machine (default: one per core)")
     g.add_argument("--world-size", type=int, nargs="+", metavar="N", help="default: 1 2 3 4")
+    cl = g.add_argument_group("a class on Slurm: one array task per student")
+    cl.add_argument("--slurm", action="store_true", help="grade as a Slurm job array, then write the gradebook")
+    cl.add_argument("--no-wait", action="store_true", help="submit the array and return")
+    cl.add_argument("--merge", action="store_true", help="write what a finished array left into the gradebook")
+    cl.add_argument("--gpus", type=int, default=0, help="GPUs per task (4: NCCL at world sizes 1-4; default 0, CPU)")
+    cl.add_argument("--max-running", type=int, metavar="K", help="at most K tasks at once")
+    cl.add_argument("--time", default="00:20:00", help="time limit per task (default 00:20:00)")
+    cl.add_argument("--partition")
+    cl.add_argument("--account")
+    cl.add_argument("--qos")
+    cl.add_argument("--sbatch", action="append", default=[], metavar="OPTION", help="extra sbatch option")
+    cl.add_argument("--setup", help="shell code each task runs first (module load ...; source ...)")
+    g.add_argument("--array-task", type=int, help=argparse.SUPPRESS)     # set by instructor/grade.sbatch
+    g.add_argument("--students-file", help=argparse.SUPPRESS)
     g.set_defaults(func=_delegate("rtp_course.instructor.grade_code", "cli_grade"))
 
     sl = sub.add_parser("seal", help="record the grader's files, which `grade` then verifies "

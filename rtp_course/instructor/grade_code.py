@@ -22,11 +22,12 @@ import multiprocessing
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 from rtp_course.checker import report
+from rtp_course.cluster.job import SlurmError
 from rtp_course.course import EXERCISES
 
 GRADE_CALL = re.compile(r"""grade\(\s*["'](\w+)["']""")
@@ -123,6 +124,21 @@ def write_gradebook(course: Path, assignment: str, student: str, cells, points: 
     return missing
 
 
+def record(course: Path, assignment: str, student: str, cells, points: dict, log=print) -> None:
+    """One student's points into the gradebook, the reports into the feedback, a line to `log`."""
+    missing = write_gradebook(course, assignment, student, cells, points)
+    write_feedback(course, assignment, student, cells, points)
+    note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
+    log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
+                                              for c in cells) + note)
+
+
+def default_jobs() -> int:
+    """Submissions graded at once on this machine: each runs up to 4 ranks, which spend much
+    of a check starting up and waiting on each other, so two per core pair fill the cores."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1, world_sizes=None,
                      log=print) -> dict:
     """{student: {grade_id: points}} for every (or the named) student of the assignment."""
@@ -131,31 +147,24 @@ def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1
         raise ValueError(f"no grading cell of {course / 'source' / assignment} calls grade(<exercise>)")
     found = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}"))
     students = [s for s in found if not students or s in students]
-
-    def log_one(student, points):
-        missing = write_gradebook(course, assignment, student, cells, points)
-        write_feedback(course, assignment, student, cells, points)
-        note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
-        log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
-                                                  for c in cells) + note)
-
     out = {}
     if jobs <= 1:
         for student in students:
             out[student] = grade_student(course, assignment, student, cells, world_sizes)
-            log_one(student, out[student])
+            record(course, assignment, student, cells, out[student], log)
         return out
     # Processes, not threads: the serial references seed torch's global generator, so two
     # gradings in one process would draw each other's weights. The gradebook (SQLite) is
-    # written here only, one student at a time.
+    # written here only, one student at a time, in the order they finish.
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {s: pool.submit(grade_student, course, assignment, s, cells, world_sizes)
+        futures = {pool.submit(grade_student, course, assignment, s, cells, world_sizes): s
                    for s in students}
-        for student, fut in futures.items():
+        for fut in as_completed(futures):
+            student = futures[fut]
             out[student] = fut.result()
-            log_one(student, out[student])
-    return out
+            record(course, assignment, student, cells, out[student], log)
+    return {s: out[s] for s in students}
 
 
 def cli_grade(args) -> int:
@@ -164,9 +173,21 @@ def cli_grade(args) -> int:
     course = grading_dir()
     try:
         verify(course)
+        if args.array_task is not None:          # inside a task of `--slurm`'s job array
+            from rtp_course.instructor import grade_slurm
+            grade_slurm.run_task(course, args.assignments[0], args.students_file, args.array_task,
+                                 args.world_size)
+            return 0
         for assignment in args.assignments:
-            grade_assignment(course, assignment, students=args.student, jobs=args.jobs,
-                             world_sizes=args.world_size)
+            if args.slurm or args.merge:
+                from rtp_course.instructor import grade_slurm
+                grade_slurm.cli(args, course, assignment)
+            else:
+                grade_assignment(course, assignment, students=args.student,
+                                 jobs=args.jobs or default_jobs(), world_sizes=args.world_size)
+    except SlurmError as e:
+        print(f"rtp-course grade: {e}", file=sys.stderr)
+        return 1
     except (ValueError, OSError, AlteredGrader) as e:
         print(f"rtp-course grade: {e}", file=sys.stderr)
         return 2

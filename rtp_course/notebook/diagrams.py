@@ -1,5 +1,8 @@
-"""Pictures of who holds which block, for notebooks 04 to 08. Nothing here communicates.
+"""Pictures of who holds what and where it is communicated, for notebooks 02 to 08.
+Nothing here communicates.
 
+* ``data_parallel_step``: replicas, local gradients, the all-reduce, the identical step (02).
+* ``tp_mlp``: the column-then-row split MLP with Megatron's f and g around it (03).
 * ``weight_split``: parameter matrices cut in blocks, each block coloured by the rank
   that holds it (grey: replicated on every rank); head boundaries as thin lines.
 * ``ring_steps``: what every rank holds after each rotation, coloured by where it came from.
@@ -45,6 +48,76 @@ def _matrix(ax, x, y, rows, cols, split, world, label, heads=None, scale=1.0):
                 ax.plot([x + k * w / heads] * 2, [y - h, y], color="white", linewidth=0.6)
     ax.text(x + w / 2, y + 0.25, label, ha="center", va="bottom", fontsize=9)
     return w
+
+
+def _box(ax, x, y, w, h, text, color, text_color="white", size=9):
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.03", facecolor=color,
+                                edgecolor="#333333"))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", color=text_color, fontsize=size)
+
+
+def _arrow(ax, x0, y0, x1, y1):
+    ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
+                arrowprops=dict(arrowstyle="->", color="#333333", linewidth=1.2))
+
+
+def data_parallel_step(world_size=2, in_hooks=False, ax=None):
+    """One data-parallel step, a column per rank: its own slice of the batch, the same weights,
+    its own gradient; one all-reduce averages the gradients; every rank then takes the same
+    step. `in_hooks`: the all-reduce runs in gradient hooks, during the backward."""
+    n, col, w = world_size, 3.0, 2.5
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 2.6 * n, 4.6))
+    rows = [(5.0, lambda r: f"batch slice {r}\n(B/{n} samples)", _color, "white"),
+            (4.0, lambda r: "model replica\nthe same W", lambda r: REPLICATED, "black"),
+            (3.0, lambda r: f"backward: local\ngradient g{r}", _color, "white"),
+            (1.0, lambda r: "the same mean\ngradient g", lambda r: REPLICATED, "black"),
+            (0.0, lambda r: "optimizer step:\nthe same new W", lambda r: REPLICATED, "black")]
+    for r in range(n):
+        x = r * col
+        for y, text, color, ink in rows:
+            _box(ax, x, y, w, 0.7, text(r), color(r), ink)
+        for y0, y1 in ((5.0, 4.7), (4.0, 3.7), (3.0, 2.55), (2.0, 1.7), (1.0, 0.7)):
+            _arrow(ax, x + w / 2, y0, x + w / 2, y1)
+        ax.text(x + w / 2, 5.95, f"rank {r}", ha="center", fontsize=10, color=_color(r),
+                fontweight="bold")
+    when = "in gradient hooks, while backward goes on" if in_hooks else "after backward"
+    _box(ax, 0, 2.0, (n - 1) * col + w, 0.55,
+         f"all-reduce (sum) of g0 ... g{n - 1}, then / {n}   ({when})", "white", "black", 10)
+    ax.set_xlim(-0.2, (n - 1) * col + w + 0.2)
+    ax.set_ylim(-0.2, 6.3)
+    ax.axis("off")
+    return ax
+
+
+def tp_mlp(world_size=2, ax=None):
+    """Y = GeLU(X A), Z = Y B split over ranks: A by columns, B by rows. f before the split
+    (forward: identity, backward: all-reduce), g after it (forward: all-reduce, backward:
+    identity); every rank ends with the whole Z."""
+    n, row = world_size, 1.3
+    height = n * row
+    if ax is None:
+        _, ax = plt.subplots(figsize=(13, 1.2 + 1.1 * n))
+    mid = height / 2 - 0.45
+    _box(ax, 0, mid, 1.6, 0.9, "X [b, d]\nreplicated", REPLICATED, "black")
+    _box(ax, 2.2, 0, 1.7, height - 0.4, "f\nforward: identity\nbackward:\nall-reduce", "white", "black")
+    _box(ax, 9.7, 0, 1.8, height - 0.4, "g\nforward:\nall-reduce\nbackward:\nidentity", "white", "black")
+    _box(ax, 12.1, mid, 1.6, 0.9, "Z [b, d]\nreplicated", REPLICATED, "black")
+    _arrow(ax, 1.6, mid + 0.45, 2.2, mid + 0.45)
+    _arrow(ax, 11.5, mid + 0.45, 12.1, mid + 0.45)
+    for r in range(n):
+        y = (n - 1 - r) * row
+        _box(ax, 4.4, y, 2.3, 0.9, f"rank {r}\nY{r} = GeLU(X A{r})\nA{r}: columns {r} of A", _color(r))
+        _box(ax, 7.1, y, 2.2, 0.9, f"Z{r} = Y{r} B{r}\nB{r}: rows {r} of B\n(a partial sum)", _color(r))
+        _arrow(ax, 3.9, y + 0.45, 4.4, y + 0.45)
+        _arrow(ax, 6.7, y + 0.45, 7.1, y + 0.45)
+        _arrow(ax, 9.3, y + 0.45, 9.7, y + 0.45)
+    ax.text(6.85, height - 0.1, "no communication between f and g: each rank works on its own shard",
+            ha="center", fontsize=9, style="italic")
+    ax.set_xlim(-0.2, 13.9)
+    ax.set_ylim(-0.3, height + 0.2)
+    ax.axis("off")
+    return ax
 
 
 def weight_split(parts, world_size, title="", ax=None, gap=1.2):

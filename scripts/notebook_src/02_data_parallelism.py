@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DistributedSampler
 
-from rtp_course.notebook import plots
+from rtp_course.notebook import diagrams, plots
 from rtp_course.training.data import rank_batch
 from rtp_course.notebook.demos import data_parallel as demo
 from rtp_course.notebook.demos import run_demo, show_source
@@ -113,6 +113,16 @@ for epoch in (0, 1):
 # %% [markdown]
 # ## 3. Task E1.1 · `average_gradients`
 #
+# One step of data parallelism, for 2 ranks: each holds a **replica** of the same model and reads
+# its own slice of the batch, so each computes a different **local gradient**. One **all-reduce**
+# sums them (then divide by $N$); with the same mean gradient, every rank takes the **same step**
+# and the replicas stay identical.
+
+# %%
+diagrams.data_parallel_step(2)
+plt.show()
+
+# %% [markdown]
 # In **`rtp_course/data_parallel.py`**, implement
 #
 # ```python
@@ -146,8 +156,15 @@ if out is not None:
 # ## 4. Task E1.2 · `DataParallel`
 #
 # Calling `average_gradients` by hand works, but is easy to forget and cannot overlap
-# communication with the rest of the backward pass. Real DDP hides it inside the model. Implement
-# the class `DataParallel(module, group=None)` in the same file:
+# communication with the rest of the backward pass. Real DDP hides it inside the model: the same
+# step, with each gradient's all-reduce started by a hook as soon as backward has produced it.
+
+# %%
+diagrams.data_parallel_step(2, in_hooks=True)
+plt.show()
+
+# %% [markdown]
+# Implement the class `DataParallel(module, group=None)` in the same file:
 #
 # **Construction.** Make all ranks start from rank 0's weights: `dist.broadcast` every parameter
 # **and buffer** (e.g. batch-norm running statistics) of `module` from the first rank of the

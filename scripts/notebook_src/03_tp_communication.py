@@ -27,8 +27,10 @@
 # You will edit **`rtp_course/comm.py`**.
 
 # %%
+import matplotlib.pyplot as plt
 import torch
 
+from rtp_course.notebook import diagrams
 from rtp_course.notebook.demos import run_demo, show_source
 from rtp_course.notebook.demos import tp_comm as demo
 from rtp_course.course.impl import default_impl
@@ -67,6 +69,14 @@ print("exercise code under test:", default_impl())
 # %% [markdown]
 # ## 2. Task E2.1 · $f$ (`Duplication`) and $g$ (`AllReduce`)
 #
+# The split MLP with its two communication points, for 2 ranks: $f$ where the replicated input
+# enters the split part, $g$ where the partial sums leave it.
+
+# %%
+diagrams.tp_mlp(2)
+plt.show()
+
+# %% [markdown]
 # ### The backward of $g$: the identity
 #
 # $g$ computes $Z = \sum_r Z_r$. The derivative of a sum with respect to one of its terms is the
@@ -136,8 +146,17 @@ show("all_reduce")
 #
 # ## 3. Task E2.2 · `AllGather` and `Split`
 #
-# Sometimes a tensor is split along a dimension and a layer needs all of it, or the reverse. With
-# the ranks' slices $x_0, \dots, x_{N-1}$ along dimension `dim`:
+# Sometimes a tensor is split along a dimension and a layer needs all of it, or the reverse. On
+# 2 ranks, along the last dimension: `split` keeps rank $r$'s block of a replicated tensor (no
+# communication), `all_gather` puts every rank's block back together on every rank.
+
+# %%
+diagrams.weight_split([("x, replicated", 3, 8, None, None), ("split(x)", 3, 8, 1, None),
+                       ("all_gather(split(x))", 3, 8, None, None)], 2, gap=2.5)
+plt.show()
+
+# %% [markdown]
+# With the ranks' slices $x_0, \dots, x_{N-1}$ along dimension `dim`:
 #
 # **`AllGather`**: forward $y = \mathrm{cat}(x_0, \dots, x_{N-1})$ along `dim`, replicated. Each
 # $x_r$ appears in $y$ only as slice $r$, so $\partial L/\partial x_r$ is **slice $r$ of**

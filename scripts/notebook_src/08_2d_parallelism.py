@@ -170,12 +170,14 @@ plt.show()
 #
 # ## 5. Check your work
 #
-# The checker builds the groups on 1 to 4 ranks (including a `tp_size` that does not divide), and
-# trains the course's transformers 2D-parallel for several SGD and Adam steps against serial
-# training on the concatenated batches.
+# The checker builds the groups with `tp_size=2` on 2 and 4 ranks (and asks for `tp_size=3`,
+# which divides neither, expecting a `ValueError` before any group is made), then trains the
+# course's BERT-like classifier 2D-parallel with `tp_size=2` for two SGD steps and two Adam steps
+# against serial training on the concatenated batches. The graded checks add the other layouts
+# of 4 ranks and the GPT-like language model.
 
 # %%
-report = check("groups")          # local CPU run: world sizes 1, 2, 3 and 4
+report = check("groups")          # local CPU run: world sizes 2 and 4
 
 # %% [markdown]
 # On a cluster, the same check on GPUs through Slurm (notebook 01, section 5): set `USE_SLURM`.
