@@ -208,6 +208,9 @@ def test_runs_with_solutions(path, monkeypatch, tmp_path):
             assert results, f"{path.name}: the grading cell returned nothing"
             score = float(results[-1]["data"]["text/plain"])
             assert score == GRADED[path.stem].points, f"{path.name}: graded {score}"
+    if "write_trace(" in (SOURCE_DIR / f"{path.stem}.py").read_text():   # the Perfetto file
+        traces = list(tmp_path.rglob("traces/*.json"))
+        assert traces and all(json.loads(t.read_text())["traceEvents"] for t in traces), traces
 
 
 def _runs_exercise_code(path) -> bool:

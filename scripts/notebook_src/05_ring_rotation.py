@@ -32,7 +32,7 @@
 import matplotlib.pyplot as plt
 import torch
 
-from rtp_course.notebook import diagrams, plots, timeline
+from rtp_course.notebook import diagrams, plots, timeline, trace
 from rtp_course.notebook.demos import rotation as demo
 from rtp_course.notebook.demos import run_demo, show_source
 from rtp_course.course.impl import default_impl
@@ -231,10 +231,11 @@ if USE_SLURM:
 #
 # `demo.overlap_run` runs both loops on real ranks with your `rotate_async`: each shard is a
 # $512 \times 1024$ matrix (2 MiB), and "compute" is a few products $x\,W_s^\top$, as many as
-# take about as long as one transfer on this machine (it measures both first). It records, with
-# `time.perf_counter()`, when each rank computes, when each transfer is in flight (from
-# `rotate_async` until the handle reports completion) and when the rank sits blocked in `wait()`.
-# `rtp_course/notebook/timeline.py` does the recording; here is the loop:
+# take about as long as one transfer on this machine (it measures both first). Each rank runs
+# under `torch.profiler`: its compute and its blocked `wait()` are `record_function` regions, and
+# each transfer is in the trace from `rotate_async` until the handle reports completion (a
+# poller thread sees that moment; the profiler does not follow gloo's own thread).
+# `rtp_course/notebook/trace.py` does the recording; here is the loop:
 
 # %%
 show_source(demo._one_pass)
@@ -243,7 +244,7 @@ show_source(demo._one_pass)
 RANKS = 2          # try 3 or 4 on a machine with that many free cores
 out = run_demo(demo.overlap_run, RANKS, needs="rotate_async and RotationHandle (rtp_course/rotation.py)")
 if out is not None:
-    runs = {way: [res[way] for res in out] for way in ("sequential", "overlapped")}
+    runs = {way: [res[way]["intervals"] for res in out] for way in ("sequential", "overlapped")}
     totals = {way: timeline.summary(per_rank) for way, per_rank in runs.items()}
     longest = max(t["total"] for t in totals.values())
     fig, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 1.3 * RANKS), sharex=True)
@@ -257,10 +258,15 @@ if out is not None:
         print(f"  {way:>10}: total {1e3 * t['total']:6.1f}   computing {1e3 * t['compute']:6.1f}   "
               f"transfers in flight {1e3 * t['transfer']:6.1f}   blocked in wait() {1e3 * t['wait']:6.1f}   "
               f"transfer during compute {1e3 * t['overlap']:6.1f}")
+    print("overlapped:", timeline.overlap_verdict(totals["overlapped"], RANKS))
+    path = trace.write_trace([res["overlapped"]["events"] for res in out], "traces/05_overlapped.json")
+    print(f"the whole profiler trace of the overlapped run: {path} (open it in ui.perfetto.dev)")
 
 # %% [markdown]
-# How to read it: each rank has two lanes, compute (blue, with red hatches where it is blocked in
-# `wait()`) and transfers (orange, one bar per rotation). In the sequential run the orange bars
+# How to read it: each rank has a lane per kind of region: compute (blue), blocked in `wait()`
+# (red hatches), weight rotations in flight (orange, one bar per rotation; the accumulator lane
+# stays empty here, it fills in notebook 06). The trace file holds the same regions beside every
+# operation torch ran, one process per rank. In the sequential run the orange bars
 # sit in gaps of the blue lane: every transfer is paid in full, and the red hatches show the rank
 # waiting for it, often for its neighbour who has not posted its send yet. In the overlapped run
 # the orange bars lie *under* blue ones: the transfer happened while the rank computed, and the

@@ -42,7 +42,7 @@
 # %%
 import matplotlib.pyplot as plt
 
-from rtp_course.notebook import diagrams, plots, timeline
+from rtp_course.notebook import diagrams, plots, timeline, trace
 from rtp_course.training.bench import CATEGORIES
 from rtp_course.checker import check
 from rtp_course.notebook.demos import rtp as demo
@@ -154,8 +154,10 @@ for kind in ("linear", "attention"):
 # ### The rotation, overlapped: a timeline
 #
 # Does the transfer really hide behind the computation? The next cell wraps a larger
-# `nn.Linear(1024, 1024)` on 2 ranks and records (with `rtp_course.notebook.timeline.recording_rotations`,
-# which times every `rotate_async` your layer starts) a forward and a backward pass, batch 256:
+# `nn.Linear(1024, 1024)` on 2 ranks and profiles a forward and a backward pass, batch 256, with
+# `torch.profiler` (`rtp_course.notebook.trace.recording_rotations` times every `rotate_async`
+# your layer starts, tells weight shards from gradient accumulators by their values, and marks
+# the time between two rotation events as compute):
 
 # %%
 out = run_demo(demo.layer_timeline, 2, needs="FlyweightWrapper (rtp_course/flyweight.py)")
@@ -169,13 +171,17 @@ if out is not None:
         timeline.plot_timeline(per_rank, ax=ax, title=f"{phase}: {1e3 * timeline.summary(per_rank)['total']:.1f} ms")
         if phase == "forward":
             ax.get_legend().remove()
+        print(f"{phase}: {timeline.overlap_verdict(timeline.summary(per_rank), 2)}")
     fig.tight_layout()
     plt.show()
+    path = trace.write_trace([res["events"] for res in out], "traces/06_flyweight_linear.json")
+    print(f"the whole profiler trace: {path} (open it in ui.perfetto.dev)")
 
 # %% [markdown]
-# Forward: one rotation, under the first shard's product. Backward: each step recomputes and
-# differentiates a shard's part (more compute) while the next weight shard and the accumulators
-# travel (more traffic). Where a transfer outlasts the compute, the red hatches show the wait.
+# Forward: one weight rotation, under the first shard's product. Backward: each step recomputes
+# and differentiates a shard's part (more compute) while the next weight shard (orange) and the
+# accumulators (green) travel (more traffic). Where a transfer outlasts the compute, the red
+# hatches show the wait.
 #
 # ## 3. Task E5.2 · The whole model: `RotatedTensorParallel`
 #

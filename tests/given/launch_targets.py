@@ -38,3 +38,22 @@ if __name__ == "__main__":  # run by torchrun / srun in test_launcher.py
     dist.all_reduce(t)
     print(f"rank {rank}/{world} on {device}: sum {t.item():g}", flush=True)
     dist.destroy_process_group()
+
+
+def traced_rotation(rank, world_size):
+    """One profiled ring step: post a send/recv, compute, wait (rtp_course.notebook.trace)."""
+    from rtp_course.notebook.trace import Trace
+    x = torch.randn(256, 256)
+    with Trace() as tr:
+        dist.barrier()
+        tr.restart()
+        sent, received = torch.full((1 << 18,), float(rank)), torch.empty(1 << 18)
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, (rank + 1) % world_size),
+                                        dist.P2POp(dist.irecv, received, (rank - 1) % world_size)])
+        handle = tr.rotation(works[-1], "shard")
+        with tr.span("compute", "shard"):
+            for _ in range(5):
+                x = x @ x.T / 256
+        tr.wait(handle, "shard")
+        works[0].wait()
+    return {"intervals": [tuple(i) for i in tr.intervals()], "events": tr.events()}

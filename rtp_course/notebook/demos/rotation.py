@@ -8,7 +8,7 @@ Workers (run with `launch` / `run_demo`):
   ring_all_gather's result next to dist.all_gather's.
 * ``reduce_scatter_demo``: ring_reduce_scatter next to the true sums.
 * ``overlap_run``: N steps of "compute with the shard in hand, rotate it on", with the
-  rotation overlapped with the compute and without; returns the timelines of both.
+  rotation overlapped with the compute and without; returns the profiled timelines of both.
 Rank r's small tensors hold 10*(r+1) + i, so a value says where it came from.
 """
 import time
@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from rtp_course.course.todo import needs_exercises
 from rtp_course.course.impl import current
-from rtp_course.notebook.timeline import Timeline
+from rtp_course.notebook.trace import Trace
 
 
 def _device():
@@ -98,7 +98,8 @@ def overlap_run(rank, world_size, rows=512, cols=1024, batch=64, repeats=None, p
     about as long as a transfer (where overlap matters most), the same on every rank.
     The two ways alternate for `passes` passes each; for each way we keep the fastest pass
     (a pass lasts as long as its slowest rank): the least disturbed by the rest of the machine.
-    Returns {"sequential": intervals, "overlapped": intervals, "repeats": repeats}.
+    Returns {"repeats": repeats, "sequential": pass, "overlapped": pass}, a pass being
+    {"intervals": [Interval], "events": this rank's torch.profiler trace events}.
     """
     rot = current("rotation")
     dev = _device()
@@ -122,22 +123,23 @@ def overlap_run(rank, world_size, rows=512, cols=1024, batch=64, repeats=None, p
 
 def _one_pass(rot, shard, x, repeats, overlap):
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    tl = Timeline()
-    dist.barrier()
-    tl.restart()
-    for i in range(world_size):
-        s = (rank - i) % world_size               # the shard in hand
-        handle = None
-        if overlap and i < world_size - 1:       # start the transfer BEFORE computing
-            handle = tl.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
-        with tl.span("compute", f"shard {s}"):
-            for _ in range(repeats):
-                _matmul(x, shard)
-        if not overlap and i < world_size - 1:   # only now: nothing left to hide it behind
-            handle = tl.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
-        if handle is not None:
-            shard = tl.wait(handle, f"shard {s}")
-    return tl.now(), tl.finished()
+    with Trace() as tr:                          # torch.profiler on this rank
+        dist.barrier()
+        tr.restart()
+        for i in range(world_size):
+            s = (rank - i) % world_size               # the shard in hand
+            handle = None
+            if overlap and i < world_size - 1:       # start the transfer BEFORE computing
+                handle = tr.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
+            with tr.span("compute", f"shard {s}"):
+                for _ in range(repeats):
+                    _matmul(x, shard)
+            if not overlap and i < world_size - 1:   # only now: nothing left to hide it behind
+                handle = tr.rotation(rot.rotate_async(shard, "clockwise"), f"shard {s}")
+            if handle is not None:
+                shard = tr.wait(handle, f"shard {s}")
+        length = tr.now()
+    return length, {"intervals": tr.intervals(), "events": tr.events()}
 
 
 def _balanced_repeats(rot, shard, x, trials=3):

@@ -4,8 +4,8 @@ Workers (run with `launch` / `run_demo`):
 * ``layer_demo``: one layer wrapped in FlyweightWrapper, each rank feeding its own batch;
   shard shapes, errors against the serial layer and the DDP-averaged gradient, the
   point-to-point traffic, and the most received bytes held at once.
-* ``layer_timeline``: compute and transfers of one large wrapped Linear, forward and
-  backward, recorded in a real run (rtp_course.notebook.timeline).
+* ``layer_timeline``: compute, weight and accumulator rotations of one large wrapped
+  Linear, forward and backward, recorded by torch.profiler (rtp_course.notebook.trace).
 * ``train_against_ddp``: the same model trained with RotatedTensorParallel and with
   PyTorch's DistributedDataParallel on the same batches; losses, and the gathered
   full_state_dict against DDP's weights.
@@ -23,7 +23,7 @@ from rtp_course.training import strategies
 from rtp_course.course.todo import needs_exercises
 from rtp_course.course.impl import current
 from rtp_course.models import TINY_CONFIGS
-from rtp_course.notebook.timeline import Timeline, recording_rotations
+from rtp_course.notebook.trace import Trace, recording_rotations
 from rtp_course.training.train import DEFAULT_CONFIGS, Task, make_optimizer, to_device, train_step
 
 LAYERS = {  # kind -> (serial layer, this rank's input)
@@ -124,27 +124,36 @@ def describe(results) -> str:
 
 @needs_exercises
 def layer_timeline(rank, world_size, features=1024, batch=256):
-    """Forward and backward of one wrapped Linear(features, features), every rotation timed.
-    Returns {"forward": intervals, "backward": intervals} (one clock, since a barrier)."""
+    """Forward and backward of one wrapped Linear(features, features) under torch.profiler,
+    every rotation timed and named by what it carries (a weight shard or an accumulator).
+    Returns {"forward": intervals, "backward": intervals, "events": the trace events}."""
     fly, rot = current("flyweight"), current("rotation")
     dev = strategies.default_device()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        layer = fly.FlyweightWrapper(nn.Linear(features, features).to(dev))
+        linear = nn.Linear(features, features).to(dev)
+    weights = torch.cat([p.detach().flatten() for p in linear.parameters()]).sort().values
+    layer = fly.FlyweightWrapper(linear)
     x = torch.randn(batch, features, generator=torch.Generator().manual_seed(rank)).to(dev)
     layer(x).sum().backward()                    # warm-up
     layer.zero_grad()
-    tl = Timeline()
-    dist.barrier()
-    tl.restart()
-    with recording_rotations(rot, tl, "forward"):
-        y = layer(x)
-    start = tl.now()
-    with recording_rotations(rot, tl, "backward"):
-        y.sum().backward()
-    out = tl.finished()
+
+    def kind_of(tensor):          # a weight shard holds the layer's own values, bit for bit
+        probe = tensor.detach().flatten()[:16].to(weights.device, weights.dtype)
+        at = torch.searchsorted(weights, probe).clamp(max=weights.numel() - 1)
+        return "weight rotation" if bool((weights[at] == probe).all()) else "accumulator rotation"
+
+    with Trace() as tr:
+        dist.barrier()
+        tr.restart()
+        with recording_rotations(rot, tr, "forward", kind_of):
+            y = layer(x)
+        start = tr.now()
+        with recording_rotations(rot, tr, "backward", kind_of):
+            y.sum().backward()
+    out = tr.intervals()
     return {"forward": [i for i in out if i.start < start],
-            "backward": [i for i in out if i.start >= start]}
+            "backward": [i for i in out if i.start >= start], "events": tr.events()}
 
 
 @needs_exercises

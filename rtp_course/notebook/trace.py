@@ -1,0 +1,212 @@
+"""What a rank did, and when, recorded by torch.profiler in a real run.
+
+In a worker:
+
+    with Trace() as tr:                    # starts torch.profiler on this rank
+        dist.barrier(); tr.restart()       # every rank's time 0 at (nearly) the same moment
+        with tr.span("compute", "shard 1"):
+            y = x @ w
+        handle = tr.rotation(rotation.rotate_async(w))        # "weight rotation": posted -> completed
+        w = tr.wait(handle)                # "wait": the time this rank sat blocked in wait()
+    return tr.intervals(), tr.events()     # plain data: they travel back to the notebook
+
+Compute and waits are `record_function` regions named `rtp/<kind>/<label>`, so
+they are in the profiler's trace beside every aten op. A transfer runs in
+gloo's (or NCCL's) own thread, which the profiler does not follow from a
+`record_function`: a poller thread sees the moment `is_completed()` turns true
+(polled every 0.5 ms), and the transfer is added to the trace as a region of
+its own track, on the profiler's clock (aligned through a marker region).
+`write_trace` merges the ranks' events into one Chrome trace file, which
+Perfetto (ui.perfetto.dev) or chrome://tracing opens: one process per rank.
+
+`recording_rotations(rotation_module, tr)` does the same for code you did not
+write (an RTP layer): every rotation it starts through `rotate_async` is
+timed, and the time between two rotation events is a compute region.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from rtp_course.notebook.timeline import KINDS, Interval
+
+POLL_SECONDS = 0.0005
+PREFIX = "rtp/"
+
+
+class Trace:
+    """One rank's profiled run; intervals in seconds since `restart()`."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self._transfers: list[tuple[str, str, float, float]] = []   # perf_counter seconds
+        self._lock = threading.Lock()
+        self._prof = None
+        self._events: list[dict] = []
+        self._pending: dict[int, tuple] = {}   # id(handle) -> (kind, label, start, done event)
+
+    def __enter__(self):
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self._prof = profile(activities=activities)
+        self._prof.__enter__()
+        with record_function(PREFIX + "clock"):     # the profiler's clock against perf_counter
+            self._clock = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(4 * POLL_SECONDS)                 # let pollers report
+        self._prof.__exit__(*exc)
+        with tempfile.TemporaryDirectory() as d:     # the only export torch offers is to a file
+            path = os.path.join(d, "trace.json")
+            self._prof.export_chrome_trace(path)
+            events = json.loads(Path(path).read_text()).get("traceEvents", [])
+        clock = next((e for e in events if e.get("name") == PREFIX + "clock"), None)
+        offset_us = clock["ts"] - self._clock * 1e6 if clock else 0.0
+        pid = next((e.get("pid") for e in events if e.get("ph") == "X"), 0)
+        for kind, label, start, end in self._transfers:
+            events.append({"name": f"{PREFIX}{kind}/{label}", "ph": "X", "cat": "rtp transfer",
+                           "ts": start * 1e6 + offset_us, "dur": (end - start) * 1e6,
+                           "pid": pid, "tid": f"{kind} (in flight)"})
+        self._offset_us, self._events = offset_us, events
+        return False
+
+    def restart(self) -> None:
+        """Time 0 is now (call it right after a barrier)."""
+        self.t0 = time.perf_counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def span(self, kind: str = "compute", label: str = ""):
+        return record_function(f"{PREFIX}{kind}/{label}")
+
+    def rotation(self, handle, label: str = "", kind: str = "weight rotation",
+                 posted: float | None = None):
+        """Time an in-flight transfer (anything with is_completed()); returns the handle.
+        `posted`: when it was started, in perf_counter seconds (default: now)."""
+        start = time.perf_counter() if posted is None else posted
+        self._pending[id(handle)] = (kind, label, start, threading.Event())
+        threading.Thread(target=self._poll, args=(handle,), daemon=True).start()
+        return handle
+
+    def _poll(self, handle) -> None:
+        done = self._pending[id(handle)][3]
+        try:
+            while not done.is_set() and not handle.is_completed():
+                time.sleep(POLL_SECONDS)
+        except Exception:          # e.g. is_completed not implemented: wait() records the end
+            return
+        self._finish(handle, time.perf_counter())
+
+    def _finish(self, handle, end) -> None:
+        with self._lock:
+            kind, label, start, done = self._pending.get(id(handle), (None,) * 4)
+            if done is not None and not done.is_set():
+                done.set()
+                self._transfers.append((kind, label, start, end))
+
+    def wait(self, handle, label: str = ""):
+        """handle.wait() inside a "wait" region (and the transfer's end, if not seen yet)."""
+        with self.span("wait", label):
+            result = handle.wait()
+        self._finish(handle, time.perf_counter())
+        return result
+
+    def intervals(self) -> list[Interval]:
+        """Our regions, from the trace, in seconds since restart(), sorted (after the block)."""
+        out = []
+        for e in self._events:
+            name = str(e.get("name", ""))
+            if e.get("ph") != "X" or not name.startswith(PREFIX) or name.count("/") < 2:
+                continue
+            kind, label = name[len(PREFIX):].split("/", 1)
+            if kind in KINDS:
+                start = (e["ts"] - self._offset_us) / 1e6 - self.t0
+                out.append(Interval(kind, label, start, start + e["dur"] / 1e6))
+        return sorted(out, key=lambda i: (i.start, i.kind))
+
+    def events(self) -> list[dict]:
+        """The whole trace of this rank: every profiled op, our regions and the transfers."""
+        return self._events
+
+
+def write_trace(per_rank_events, path) -> Path:
+    """One Chrome trace file with every rank's events (rank r as process r), for Perfetto."""
+    merged = []
+    for rank, events in enumerate(per_rank_events):
+        merged.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}})
+        merged += [{**e, "pid": rank} for e in events if e.get("ph") != "M"]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": merged, "displayTimeUnit": "ms"}))
+    return path
+
+
+class _Recorder:
+    """Compute regions between rotation events, opened and closed by hand."""
+
+    def __init__(self, trace, label):
+        self.trace, self.label, self.region = trace, label, None
+
+    def compute_from_now(self):
+        self.region = self.trace.span("compute", self.label)
+        self.region.__enter__()
+
+    def compute_until_now(self):
+        if self.region is not None:
+            self.region.__exit__(None, None, None)
+            self.region = None
+
+
+class _TimedHandle:
+    def __init__(self, handle, recorder):
+        self._handle, self._recorder = handle, recorder
+
+    def is_completed(self):
+        return self._handle.is_completed()
+
+    def wait(self):
+        rec = self._recorder
+        rec.compute_until_now()
+        out = rec.trace.wait(self._handle, rec.label)
+        rec.compute_from_now()
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+
+@contextlib.contextmanager
+def recording_rotations(rotation_module, trace: Trace, label: str = "", kind_of=None):
+    """Time every rotation started through `rotation_module.rotate_async` inside the block.
+
+    Everything between two rotation events (a start, a wait returning) is a compute region,
+    so wrap only code whose communication is all rotations (a layer's forward or backward).
+    `kind_of(tensor)` names what a rotation carries ("weight rotation" by default)."""
+    original = rotation_module.rotate_async
+    recorder = _Recorder(trace, label)
+
+    def timed(tensor, *args, **kwargs):
+        recorder.compute_until_now()
+        posted = time.perf_counter()
+        handle = original(tensor, *args, **kwargs)
+        kind = kind_of(tensor) if kind_of else "weight rotation"
+        timed_handle = _TimedHandle(trace.rotation(handle, label, kind, posted=posted), recorder)
+        recorder.compute_from_now()
+        return timed_handle
+
+    rotation_module.rotate_async = timed
+    recorder.compute_from_now()
+    try:
+        yield recorder
+    finally:
+        rotation_module.rotate_async = original
+        recorder.compute_until_now()
