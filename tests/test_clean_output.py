@@ -88,6 +88,15 @@ def test_a_world_size_without_checks_is_one_sentence():
     assert "world size 0" in out and "Traceback" not in out, out
 
 
+@pytest.mark.parametrize("args", [["submit", "check", "comm", "--gpus", "-1"],
+                                  ["submit", "check", "comm", "--gpus", "2", "--world-size", "4"]])
+def test_a_wrong_gpu_count_is_one_sentence(args):
+    r = subprocess.run([PY, "-m", "rtp_course.cli", *args], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "GPUs" in r.stderr.splitlines()[-1], r.stderr
+
+
 def test_sigint_stops_the_checker_in_one_line(tmp_path):
     """Ctrl-C at a terminal signals the whole foreground process group, workers included."""
     impl = edited(tmp_path, "comm", [("        dist.all_reduce(grad, group=ctx.group)",

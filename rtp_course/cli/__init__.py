@@ -121,7 +121,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     cl.add_argument("--slurm", action="store_true", help="grade as a Slurm job array, then write the gradebook")
     cl.add_argument("--no-wait", action="store_true", help="submit the array and return")
     cl.add_argument("--merge", action="store_true", help="write what a finished array left into the gradebook")
-    cl.add_argument("--gpus", type=int, default=0, help="GPUs per task (4: NCCL at world sizes 1-4; default 0, CPU)")
+    from rtp_course.cluster.slurm import gpu_count
+    cl.add_argument("--gpus", type=gpu_count, default=0, help="GPUs per task (4: NCCL at world sizes 1-4; default 0, CPU)")
     cl.add_argument("--max-running", type=int, metavar="K", help="at most K tasks at once")
     cl.add_argument("--time", default="00:20:00", help="time limit per task (default 00:20:00)")
     cl.add_argument("--partition")

@@ -12,6 +12,7 @@ rather than a library: submitit pickles Python functions, writes its own sbatch
 script and reads job states only from sacct, which many small clusters (and our
 test cluster) run without.
 """
+import argparse
 import os
 import shlex
 import shutil
@@ -71,6 +72,17 @@ def _job_environment(extra):
     (a notebook inside a Slurm job): sbatch would pass them on and they clash with the new job's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
     return {**env, "RTP_COURSE": _course_command(), **extra}
+
+
+def gpu_count(text: str) -> int:
+    """argparse type of --gpus: a count, 0 for a CPU-only job."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs: give 0 (CPU, gloo) or more")
+    return n
 
 
 class Unsatisfiable(SlurmError):
@@ -205,7 +217,7 @@ def add_submit_arguments(parser):
     bench = sub.add_parser("bench", help="benchmark job: rtp-course bench on one node")
     bench.add_argument("names", nargs="*", metavar="BENCH_ARG", help="extra arguments (after --)")
     for p, limit in ((check, "00:15:00"), (bench, "00:30:00")):
-        p.add_argument("--gpus", type=int, default=1, help="GPUs of one node (0: CPU with gloo)")
+        p.add_argument("--gpus", type=gpu_count, default=1, help="GPUs of one node (0: CPU with gloo)")
         p.add_argument("--time", default=limit, help=f"time limit, HH:MM:SS (default {limit})")
         p.add_argument("--partition", help="Slurm partition")
         p.add_argument("--account", help="Slurm account")
