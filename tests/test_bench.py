@@ -18,8 +18,9 @@ STRATEGIES = ("ddp", "fsdp", "tp", "rtp")
 @pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "1",
-                     "--impl", "solutions", "--timeout", "300", "--out", str(out)])
+    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "2",
+                     "--impl", "solutions", "--timeout", "300", "--out", str(out),
+                     "--json", str(out / "bench.json")])
     with open(out / "bench.csv") as fh:
         rows = list(csv.DictReader(fh))
     return code, out, {(r["strategy"], int(r["rank"])): r for r in rows}
@@ -46,6 +47,31 @@ def test_every_strategy_runs_and_writes_csv_png_and_table(run, capsys):
     assert "46.3 GB" in text and "NOT measured here" in text
     for label in ("DDP", "FSDP", "TP", "RTP"):
         assert f"\n{label} " in text
+
+
+def test_step_times_are_interleaved_and_paired_against_ddp(run):
+    import json
+    _, out, _ = run
+    doc = json.loads((out / "bench.json").read_text())
+    assert doc["interleaved"] is True and doc["world_size"] == 2
+    times = doc["step_time"]
+    assert set(times) == set(STRATEGIES)
+    for s, t in times.items():
+        assert len(t["steps_s"]) == 2 and t["median_s"] > 0
+        assert t["ratio_low"] <= t["ratio"] <= t["ratio_high"]
+    assert times["ddp"]["ratio"] == 1.0
+    assert {r["strategy"] for r in doc["rows"]} == set(STRATEGIES)
+    assert "vs DDP (range)" in (out / "bench.txt").read_text()
+
+
+def test_paired_ratios_come_from_the_slowest_rank_of_each_step():
+    from rtp_course.training import timing
+    per_rank = [{"ddp": [1.0, 2.0, 1.0], "rtp": [1.5, 2.4, 1.2]},
+                {"ddp": [1.2, 1.0, 1.0], "rtp": [1.2, 3.0, 1.3]}]
+    t = timing.paired(per_rank)
+    assert t["ddp"]["steps_s"] == [1.2, 2.0, 1.0] and t["ddp"]["ratio"] == 1.0
+    assert t["rtp"]["steps_s"] == [1.5, 3.0, 1.3]
+    assert t["rtp"]["ratio"] == 1.3 and t["rtp"]["ratio_low"] == 1.25 and t["rtp"]["ratio_high"] == 1.5
 
 
 def test_rtp_and_fsdp_hold_about_a_half_of_ddp_states_on_two_ranks(run):

@@ -10,10 +10,14 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
   * memory by category (how each is measured: MEASURED_HOW and strategies.COMMUNICATION,
     printed in the footer);
   * on GPUs, torch.cuda.max_memory_allocated over the timed steps;
-  * step time: the median of the timed steps;
+  * step time: then every strategy's model is built again and their timed steps are
+    interleaved (rtp_course.training.timing), so that the load of a shared machine falls
+    on all of them alike: the median step, and the median of the step-by-step ratios to
+    DDP with their range (--sequential: each timed alone, as above);
   * the global-batch loss on a fixed evaluation batch before and after training:
     equal across strategies (up to rounding), since they train the same model.
-Output: a table (stdout and bench.txt), bench.csv (every rank) and bench.png under --out.
+Output: a table (stdout and bench.txt), bench.csv (every rank) and bench.png under --out;
+--json FILE: every figure, for scripts.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import torch.distributed as dist
 
 from rtp_course.course import todo
 from rtp_course.runtime import launcher
-from rtp_course.training import strategies
+from rtp_course.training import strategies, timing
 from rtp_course.training.memory import human_bytes
 from rtp_course.training.strategies import DTensor
 from rtp_course.training.train import (Task, add_model_arguments, make_optimizer, model_config, to_device,
@@ -63,6 +67,10 @@ def add_bench_arguments(p):
     p.add_argument("--out", default="bench-results", metavar="DIR",
                    help="where bench.csv, bench.png, bench.txt go (default ./bench-results)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds before the run is stopped")
+    p.add_argument("--sequential", action="store_true",
+                   help="time each strategy alone, one after the other (default: their steps "
+                        "interleaved, every model alive at once; use this where they do not fit together)")
+    p.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     return add_model_arguments(p)
 
 
@@ -185,12 +193,30 @@ def bench_strategy(strategy, rank, world_size, device, opts) -> dict:
 
 
 def _worker(rank, world_size, opts):
+    """Memory, losses (and step times) one strategy at a time; then, unless
+    opts["interleave"] is False, step times again with every strategy's steps interleaved."""
     os.environ["RTP_COURSE_IMPL"] = str(opts["impl"])
     device = strategies.default_device()
     rows = []
     for strategy in opts["strategies"]:
         rows.append(bench_strategy(strategy, rank, world_size, device, opts))
         dist.barrier()
+    ok = [r["strategy"] for r in rows if r["status"] == "ok"]
+    if opts.get("interleave", True) and ok:
+        task = opts["task"]
+
+        def build(s):
+            model = strategies.wrap(task.build(), s, device=device)
+            return model, make_optimizer(model.parameters(), opts["optimizer"], opts["lr"])
+
+        times = timing.interleaved(
+            ok, build, lambda s, st, b: train_step(st[0], st[1], task, b),
+            lambda s, k: to_device(strategies.local_batch(s, task.batch(k)), device),
+            opts["warmup"], opts["steps"], device)
+        for r in rows:
+            if r["strategy"] in times:
+                r["step_times_s"] = times[r["strategy"]]
+                r["step_time_s"] = statistics.median(times[r["strategy"]])
     return rows
 
 
@@ -203,7 +229,7 @@ def run_bench(args) -> tuple[list[dict], dict]:
     task = Task(args.model, model_config(args), args.batch_size * args.world_size, args.seed)
     opts = dict(task=task, strategies=list(dict.fromkeys(args.strategies)), steps=args.steps,
                 warmup=args.warmup, optimizer=args.optimizer, lr=args.lr,
-                impl=args.impl or default_impl())
+                impl=args.impl or default_impl(), interleave=not getattr(args, "sequential", False))
     backend = args.backend or launcher.default_backend(args.world_size)
     start = time.perf_counter()
     per_rank = launcher.launch(_worker, args.world_size, (opts,), backend=backend,
@@ -211,7 +237,10 @@ def run_bench(args) -> tuple[list[dict], dict]:
     info = dict(task=task, backend=backend, world_size=args.world_size, steps=args.steps,
                 warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer,
                 num_params=sum(p.numel() for p in task.build().parameters()),
-                wall_s=time.perf_counter() - start)
+                wall_s=time.perf_counter() - start, interleaved=opts["interleave"])
+    timed = [{r["strategy"]: r["step_times_s"] for r in rows if r.get("step_times_s")}
+             for rows in per_rank]
+    info["timing"] = timing.paired(timed) if timed and timed[0] else {}
     return [row for rows in zip(*per_rank) for row in rows], info
 
 
@@ -232,10 +261,15 @@ def report(rows, info) -> str:
              f"  {info['world_size']} ranks, {info['backend']}, batch {info['batch_size']} per rank "
              f"(TP: {task.global_batch} on every rank), {info['optimizer']}, {info['warmup']} "
              f"warm-up + {info['steps']} timed steps",
-             "", "per-rank memory of rank 0 (every rank: bench.csv); step time: median, slowest rank",
-             ""]
+             "", "per-rank memory of rank 0 (every rank: bench.csv); step time: median over the timed "
+                 "steps of the slowest rank's",
+             ("  steps of every strategy interleaved (round k: each strategy once, order rotated); "
+              "vs DDP: the median of the step-by-step ratios, and their range"
+              if info.get("interleaved") else "  each strategy timed alone, one after the other"
+              " (--sequential); vs DDP: the ratios of step k of each"), ""]
     head = ["strategy", "params", "grads", "optim", "activ", "buffers", "comm", "total"]
-    head += (["cuda peak"] if gpu else []) + ["step ms", "loss start", "loss end"]
+    head += (["cuda peak"] if gpu else []) + ["step ms", "vs DDP (range)", "loss start", "loss end"]
+    paired = info.get("timing") or {}
     table = [head]
     for r in _rank0(rows):
         if r["status"] != "ok":
@@ -244,8 +278,11 @@ def report(rows, info) -> str:
         cells = [strategies.LABELS[r["strategy"]]] + [human_bytes(r[c]) for c in CATEGORIES]
         cells += [human_bytes(r["total"])]
         cells += [human_bytes(r["cuda_max_allocated"])] if gpu else []
-        cells += [f"{1000 * _slowest(rows, r['strategy']):.1f}", f"{r['loss_start']:.4f}",
-                  f"{r['loss_end']:.4f}"]
+        t = paired.get(r["strategy"], {})
+        ms = 1000 * t["median_s"] if t else 1000 * _slowest(rows, r["strategy"])
+        ratio = (f"{t['ratio']:.2f} ({t['ratio_low']:.2f}-{t['ratio_high']:.2f})"
+                 if "ratio" in t else "-")
+        cells += [f"{ms:.1f}", ratio, f"{r['loss_start']:.4f}", f"{r['loss_end']:.4f}"]
         table.append(cells)
     widths = [max(len(row[i]) for row in table if len(row) == len(head)) for i in range(len(head))]
     for row in table:
@@ -281,6 +318,18 @@ def write_csv(rows, path):
             writer.writerow({k: r.get(k, "") for k in COLUMNS})
 
 
+def write_json(rows, info, path):
+    """Every rank's row and the paired step times, for scripts."""
+    import json
+    task = info["task"]
+    doc = {"model": task.model, "config": task.config, "num_params": info["num_params"],
+           "world_size": info["world_size"], "backend": info["backend"],
+           "batch_size": info["batch_size"], "optimizer": info["optimizer"],
+           "warmup": info["warmup"], "steps": info["steps"], "interleaved": info.get("interleaved"),
+           "step_time": info.get("timing", {}), "rows": rows, "wall_s": info["wall_s"]}
+    Path(path).write_text(json.dumps(doc, indent=2, default=str))
+
+
 def figure(rows, info, path):
     """Stacked bars of rank 0's memory by category, and the step time, per strategy."""
     import matplotlib
@@ -298,7 +347,9 @@ def figure(rows, info, path):
         left.scatter(labels, [r["cuda_max_allocated"] for r in ok], marker="_", s=900,
                      color="black", label="cuda max allocated", zorder=3)
         left.legend(fontsize=8)
-    right.bar(labels, [1000 * _slowest(rows, r["strategy"]) for r in ok], color="#4C72B0")
+    paired = info.get("timing") or {}
+    right.bar(labels, [1000 * (paired[r["strategy"]]["median_s"] if r["strategy"] in paired
+                               else _slowest(rows, r["strategy"])) for r in ok], color="#4C72B0")
     right.set_ylabel("ms per step (median, slowest rank)")
     right.set_title(f"step time, {info['backend']}")
     fig.suptitle(f"{info['task'].model}: {info['num_params'] / 1e6:.2f} M parameters, "
@@ -326,5 +377,8 @@ def cli_bench(args) -> int:
     write_csv(rows, out / "bench.csv")
     if any(r["status"] == "ok" for r in rows):
         figure(rows, info, out / "bench.png")
-    print(f"wrote {out / 'bench.csv'}, {out / 'bench.png'}, {out / 'bench.txt'}")
+    if args.json:
+        write_json(rows, info, args.json)
+    print(f"wrote {out / 'bench.csv'}, {out / 'bench.png'}, {out / 'bench.txt'}"
+          + (f", {args.json}" if args.json else ""))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
