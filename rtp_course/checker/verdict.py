@@ -124,16 +124,23 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     return Result(**base, status="passed")
 
 
+P2P = ("send", "recv", "isend", "irecv")
+
+
 def _count_matches(rule, ev) -> bool:
+    """A rule's kind names functions or operations: "all_gather" also counts
+    all_gather_into_tensor, all_gather_single, funcol.all_gather_tensor ... (any API)."""
     if ev["phase"] != rule.phase:
         return False
+    family = ev.get("family") or ev["kind"]
     if rule.kind == "*":
         return True
     if rule.kind == "collective":
-        return ev["kind"] not in ("send", "recv", "isend", "irecv")
+        return family not in P2P
     if rule.kind == "p2p":
-        return ev["kind"] in ("send", "recv", "isend", "irecv")
-    return ev["kind"] in rule.kind.split("|")
+        return family in P2P
+    kinds = rule.kind.split("|")
+    return ev["kind"] in kinds or family in kinds
 
 
 def check_comm(rules, events):

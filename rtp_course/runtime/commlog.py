@@ -23,19 +23,74 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-WRAPPED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-           "reduce_scatter_tensor", "reduce", "gather", "scatter", "all_to_all", "all_to_all_single",
-           "barrier", "send", "recv", "isend", "irecv", "all_gather_object", "broadcast_object_list")
+# Every communicating function of torch.distributed a student can call, by name: the
+# operation it performs (its family: what a CommRule's kind matches besides the name) and
+# the positional index and keyword of what this rank contributes (its bytes; None: unknown,
+# e.g. pickled objects). tests/test_commlog.py fails when torch gains one missing here.
+C10D = {
+    "all_reduce": ("all_reduce", 0, "tensor"), "all_reduce_coalesced": ("all_reduce", 0, "tensors"),
+    "broadcast": ("broadcast", 0, "tensor"), "_broadcast_coalesced": ("broadcast", 1, None),
+    "broadcast_object_list": ("broadcast", None, None), "reduce": ("reduce", 0, "tensor"),
+    "all_gather": ("all_gather", 1, "tensor"),
+    "all_gather_into_tensor": ("all_gather", 1, "input_tensor"),
+    "all_gather_single": ("all_gather", 1, "input_tensor"),
+    "_all_gather_base": ("all_gather", 1, "input_tensor"),
+    "all_gather_coalesced": ("all_gather", 1, "input_tensor_list"),
+    "all_gather_object": ("all_gather", None, None),
+    "reduce_scatter": ("reduce_scatter", 1, "input_list"),
+    "reduce_scatter_tensor": ("reduce_scatter", 1, "input"),
+    "reduce_scatter_single": ("reduce_scatter", 1, "input"),
+    "_reduce_scatter_base": ("reduce_scatter", 1, "input"),
+    "gather": ("gather", 0, "tensor"), "gather_object": ("gather", None, None),
+    "scatter": ("scatter", 0, "tensor"), "scatter_object_list": ("scatter", None, None),
+    "all_to_all": ("all_to_all", 1, "input_tensor_list"),
+    "all_to_all_single": ("all_to_all", 0, "output"),
+    "barrier": ("barrier", None, None), "monitored_barrier": ("barrier", None, None),
+    "send": ("send", 0, "tensor"), "isend": ("isend", 0, "tensor"),
+    "recv": ("recv", 0, "tensor"), "irecv": ("irecv", 0, "tensor"),
+    "send_object_list": ("send", None, None), "recv_object_list": ("recv", None, None),
+}
+# Functional collectives (torch.distributed._functional_collectives; DTensor and DeviceMesh
+# code uses them too), recorded as "funcol.<name>".
+FUNCOL = {
+    "all_reduce": ("all_reduce", 0), "all_reduce_inplace": ("all_reduce", 0),
+    "all_reduce_coalesced": ("all_reduce", 0),
+    "all_gather_tensor": ("all_gather", 0), "all_gather_tensor_autograd": ("all_gather", 0),
+    "all_gather_single": ("all_gather", 0), "all_gather_single_autograd": ("all_gather", 0),
+    "all_gather_single_coalesced": ("all_gather", 0),
+    "all_gather_into_tensor_coalesced": ("all_gather", 0),
+    "all_gather_inplace": ("all_gather", 1), "all_gather_tensor_inplace": ("all_gather", 1),
+    "reduce_scatter_tensor": ("reduce_scatter", 0), "reduce_scatter_tensor_autograd": ("reduce_scatter", 0),
+    "reduce_scatter_single": ("reduce_scatter", 0), "reduce_scatter_single_autograd": ("reduce_scatter", 0),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 0),
+    "reduce_scatter_tensor_inplace": ("reduce_scatter", 1),
+    "all_to_all_single": ("all_to_all", 0), "all_to_all_single_autograd": ("all_to_all", 0),
+    "all_to_all_inplace": ("all_to_all", 1), "broadcast": ("broadcast", 0),
+    "permute_tensor": ("permute", 0), "isend_inplace": ("isend", 0), "irecv_inplace": ("irecv", 0),
+    "legacy_allreduce": ("all_reduce", 0), "legacy_allgather": ("all_gather", 1),
+    "legacy_all_gather": ("all_gather", 1), "legacy_allgather_single": ("all_gather", 1),
+    "legacy_all_gather_base": ("all_gather", 1), "legacy_reducescatter": ("reduce_scatter", 1),
+    "legacy_reducescatter_single": ("reduce_scatter", 1),
+    "legacy_reduce_scatter_base": ("reduce_scatter", 1),
+    "legacy_all_to_all_single": ("all_to_all", 1), "legacy_isend": ("isend", 0),
+    "legacy_irecv": ("irecv", 0),
+}
+# Communicating names recorded through the calls they make, with why.
+INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
+WRAPPED = tuple(C10D)
+P2P = ("send", "recv", "isend", "irecv")
 RECEIVES = ("recv", "irecv")
 
 
 @dataclass
 class Event:
-    kind: str
+    kind: str    # the function called: "all_gather_single", "funcol.all_reduce"
     phase: str
     nbytes: int
     peer: int | None
-    where: str  # "file.py:LINE in function" of the code under test
+    where: str   # "file.py:LINE in function" of the code under test
+    family: str = ""  # the operation: "all_gather", "all_reduce", "isend" ...
 
 
 @dataclass
@@ -54,28 +109,20 @@ STATE = _State()
 _ORIGINAL: dict = {}
 
 
-def _nbytes(kind, args, kwargs) -> int:
+def _nbytes(position, keyword, args, kwargs) -> int:
+    """Bytes of what this rank contributes: the argument at `position` (or `keyword`)."""
     def size(t):
         return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
-    if not args:
+    if position is None:
         return 0
-    first = args[0]
-    if kind == "all_gather":        # (tensor_list, tensor): this rank contributes `tensor`
-        return size(args[1] if len(args) > 1 else kwargs.get("tensor"))
-    if kind == "all_gather_into_tensor":
-        return size(args[1] if len(args) > 1 else kwargs.get("input_tensor"))
-    if kind in ("reduce_scatter", "all_to_all"):
-        lst = args[1] if len(args) > 1 else kwargs.get("input_list", [])
-        return sum(size(t) for t in lst)
-    if kind == "reduce_scatter_tensor":
-        return size(args[1] if len(args) > 1 else kwargs.get("input"))
-    if isinstance(first, (list, tuple)):
-        return sum(size(t) for t in first)
-    return size(first)
+    arg = args[position] if len(args) > position else kwargs.get(keyword) if keyword else None
+    if isinstance(arg, (list, tuple)):
+        return sum(size(t) for t in arg)
+    return size(arg)
 
 
-def _peer(kind, args, kwargs):
-    if kind in ("send", "isend", "recv", "irecv"):
+def _peer(family, args, kwargs):
+    if family in P2P:
         for key in ("dst", "src", "group_dst", "group_src"):
             if kwargs.get(key) is not None:
                 return kwargs[key]
@@ -131,19 +178,19 @@ def _status(text):
         STATE.on_status(text)
 
 
-def _wrap(kind, fn):
+def _wrap(kind, family, position, keyword, fn, handles=True):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         depth = getattr(STATE.local, "depth", 0)
         if depth:  # a call made by torch itself inside another logged call
             return fn(*args, **kwargs)
         where = caller()
-        STATE.events.append(Event(kind, STATE.phase, _nbytes(kind, args, kwargs),
-                                  _peer(kind, args, kwargs), where))
+        STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
+                                  _peer(family, args, kwargs), where, family))
         index = len(STATE.events) - 1
         if STATE.trace is not None:
-            STATE.trace.append((kind, index))
-        if kind in RECEIVES and args and isinstance(args[0], torch.Tensor):
+            STATE.trace.append((family, index))
+        if family in RECEIVES and args and isinstance(args[0], torch.Tensor):
             _track_recv(args[0])
         STATE.local.depth = 1
         _status(f"{kind} called from {where}")
@@ -152,9 +199,7 @@ def _wrap(kind, fn):
         finally:
             STATE.local.depth = 0
             _status(None)
-        if kind in ("isend", "irecv") and out is not None:
-            return _Work(out, kind, where, index)
-        if kwargs.get("async_op") and out is not None:
+        if handles and out is not None and (family in ("isend", "irecv") or kwargs.get("async_op")):
             return _Work(out, kind, where, index)
         return out
     wrapper.__rtp_wrapped__ = True
@@ -166,12 +211,22 @@ def install(code_dirs=()) -> None:
     STATE.code_dirs = tuple(str(d) for d in code_dirs)
     if _ORIGINAL:
         return
-    for kind in WRAPPED:
-        fn = getattr(c10d, kind)
-        _ORIGINAL[kind] = fn
-        w = _wrap(kind, fn)
-        setattr(c10d, kind, w)  # P2POp compares `op is isend` against this module's name
-        setattr(dist, kind, w)
+    for name, (family, position, keyword) in C10D.items():
+        fn = getattr(c10d, name, None) or getattr(dist, name, None)
+        if fn is None:
+            continue
+        _ORIGINAL[name] = fn
+        w = _wrap(name, family, position, keyword, fn)
+        setattr(c10d, name, w)  # P2POp compares `op is isend` against this module's name
+        setattr(dist, name, w)
+    import torch.distributed._functional_collectives as funcol
+    for name, (family, position) in FUNCOL.items():
+        fn = getattr(funcol, name, None)
+        if fn is not None:
+            _ORIGINAL[f"funcol.{name}"] = fn
+            # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle
+            setattr(funcol, name, _wrap(f"funcol.{name}", family, position, None, fn,
+                                        handles=name.endswith(("isend_inplace", "irecv_inplace"))))
 
 
 def reset(phase: str = "setup") -> None:

@@ -1,0 +1,16 @@
+"""AllGather and Split's backward through dist.all_gather_single (torch 2.13's recommended API):
+one flat buffer gathered along dim 0, then cut and joined along `dim`."""
+REPLACE = [
+    ("""        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=dim)""",
+     """        flat = x.new_empty((world,) + tuple(x.shape))
+        dist.all_gather_single(flat, x.contiguous().unsqueeze(0), group=group)
+        return torch.cat(flat.unbind(0), dim=dim)"""),
+    ("""        parts = [torch.empty_like(grad) for _ in range(world)]
+        dist.all_gather(parts, grad.contiguous(), group=ctx.group)
+        return torch.cat(parts, dim=ctx.dim), None, None""",
+     """        flat = grad.new_empty((world,) + tuple(grad.shape))
+        dist.all_gather_single(flat, grad.contiguous().unsqueeze(0), group=ctx.group)
+        return torch.cat(flat.unbind(0), dim=ctx.dim), None, None"""),
+]

@@ -1,0 +1,83 @@
+"""The communication log sees every torch.distributed call a student can make (torch 2.13).
+
+A function that communicates but is not recorded would let a check's communication rule
+reject correct code ("expected an all_gather, seen: none") or miss a forbidden call."""
+import inspect
+import re
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+from rtp_course.runtime import commlog
+from rtp_course.runtime.launcher import launch
+
+COMMUNICATES = re.compile(r"reduce|gather|scatter|broadcast|send|recv|barrier|all_to_all|permute")
+# Public names that match the pattern but move no data themselves.
+NOT_COMMUNICATION = {"P2POp"}
+# Pieces of funcol's autograd Functions and its tracing helpers: not called by user code.
+FUNCOL_INTERNAL = re.compile(r"^_|_backward$|_setup_context$|_meta$|^wait_tensor$")
+
+
+def _public(module):
+    return {n for n in dir(module) if callable(getattr(module, n)) and COMMUNICATES.search(n)
+            and not inspect.isclass(getattr(module, n)) and n not in NOT_COMMUNICATION}
+
+
+def test_every_communicating_function_of_torch_distributed_is_recorded():
+    missing = sorted(n for n in _public(dist) if n not in commlog.C10D and n not in commlog.INDIRECT)
+    assert not missing, (f"torch.distributed functions the checker does not record: {missing}; "
+                         f"add them to commlog.C10D (or INDIRECT, saying how they are seen)")
+
+
+def test_every_functional_collective_is_recorded():
+    names = {n for n in _public(funcol) if not FUNCOL_INTERNAL.search(n)}
+    missing = sorted(names - set(commlog.FUNCOL))
+    assert not missing, f"functional collectives the checker does not record: {missing}"
+    assert not set(commlog.FUNCOL) - {n for n in dir(funcol)}, "FUNCOL names what torch lacks"
+
+
+def every_api(rank, world_size):
+    """One call of each way of communicating; the events the log saw."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    commlog.install()
+    commlog.reset("probe")
+    x = torch.full((4,), float(rank + 1))
+    dist.all_reduce(x.clone())
+    dist.all_reduce_coalesced([x.clone(), x.clone()])
+    dist.all_gather_single(x.new_empty(4 * world_size), x)
+    dist.all_gather_into_tensor(x.new_empty(4 * world_size), x)
+    dist.reduce_scatter_single(x.new_empty(4 // world_size), x.clone())
+    dist.all_to_all_single(x.new_empty(4), x.clone())
+    dist.broadcast_object_list([rank], src=0)
+    dist.all_gather_object([None] * world_size, rank)
+    dist.monitored_barrier()
+    ops = [dist.P2POp(dist.isend, x.clone(), (rank + 1) % world_size),
+           dist.P2POp(dist.irecv, x.new_empty(4), (rank - 1) % world_size)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    funcol.wait_tensor(funcol.all_reduce(x, "sum", dist.group.WORLD))
+    funcol.wait_tensor(funcol.all_gather_tensor(x, 0, dist.group.WORLD))
+    mesh = init_device_mesh("cpu", (world_size,))
+    dist.all_reduce(x.clone(), group=mesh.get_group())
+    distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]).redistribute(mesh, [Replicate()]).to_local()
+    return [(e.kind, e.family, e.nbytes) for e in commlog.events()]
+
+
+def test_each_way_of_communicating_is_one_event_of_its_operation():
+    events = launch(every_api, 2, timeout=120)[0]
+    kinds = [k for k, _, _ in events]
+    fam = {k: f for k, f, _ in events}
+    for name, family in [("all_reduce", "all_reduce"), ("all_reduce_coalesced", "all_reduce"),
+                         ("all_gather_single", "all_gather"), ("all_gather_into_tensor", "all_gather"),
+                         ("reduce_scatter_single", "reduce_scatter"), ("all_to_all_single", "all_to_all"),
+                         ("broadcast_object_list", "broadcast"), ("all_gather_object", "all_gather"),
+                         ("monitored_barrier", "barrier"), ("isend", "isend"), ("irecv", "irecv"),
+                         ("funcol.all_reduce", "all_reduce"), ("funcol.all_gather_tensor", "all_gather")]:
+        assert fam.get(name) == family, (name, events)
+    # one event per call made by the student, none for the calls torch makes inside them
+    assert kinds.count("all_reduce") == 2, events               # plain, and on the mesh's group
+    assert kinds.count("isend") == 1 and kinds.count("irecv") == 1, events
+    assert any(f == "all_gather" and k.startswith("funcol.") for k, f, _ in events[-3:]), events  # DTensor
+    assert dict((k, n) for k, _, n in events)["all_gather_single"] == 16, events
