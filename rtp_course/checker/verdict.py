@@ -36,7 +36,9 @@ def _phase_of(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-def compare_tensor(expected: torch.Tensor, actual) -> tuple[bool, str, dict]:
+def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None) -> tuple[bool, str, dict]:
+    """(equal?, what differs, details). details["cause"] / ["cause_hint"]: what the
+    difference looks like it comes from (causes()), when something recognisable."""
     if actual is None:
         return False, "is None (no value was produced)", {}
     if not isinstance(actual, torch.Tensor):
@@ -44,6 +46,7 @@ def compare_tensor(expected: torch.Tensor, actual) -> tuple[bool, str, dict]:
     if tuple(actual.shape) != tuple(expected.shape):
         return False, (f"has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"), {
             "expected_shape": list(expected.shape), "actual_shape": list(actual.shape)}
+    own_dtype = actual.dtype
     if actual.dtype != expected.dtype and expected.is_floating_point():
         actual = actual.to(expected.dtype)
     if not expected.is_floating_point():
@@ -53,19 +56,89 @@ def compare_tensor(expected: torch.Tensor, actual) -> tuple[bool, str, dict]:
     if torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
         return True, "", {}
     diff = (actual - expected).abs()
-    max_abs = diff.max().item()
+    max_abs = diff.nan_to_num(float("inf")).max().item()
     scale = expected.abs().max().item()
     rel = max_abs / scale if scale > 0 else float("inf")
-    idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
+    where = diff.nan_to_num(float("inf"))
+    idx = tuple(int(i) for i in torch.unravel_index(where.argmax(), where.shape)) if where.dim() else ()
     frac = (~torch.isclose(actual, expected, rtol=rtol, atol=atol)).float().mean().item()
     msg = (f"max abs error {max_abs:.3g} (rel {rel:.3g}) at index {list(idx)}: expected "
            f"{expected[idx].item():.6g}, got {actual[idx].item():.6g}; {frac:.0%} of entries wrong")
+    details = {"max_abs": max_abs, "max_rel": rel, "shape": list(expected.shape)}
+    found = causes(expected, actual, own_dtype, world_size)
+    if found:
+        cause, hint, overrides = found
+        msg += f"; {cause}"
+        details.update(cause=cause, cause_hint=hint, cause_overrides=overrides)
+    return False, msg, details
+
+
+def causes(expected, actual, own_dtype, world_size) -> tuple[str, str, bool] | None:
+    """(what the wrong tensor looks like, the hint that cause calls for, whether that hint
+    replaces the check's own), or None. A dtype, NaN or uninitialised memory is the cause
+    whatever the function; a wrong order or zeros the check's hint explains better."""
+    if own_dtype != expected.dtype and own_dtype.is_floating_point:
+        rtol, atol = TOLERANCE.get(own_dtype, (1e-2, 1e-3))
+        if torch.allclose(actual, expected, rtol=rtol, atol=atol):
+            return (f"it has dtype {str(own_dtype)[6:]}, expected {str(expected.dtype)[6:]}: the "
+                    f"values agree only to {str(own_dtype)[6:]} precision",
+                    "keep the dtype of the tensors you are given: a buffer made with torch.zeros(n) "
+                    "or torch.empty(n) is float32; use x.new_zeros(n) / torch.empty_like(x), or "
+                    "pass dtype=x.dtype", True)
+    if expected.dtype == torch.float64 and torch.allclose(actual, expected, rtol=1e-5, atol=1e-7):
+        return ("its values agree with the expected ones only to float32 precision (about 7 "
+                "digits): somewhere on the way they were float32",
+                "keep the dtype of the tensors you are given: a buffer made with torch.zeros(n) "
+                "or torch.empty(n) is float32 even when the gradients are float64; use "
+                "x.new_zeros(n) / torch.empty_like(x), or pass dtype=x.dtype", True)
+    bad = ~torch.isfinite(actual)
+    if bad.any():
+        return (f"{int(bad.sum())} entries are NaN or infinite",
+                "NaN or inf where the serial model has numbers: memory read before it was "
+                "written (torch.empty, a receive buffer used before wait()), or a division by zero",
+                True)
+    scale = expected.abs().max().item()
+    if scale > 0 and actual.abs().max().item() > 1e6 * scale:
+        return ("some entries are huge next to the expected values",
+                "values like these are uninitialised memory: a torch.empty buffer (or a receive "
+                "buffer) read before anything was written into it; wait() for a receive before "
+                "using its tensor", True)
+    if scale > 0 and not actual.any():
+        return ("it is all zeros",
+                "all zeros where the serial model has values: was it ever written? (a receive "
+                "never waited for, an in-place update of a copy, a gradient never accumulated)",
+                False)
     norm = (expected * expected).sum()
     if norm > 0:
         ratio = ((actual * expected).sum() / norm).item()
+        rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-6))
         if abs(ratio) > 1e-6 and torch.allclose(actual, ratio * expected, rtol=rtol, atol=atol):
-            msg += f"; every entry is {ratio:.4g} x the expected value"
-    return False, msg, {"max_abs": max_abs, "max_rel": rel, "shape": list(expected.shape)}
+            why = _ratio_cause(ratio, world_size)
+            return (f"every entry is {ratio:.4g} x the expected value" + (f" ({why})" if why else ""),
+                    "", False)
+        flat_e, flat_a = expected.flatten().sort().values, actual.flatten().sort().values
+        if expected.numel() > 1 and torch.allclose(flat_a, flat_e, rtol=rtol, atol=atol):
+            return ("it holds the right values in the wrong places",
+                    "the right numbers in the wrong places: a slice taken with the wrong rank or "
+                    "offset, blocks concatenated in the wrong order, or the wrong dim", False)
+    return None
+
+
+def _hint(check, key, details) -> str:
+    if details.get("cause_overrides"):
+        return details["cause_hint"]
+    return check.hint(key) or details.get("cause_hint", "")
+
+
+def _ratio_cause(ratio: float, world_size: int | None) -> str:
+    if abs(ratio + 1) < 1e-6:
+        return "the sign is flipped"
+    if world_size and world_size > 1:
+        if abs(ratio - world_size) < 1e-6:
+            return f"{world_size} = the world size: a sum over the ranks where their mean is wanted"
+        if abs(ratio - 1 / world_size) < 1e-6:
+            return f"1/{world_size}: divided by the world size once too often"
+    return ""
 
 
 def compare_value(expected, actual) -> tuple[bool, str]:
@@ -105,14 +178,14 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 if key not in o["records"]:
                     return Result(**base, status="failed", rank=rank, phase=phase, key=key,
                                   message=f"{key}: nothing was recorded", hint=check.hint(key))
-                ok, msg, details = compare_tensor(exp, o["records"][key])
+                ok, msg, details = compare_tensor(exp, o["records"][key], world_size)
             else:
                 ok, msg = compare_value(exp, o["values"].get(key))
                 details = {}
             if not ok:
                 return Result(**base, status="failed", rank=rank, phase=phase, key=key,
-                              message=f"rank {rank}, {key} {msg}", hint=check.hint(key),
-                              details=details)
+                              message=f"rank {rank}, {key} {msg}",
+                              hint=_hint(check, key, details), details=details)
     for rank in sorted(outcomes):
         mine = rules.get(rank, []) if isinstance(rules, dict) else rules  # {rank: rules} too
         bad = check_comm(mine, outcomes[rank]["events"])

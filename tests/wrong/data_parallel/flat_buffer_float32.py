@@ -1,0 +1,26 @@
+"""average_gradients packs the gradients into a flat buffer made with torch.zeros(n): float32,
+while the gradients are float64, so the averages come back with float32 precision.
+
+EXPECT: only to float32 precision.*hint: keep the dtype of the tensors you are given
+WORLD_SIZES: 2
+ONLY: average_gradients
+"""
+REPLACE = [
+    ("""    world = dist.get_world_size(group)
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+            p.grad /= world""",
+     """    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.zeros(sum(g.numel() for g in grads))
+    offset = 0
+    for g in grads:
+        flat[offset:offset + g.numel()] = g.reshape(-1)
+        offset += g.numel()
+    dist.all_reduce(flat, group=group)
+    flat /= dist.get_world_size(group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()"""),
+]
