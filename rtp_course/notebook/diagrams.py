@@ -82,8 +82,8 @@ def data_parallel_step(world_size=2, in_hooks=False, ax=None):
         ax.text(x + w / 2, 5.95, f"rank {r}", ha="center", fontsize=10, color=_color(r),
                 fontweight="bold")
     when = "in gradient hooks, while backward goes on" if in_hooks else "after backward"
-    _box(ax, 0, 2.0, (n - 1) * col + w, 0.55,
-         f"all-reduce (sum) of g0 ... g{n - 1}, then / {n}   ({when})", "white", "black", 10)
+    _box(ax, 0, 1.95, (n - 1) * col + w, 0.6,
+         f"all-reduce (sum) of g0 ... g{n - 1}, then / {n}\n({when})", "white", "black", 9)
     ax.set_xlim(-0.2, (n - 1) * col + w + 0.2)
     ax.set_ylim(-0.2, 6.3)
     ax.axis("off")
