@@ -125,3 +125,14 @@ def test_wrap_says_which_exercise_to_implement(monkeypatch, strategy, exercise, 
                        match=f"implement {exercise}\\.\\w+ in rtp_course/{exercise}.py first "
                              f"\\(task E\\d\\.\\d, notebook {notebook} section"):
         strategies.wrap(build_model("lm", seed=0, tiny=True), strategy)
+
+
+def test_sequential_timing_still_pairs_step_k_with_ddp(tmp_path):
+    import json
+    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "2",
+                     "--strategies", "ddp", "rtp", "--sequential", "--impl", "solutions",
+                     "--timeout", "300", "--out", str(tmp_path), "--json", str(tmp_path / "b.json")])
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert code == 0 and doc["interleaved"] is False
+    assert set(doc["step_time"]) == {"ddp", "rtp"} and doc["step_time"]["ddp"]["ratio"] == 1.0
+    assert "(--sequential)" in (tmp_path / "bench.txt").read_text()

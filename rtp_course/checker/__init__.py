@@ -5,9 +5,9 @@ import warnings
 from dataclasses import dataclass
 
 from rtp_course.checker import report
-from rtp_course.runtime.quiet import torch_warnings
 from rtp_course.checker.engine import DEFAULT_WORLD_SIZES, run
 from rtp_course.checker.verdict import Result
+from rtp_course.runtime.quiet import torch_warnings
 
 
 @dataclass

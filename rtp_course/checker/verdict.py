@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rtp_course.checker.registry import Bound, Check
+from rtp_course.runtime.commlog import P2P
 
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}
@@ -195,9 +196,6 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=rule.hint)
     return Result(**base, status="passed")
-
-
-P2P = ("send", "recv", "isend", "irecv")
 
 
 def _count_matches(rule, ev) -> bool:

@@ -25,8 +25,7 @@ def cmd_check(args) -> int:
                              backend=args.backend, only=args.only,
                              progress=None if args.quiet else bar)
     except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
-        bar.clear()
-        print(f"rtp-course check: {e}", file=sys.stderr)
+        print(f"\rrtp-course check: {e}", file=sys.stderr)
         return 2
     finally:
         bar.clear()

@@ -88,7 +88,7 @@ def student_view(text: str, impl: Path) -> str:
     return re.sub(r"/[^\s\"']*/site-packages/", "", text)
 
 
-def write_feedback(course: Path, assignment: str, student: str, cells, points: dict) -> None:
+def write_feedback(course: Path, assignment: str, student: str, cells) -> None:
     """Put each exercise's report in its grading cell of the autograded notebook, where
     `nbgrader generate_feedback` shows it to the student beside the points."""
     import nbformat
@@ -127,15 +127,16 @@ def write_gradebook(course: Path, assignment: str, student: str, cells, points: 
 def record(course: Path, assignment: str, student: str, cells, points: dict, log=print) -> None:
     """One student's points into the gradebook, the reports into the feedback, a line to `log`."""
     missing = write_gradebook(course, assignment, student, cells, points)
-    write_feedback(course, assignment, student, cells, points)
+    write_feedback(course, assignment, student, cells)
     note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
     log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
                                               for c in cells) + note)
 
 
 def default_jobs() -> int:
-    """Submissions graded at once on this machine: each runs up to 4 ranks, which spend much
-    of a check starting up and waiting on each other, so two per core pair fill the cores."""
+    """Submissions graded at once on this machine: one per core. Each runs up to 4 ranks, but
+    they spend much of a check starting up and waiting on each other; on 2 cores 2 at once
+    was 1.22x faster than 1, and 4 slower than 2 (scripts/bench_grading.py)."""
     return max(1, len(os.sched_getaffinity(0)))
 
 

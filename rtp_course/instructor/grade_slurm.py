@@ -11,7 +11,6 @@ writes what the tasks left.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 import time
@@ -97,7 +96,7 @@ def wait(job_id: str, poll: float = 1.0, timeout: float | None = None, log=print
         time.sleep(poll)
 
 
-def merge(course: Path, assignment: str, students, job_id: str | None = None, log=print) -> dict:
+def merge(course: Path, assignment: str, students, log=print) -> dict:
     """Write the points the tasks left into the gradebook and the feedback; {student: points}."""
     cells = grade_code.graded_cells(course, assignment)
     out = {}
@@ -133,5 +132,5 @@ def cli(args, course: Path, assignment: str) -> int:
         print(f"when it has finished: rtp-course grade {assignment} --merge")
         return 0
     wait(job_id)
-    merge(course, assignment, students, job_id)
+    merge(course, assignment, students)
     return 0

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import matplotlib.pyplot as plt
@@ -68,7 +69,6 @@ def summary(per_rank) -> dict:
 
 def overlap_verdict(stats: dict, ranks: int) -> str:
     """One honest sentence about the overlap a run showed."""
-    import os
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     line = (f"{100 * stats['hidden']:.0f}% of the time transfers were in flight, the rank was "
             f"computing ({1e3 * stats['overlap']:.1f} of {1e3 * stats['transfer']:.1f} ms)")

@@ -78,7 +78,6 @@ FUNCOL = {
 }
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
-WRAPPED = tuple(C10D)
 P2P = ("send", "recv", "isend", "irecv")
 RECEIVES = ("recv", "irecv")
 

@@ -154,6 +154,7 @@ def _measure(strategy, model, device, opts) -> dict:
     row.update(_held_bytes(model, optimizer))
     row["loss_end"] = _evaluate(strategy, model, task, device)
     row["step_time_s"] = statistics.median(times)
+    row["step_times_s"] = times   # --sequential: paired with DDP's step k; else replaced below
     row["total"] = sum(row[c] for c in CATEGORIES)
     return row
 
