@@ -78,6 +78,14 @@ def test_syntax_error_is_reported_at_its_line_without_launching(tmp_path):
     assert "comm.py does not parse" in report.text(results), report.text(results)
 
 
+def test_a_file_python_cannot_even_compile_is_a_grade_not_a_grader_crash(tmp_path):
+    """compile() of absurdly nested code raises MemoryError, not SyntaxError."""
+    impl = edited(tmp_path, "comm", [])
+    (impl / "comm.py").write_text("x = " + "-" * 200000 + "1\n")
+    results = engine.run(["comm"], impl=str(impl), world_sizes=[1], only=["Duplication"])
+    assert results and all(r.status == "error" for r in results), report.text(results)
+
+
 def test_a_world_size_without_checks_is_one_sentence():
     r = subprocess.run([PY, "-m", "rtp_course.cli", "check", "comm", "--world-size", "9"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
