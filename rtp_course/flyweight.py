@@ -62,6 +62,9 @@ Rules your code must follow (the checker tests each one):
   after backward, each shard's .grad is the slice of the DDP-averaged gradient.
 * Rotation only (your exercise E4 functions, `from . import rotation`): no
   all_gather / broadcast of weights during forward, backward or full_state_dict.
+* Traffic: per layer, forward receives every other shard once (at most N-1
+  messages) from rank r-1; backward at most 2N-1 messages (N-1 weight shards, N
+  accumulators) from rank r+1. Fewer messages are fine.
 * Overlap: start a shard's rotation BEFORE computing with it.
 * Memory: see FORWARD above; never keep received shards in a list.
 * Use `group` for every rank, size and communication.

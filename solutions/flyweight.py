@@ -11,15 +11,29 @@ as soon as they are used, so a rank holds its own shard plus, at most, the one
 in hand and the one arriving.
 
 Backward on rank r, step k = 0..N-1: hold shard s = (r + k) % N (weights rotate
-counterclockwise), recompute shard s's part of the output from the saved input,
-get d input and this batch's d shard; add d shard to the gradient accumulator of
-shard s, which rotates counterclockwise too and comes back to its owner after N
-moves (the weights need N-1). Owner's grad = accumulator / N: the DDP mean.
+counterclockwise), get d input and this batch's d shard, and add d shard to the
+gradient accumulator of shard s, which rotates counterclockwise too and comes
+back to its owner after N moves (the weights need N-1). Owner's grad =
+accumulator / N: the DDP mean.
+
+What makes it fast (the stub's simpler design recomputes every shard's forward
+and waits for every transfer; both are correct):
+* Linear and Embedding get d input and d shard from the saved input and the
+  shard in hand (d x = g W_s, d W_s = g^T x): no forward is recomputed. Conv2d
+  and attention recompute their part under autograd.
+* No transfer is waited right after it starts: an accumulator is waited only
+  when the next step adds to it (after d input is computed), and the last one,
+  coming home, at the end of the whole backward (an autograd engine callback,
+  as DDP does), so it travels during the next layers' backward. Replicated
+  parameters' gradients are all-reduced asynchronously as they become ready and
+  waited at the same point.
+* Attention through scaled_dot_product_attention; shard shapes computed once.
 """
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd import Variable
 
 from . import rotation
 
@@ -36,8 +50,29 @@ def _split_sizes(units, world):
 
 # --------------------------------------------------------------------- layer kinds
 # A kind says which slices of each parameter belong to the shard holding units
-# [a, b), and computes that shard's part of the output from its tensors `p`.
-class _Linear:
+# [a, b), computes that shard's part of the output from its tensors `p`, and that
+# part's gradients.
+class _Kind:
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+        """d inputs of shard `index`'s part of the output (g: d part), and d shard ADDED to
+        `accumulator()` ({key: view}; called once, late: it may wait for a transfer).
+        Generic: recompute the part under autograd."""
+        with torch.enable_grad():
+            xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
+            ps = {k: t.detach().requires_grad_() for k, t in p.items()}
+            y = self.partial(m, xs, ps, index, extra)
+            wanted = [x for x in xs if x.requires_grad] + list(ps.values())
+            grads = torch.autograd.grad(y, wanted, g, allow_unused=True)
+        n = len(wanted) - len(ps)
+        acc = accumulator()
+        for key, d in zip(ps, grads[n:]):
+            if d is not None:
+                acc[key].add_(d)
+        d_inputs = iter(grads[:n])
+        return [next(d_inputs) if x.requires_grad else None for x in xs]
+
+
+class _Linear(_Kind):
     cat_dim = -1  # output features
 
     def units(self, m):
@@ -52,9 +87,25 @@ class _Linear:
     def partial(self, m, inputs, p, index, extra):
         return F.linear(inputs[0], p["weight"], p.get("bias"))
 
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+        """y = x W^T + b: d x = g W, d W = g^T x, d b = sum of g; from the saved x."""
+        d_x = g.matmul(p["weight"]) if needs[0] else None
+        _add_linear_grads(accumulator(), "weight", "bias", inputs[0], g)
+        return [d_x]
+
+
+def _add_linear_grads(acc, weight, bias, x, g):
+    """acc[weight] += g^T x, acc[bias] += sum of g, over every leading dimension."""
+    x2 = x.flatten(0, -2) if x.dim() > 1 else x[None]      # [tokens, in]
+    g2 = g.flatten(0, -2) if g.dim() > 1 else g[None]      # [tokens, out of this shard]
+    acc[weight].addmm_(g2.t(), x2)
+    if acc.get(bias) is not None and acc[bias].numel():
+        acc[bias].add_(g2.sum(0))
+
 
 class _Conv2d(_Linear):
     cat_dim = -3  # channels of [B, C, H, W] or [C, H, W]
+    grads = _Kind.grads  # recomputed: a convolution's gradients are convolutions of their own
 
     def units(self, m):
         if m.groups != 1:
@@ -65,7 +116,7 @@ class _Conv2d(_Linear):
         return m._conv_forward(inputs[0], p["weight"], p.get("bias"))  # handles padding_mode
 
 
-class _Embedding:
+class _Embedding(_Kind):
     cat_dim = -1  # embedding columns
 
     def units(self, m):
@@ -80,8 +131,19 @@ class _Embedding:
         return F.embedding(inputs[0], p["weight"], m.padding_idx, None, 2.0,
                            m.scale_grad_by_freq, False)
 
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+        """Row i of d W is the sum of g over the positions holding token i (none for padding)."""
+        if m.scale_grad_by_freq:
+            return super().grads(m, inputs, needs, p, index, extra, g, accumulator)
+        ids = inputs[0].reshape(-1)
+        g2 = g.reshape(ids.shape[0], g.shape[-1])
+        if m.padding_idx is not None:
+            g2 = g2.masked_fill((ids == m.padding_idx).unsqueeze(1), 0)
+        accumulator()["weight"].index_add_(0, ids, g2)
+        return [None]
 
-class _MultiheadAttention:
+
+class _MultiheadAttention(_Kind):
     """Heads [a, b): their q, k and v rows of in_proj, their columns of out_proj.weight.
     The partial outputs are summed; out_proj.bias belongs to shard 0 alone (added once)."""
     cat_dim = None
@@ -104,29 +166,45 @@ class _MultiheadAttention:
         return out
 
     def partial(self, m, inputs, p, index, extra):
-        query, key, value = inputs                         # batch-first [B, L, E], [B, S, E]
-        w_q, w_k, w_v = p["in_proj_weight"].chunk(3)
-        b_q, b_k, b_v = p["in_proj_bias"].chunk(3) if "in_proj_bias" in p else (None,) * 3
-        d = m.head_dim
-        heads = w_q.shape[0] // d
-
-        def split_heads(t):                                # [B, T, heads*d] -> [B, heads, T, d]
-            return t.unflatten(-1, (heads, d)).transpose(1, 2)
-
-        q = split_heads(F.linear(query, w_q, b_q))
-        k = split_heads(F.linear(key, w_k, b_k))
-        v = split_heads(F.linear(value, w_v, b_v))
-        scores = q @ k.transpose(-2, -1) / d ** 0.5        # [B, heads, L, S]
-        mask = extra["mask"]
-        if mask is not None:
-            if mask.shape[1] == m.num_heads:               # per-head mask: keep our heads
-                start = extra["head_start"][index]
-                mask = mask[:, start:start + heads]
-            scores = scores + mask
-        context = (scores.softmax(-1) @ v).transpose(1, 2).flatten(-2)   # [B, L, heads*d]
-        out = F.linear(context, p["out_proj.weight"])
+        out = F.linear(self._context(m, inputs, p, index, extra), p["out_proj.weight"])
         bias = p.get("out_proj.bias")
         return out if bias is None or bias.numel() == 0 else out + bias
+
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+        """Recompute the heads' context under autograd; out_proj's part is a Linear's."""
+        inner = {k: t for k, t in p.items() if k.startswith("in_proj")}
+        with torch.enable_grad():
+            xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
+            ps = {k: t.detach().requires_grad_() for k, t in inner.items()}
+            context = self._context(m, xs, ps, index, extra)
+            wanted = [x for x in xs if x.requires_grad] + list(ps.values())
+            grads = torch.autograd.grad(context, wanted, g.matmul(p["out_proj.weight"]))
+        n = len(wanted) - len(ps)
+        acc = accumulator()
+        for key, d in zip(ps, grads[n:]):
+            acc[key].add_(d)
+        _add_linear_grads(acc, "out_proj.weight", "out_proj.bias", context.detach(), g)
+        d_inputs = iter(grads[:n])
+        return [next(d_inputs) if x.requires_grad else None for x in xs]
+
+    def _context(self, m, inputs, p, index, extra):
+        """Attention of this shard's heads, before out_proj: [B, L, heads*d]."""
+        d = m.head_dim
+        heads = p["in_proj_weight"].shape[0] // (3 * d)
+        if len(inputs) == 1:                               # self-attention: one product for q, k, v
+            qkv = F.linear(inputs[0], p["in_proj_weight"], p.get("in_proj_bias")).chunk(3, -1)
+        else:                                              # batch-first [B, L, E], [B, S, E]
+            biases = p["in_proj_bias"].chunk(3) if "in_proj_bias" in p else (None,) * 3
+            qkv = [F.linear(x, w, b) for x, w, b in
+                   zip(inputs, p["in_proj_weight"].chunk(3), biases)]
+        # [B, T, heads*d] -> [B, heads, T, d]
+        q, k, v = (t.unflatten(-1, (heads, d)).transpose(1, 2) for t in qkv)
+        mask = extra["mask"]                               # additive, [B or 1, heads or 1, L, S]
+        if mask is not None and mask.shape[1] == m.num_heads:   # per-head mask: keep our heads
+            start = extra["head_start"][index]
+            mask = mask[:, start:start + heads]
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return context.transpose(1, 2).flatten(-2)         # [B, L, heads*d]
 
 
 def _additive(mask, dtype):
@@ -147,7 +225,9 @@ def _kind(module):
 
 # --------------------------------------------------------------------- the wrapper
 class _RotatedShards(torch.autograd.Function):
-    """Differentiable in the layer inputs and this rank's shard; saves only those."""
+    """Differentiable in the layer inputs and this rank's shard; saves only those. The shard's
+    gradient is not returned here: it comes home after the backward has moved on (see
+    FlyweightWrapper._rotating_backward)."""
 
     @staticmethod
     def forward(ctx, wrapper, extra, n_inputs, *tensors):
@@ -159,9 +239,24 @@ class _RotatedShards(torch.autograd.Function):
     def backward(ctx, grad_output):
         saved, n = ctx.saved_tensors, ctx.n_inputs
         needs = ctx.needs_input_grad[3:3 + n]
-        grad_inputs, grad_shard = ctx.wrapper._rotating_backward(saved[:n], needs, ctx.extra,
-                                                                 grad_output)
-        return (None, None, None, *grad_inputs, *grad_shard)
+        grad_inputs = ctx.wrapper._rotating_backward(saved[:n], needs, ctx.extra, grad_output)
+        return (None, None, None, *grad_inputs, *[None] * (len(saved) - n))
+
+
+def _at_end_of_backward(fn):
+    """Run fn when the autograd engine has finished this backward pass (DDP's hook point)."""
+    Variable._execution_engine.queue_callback(fn)
+
+
+# Last accumulators still travelling home: (wrapper, handle, own part). Each is waited after
+# the first step of the next layer's backward, or at the end of the backward.
+_coming_home = []
+
+
+def _bring_home():
+    while _coming_home:
+        wrapper, *arriving = _coming_home.pop(0)
+        wrapper._receive_grad(*arriving)
 
 
 class FlyweightWrapper(nn.Module):
@@ -182,6 +277,9 @@ class FlyweightWrapper(nn.Module):
         self.keys = list(self.shard_ranges(0))  # the order of the pieces in a flat shard
         if sorted(self.keys) != sorted(self.full_shapes):
             raise ValueError(f"FlyweightWrapper: unexpected parameters {sorted(self.full_shapes)}")
+        self.shapes = [self._shapes(i) for i in range(self.world)]   # shard index -> {key: shape}
+        self.numels = [sum(torch.Size(sh).numel() for sh in shapes.values())
+                       for shapes in self.shapes]
         src = _rank0(group)
         with torch.no_grad():
             for key in self.keys:
@@ -211,9 +309,6 @@ class FlyweightWrapper(nn.Module):
             shapes[key] = shape
         return shapes
 
-    def _numel(self, index):
-        return sum(torch.Size(s).numel() for s in self._shapes(index).values())
-
     # A shard travels as ONE flat buffer: one message per step, shapes known from its index.
     def _shard_parameters(self):
         return [self.module.get_parameter(k) for k in self.keys]
@@ -222,7 +317,7 @@ class FlyweightWrapper(nn.Module):
         return torch.cat([p.detach().reshape(-1) for p in self._shard_parameters()])
 
     def _unpack(self, flat, index):
-        shapes = self._shapes(index)
+        shapes = self.shapes[index]
         pieces = flat.split([torch.Size(s).numel() for s in shapes.values()])
         return {k: t.view(s) for (k, s), t in zip(shapes.items(), pieces)}
 
@@ -234,7 +329,7 @@ class FlyweightWrapper(nn.Module):
             incoming = None
             if i < world - 1:  # start the transfer BEFORE computing: overlap
                 incoming = rotation.rotate_async(shard, "clockwise", self.group,
-                                                 recv_shape=(self._numel((s - 1) % world),))
+                                                 recv_shape=(self.numels[(s - 1) % world],))
             y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
             if cat:
                 parts[s] = y
@@ -243,40 +338,53 @@ class FlyweightWrapper(nn.Module):
             shard = incoming.wait() if incoming is not None else None  # drop the used shard
         return torch.cat(parts, self.kind.cat_dim) if cat else total
 
-    def _shard_grads(self, inputs, needs, shard, index, extra, grad_output):
-        """d input and d shard (flat) of shard `index`'s part of the output, for this batch."""
-        with torch.enable_grad():
-            xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
-            flat = shard.detach().requires_grad_()
-            y = self.kind.partial(self.module, xs, self._unpack(flat, index), index, extra)
-            if self.kind.cat_dim is not None:
-                grad_output = grad_output.narrow(self.kind.cat_dim, self.starts[index],
-                                                 self.sizes[index])
-            wanted = [x for x in xs if x.requires_grad] + [flat]
-            grads = torch.autograd.grad(y, wanted, grad_output, allow_unused=True)
-        grads = iter([torch.zeros_like(t) if g is None else g for t, g in zip(wanted, grads)])
-        return [next(grads) if x.requires_grad else None for x in xs], next(grads)
-
     def _rotating_backward(self, inputs, needs, extra, grad_output):
-        world, rank = self.world, self.rank
+        world, rank, cat = self.world, self.rank, self.kind.cat_dim
         grad_inputs = [None] * len(inputs)
-        shard, sending = self._own_flat(), None
+        shard, sending, own_part = self._own_flat(), None, None
         for k in range(world):
-            s = (rank + k) % world
+            s, nxt = (rank + k) % world, (rank + k + 1) % world
             incoming = None
             if k < world - 1:
                 incoming = rotation.rotate_async(shard, "counterclockwise", self.group,
-                                                 recv_shape=(self._numel((s + 1) % world),))
-            d_inputs, d_shard = self._shard_grads(inputs, needs, shard, s, extra, grad_output)
-            grad_inputs = [d if g is None else g + d for g, d in zip(grad_inputs, d_inputs)]
-            # accumulator of shard s: what ranks r+1..r+k added, plus this batch's part
-            acc = d_shard if sending is None else sending.wait() + d_shard
-            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
-                                            recv_shape=(self._numel((s + 1) % world),))
-            del acc
+                                                 recv_shape=(self.numels[nxt],))
+            g = grad_output if cat is None else \
+                grad_output.narrow(cat, self.starts[s], self.sizes[s])
+            # Our own shard's part waits here for the others' (it would go round the ring and
+            # back); shard s's accumulator holds what ranks r+1..r+k-1 added, and is waited
+            # for only when this step adds to it.
+            acc = []
+
+            def accumulator(s=s, previous=sending if k >= 2 else None):
+                acc.append(previous.wait() if previous is not None else
+                           shard.new_zeros(self.numels[s]))
+                return self._unpack(acc[0], s)
+
+            d_inputs = self.kind.grads(self.module, inputs, needs, self._unpack(shard, s), s,
+                                       extra, g, accumulator)
+            grad_inputs = [d if t is None else t if d is None else t + d
+                           for t, d in zip(grad_inputs, d_inputs)]
+            if k == 0:
+                own_part = acc.pop()
+            else:  # to rank r-1, which holds shard s next; the last one goes to its owner
+                sending = rotation.rotate_async(acc.pop(), "counterclockwise", self.group,
+                                                recv_shape=(self.numels[nxt],))
             shard = incoming.wait() if incoming is not None else None
-        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
-        return grad_inputs, list(self._unpack(own, rank).values())
+            if k == 0:
+                _bring_home()  # the previous layer's, which travelled during this step
+        if not _coming_home:
+            _at_end_of_backward(_bring_home)
+        _coming_home.append((self, sending, own_part))
+        return grad_inputs
+
+    def _receive_grad(self, sending, own_part):
+        """Our shard's accumulator, home after N-1 moves, plus our own part: every rank's
+        contribution, so grad = sum / N."""
+        total = own_part if sending is None else sending.wait().add_(own_part)
+        own = total / self.world  # a new tensor: the received buffer is dropped
+        for p, g in zip(self._shard_parameters(), self._unpack(own, self.rank).values()):
+            if p.requires_grad:
+                p.grad = g if p.grad is None else p.grad.add_(g)
 
     def forward(self, *args, **kwargs):
         shard = self._shard_parameters()
@@ -290,6 +398,7 @@ class FlyweightWrapper(nn.Module):
         m = self.module
         if m.training and m.dropout > 0:
             raise NotImplementedError("RTP recomputes attention in backward: use dropout=0")
+        same = query is key and key is value  # self-attention: q, k, v from one input
         if m.batch_first:
             q, k, v = query, key, value
         else:
@@ -308,7 +417,8 @@ class FlyweightWrapper(nn.Module):
             padding = _additive(key_padding_mask, q.dtype).view(batch, 1, 1, source)
             mask = padding if mask is None else mask + padding
         extra = {"mask": mask, "head_start": self.starts}
-        out = _RotatedShards.apply(self, extra, 3, q, k, v, *shard)
+        inputs = (q,) if same else (q, k, v)
+        out = _RotatedShards.apply(self, extra, len(inputs), *inputs, *shard)
         return (out if m.batch_first else out.transpose(0, 1)), None
 
     def full_state_dict(self):
@@ -319,7 +429,7 @@ class FlyweightWrapper(nn.Module):
             if k:  # clockwise: after k rotations we hold shard (r - k) % N
                 s = (s - 1) % self.world
                 shard = rotation.rotate(shard, "clockwise", self.group,
-                                        recv_shape=(self._numel(s),))
+                                        recv_shape=(self.numels[s],))
             for key, piece in self._unpack(shard, s).items():   # put its slices in place
                 dim, spans = self.shard_ranges(s)[key]
                 for (a, b), t in zip(spans, piece.split([b - a for a, b in spans], dim)):
@@ -339,7 +449,7 @@ class RotatedTensorParallel(nn.Module):
 
     def __init__(self, model, group=None):
         super().__init__()
-        self.group = group
+        self.group, self._reducing = group, []
         self.module = (FlyweightWrapper(model, group) if _kind(model)
                        else _wrap_children(model, group))
         sharded = {id(p) for w in self._wrappers().values() for p in w.parameters()}
@@ -353,11 +463,20 @@ class RotatedTensorParallel(nn.Module):
                 p.register_post_accumulate_grad_hook(self._average_gradient)
 
     def _average_gradient(self, p):
-        # Replicated (small) parameters: plain DDP. Hooks fire in the same order on all ranks.
+        # Replicated (small) parameters: plain DDP, each started as soon as its gradient is
+        # ready and waited once at the end of backward. Hooks fire in the same order on all ranks.
+        if dist.get_world_size(self.group) == 1:
+            return
+        if not self._reducing:
+            _at_end_of_backward(self._finish_averaging)
+        self._reducing.append((p, dist.all_reduce(p.grad, group=self.group, async_op=True)))
+
+    def _finish_averaging(self):
         world = dist.get_world_size(self.group)
-        if world > 1:
-            dist.all_reduce(p.grad, group=self.group)
-            p.grad /= world
+        for p, work in self._reducing:
+            work.wait()
+            p.grad.div_(world)
+        self._reducing.clear()
 
     def _wrappers(self):
         return {name: m for name, m in self.module.named_modules()

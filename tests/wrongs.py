@@ -2,7 +2,9 @@
 
 Each file holds one bug as edits of the reference solution: `REPLACE`, a list
 of (old, new) pairs applied to solutions/<exercise>.py (each `old` must occur
-exactly once, so a change of the solution that breaks a bug is noticed). Its docstring's first
+exactly once, so a change of the solution that breaks a bug is noticed), or, with
+`BASE = "simple"`, to solutions/simple/<exercise>.py: the design the stub describes,
+where the reference is a faster one (a bug is most realistic in what students write). Its docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
 (matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it, and
 the optional `ONLY: check_a check_b` limits the run to those checks (speed).
@@ -42,11 +44,12 @@ def spec(path: Path) -> dict:
 
 def build(path: Path) -> str:
     """The source of the wrong module: the solution with the file's REPLACE edits applied."""
-    edits = runpy.run_path(str(path))["REPLACE"]
-    source = (SOLUTIONS / f"{path.parent.name}.py").read_text()
-    for old, new in edits:
+    entry = runpy.run_path(str(path))
+    base = SOLUTIONS.joinpath(entry.get("BASE", ""), f"{path.parent.name}.py")
+    source = base.read_text()
+    for old, new in entry["REPLACE"]:
         n = source.count(old)
-        assert n == 1, (f"{path}: an edit no longer applies to solutions/{path.parent.name}.py "
+        assert n == 1, (f"{path}: an edit no longer applies to {base.relative_to(ROOT)} "
                         f"(its text occurs {n} times); update the bug:\n{old}")
         source = source.replace(old, new)
     return source

@@ -7,6 +7,7 @@ broke, and relaunches the group for the checks that remain.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -166,6 +167,26 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     checks_run = [c for c in checks if c.exercise not in unreadable]
     hung: dict[str, Result] = {}   # check id -> where it hung: not run again at larger sizes
     total = len(results) + sum(c.applies(ws) for c in checks_run for ws in world_sizes)
+    expect = _Expectations([(c, ws) for ws in world_sizes for c in checks_run if c.applies(ws)])
+    try:
+        _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, backend,
+                   timeout_scale, hang_left, hung, results, total, progress, expect)
+    finally:
+        expect.close()
+    order = {c.id: i for i, c in enumerate(checks)}
+    tasks = {c.id: c.task_id for c in checks}
+    for r in results:
+        r.task = tasks.get(f"{r.exercise}.{r.check}", "")
+    results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
+                                r.world_size))
+    if progress:
+        progress(total, total, "done")
+    return results
+
+
+def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, backend,
+               timeout_scale, hang_left, hung, results, total, progress, expect) -> None:
+    """One worker group per world size, smallest first; `results` grows as they finish."""
     for ws in world_sizes:
         todo = [c for c in checks_run if c.applies(ws)]
         for c in [c for c in todo if c.id in hung]:
@@ -185,20 +206,11 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
             if progress else None
         backend_ws = backend or default_backend(ws)
         res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
-                                   STALL * timeout_scale, hang_left, timeout_scale, tick)
+                                   STALL * timeout_scale, hang_left, timeout_scale, tick, expect)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
                                 backend_ws)
         hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
         results += res
-    order = {c.id: i for i, c in enumerate(checks)}
-    tasks = {c.id: c.task_id for c in checks}
-    for r in results:
-        r.task = tasks.get(f"{r.exercise}.{r.check}", "")
-    results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
-                                r.world_size))
-    if progress:
-        progress(total, total, "done")
-    return results
 
 
 def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dtype, limit_of,
@@ -233,7 +245,7 @@ def _over_budget(check, ws, timeout_scale) -> Result:
 
 
 def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STALL, hang_left=None,
-               timeout_scale=1.0, tick=None):
+               timeout_scale=1.0, tick=None, expect=None):
     """Run `todo` on `ws` ranks; returns (results, {check id: per-rank outcomes}).
 
     `hang_left` ({exercise: seconds}) is charged for every hang; an exercise that has used
@@ -263,7 +275,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
             outcomes = _load_outcomes(rundir, check.id, ws)
             if outcomes is None:
                 break
-            results.append(_judge(check, ws, outcomes))
+            results.append(_judge(check, ws, outcomes, expect))
             seen[check.id] = outcomes
             done += 1
         confinement = _read_json(rundir / "confinement.0.json") or {}
@@ -342,10 +354,30 @@ def _load_outcomes(rundir: Path, cid: str, ws: int):
     return outcomes
 
 
-def _judge(check, ws, outcomes) -> Result:
+def _expectation(check, ws):
+    return check.expected(ws), check.comm_rules(ws)
+
+
+class _Expectations:
+    """Every check's expected values and rules, computed in a thread of this process while
+    the workers run (serial torch only, never student code): the parent is idle then, and a
+    check is judged as soon as its results are in."""
+
+    def __init__(self, pairs):
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="expected")
+        self._futures = {(c.id, ws): self._pool.submit(_expectation, c, ws) for c, ws in pairs}
+
+    def get(self, check, ws):
+        future = self._futures.get((check.id, ws))
+        return future.result() if future is not None else _expectation(check, ws)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _judge(check, ws, outcomes, expect=None) -> Result:
     try:
-        expected = check.expected(ws)
-        rules = check.comm_rules(ws)
+        expected, rules = expect.get(check, ws) if expect else _expectation(check, ws)
     except Exception as e:  # a bug in the course's own check, not the student's
         return Result(check.exercise, check.name, ws, "error",
                       f"internal error in the check itself ({type(e).__name__}: {e}); "

@@ -12,6 +12,8 @@ from rtp_course.course import EXERCISES, edition
 
 
 def cmd_check(args) -> int:
+    from rtp_course.runtime import forkserver
+    forkserver.start()  # imports torch for the ranks while this process imports it too
     from rtp_course.checker import engine, report
     from rtp_course.course.impl import ImplError
     from rtp_course.runtime.launcher import LaunchError

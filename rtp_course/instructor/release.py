@@ -270,10 +270,11 @@ def _stub_lines(path: Path) -> set[str]:
 def find_leaks(out: Path, root: Path) -> list[str]:
     """What in the edition `out` belongs to the instructor edition `root` only (empty: nothing)."""
     leaks = []
-    solutions = {p.name: p.read_text() for p in sorted((root / "solutions").glob("*.py"))
-                 if p.name != "__init__.py"}
+    solutions = {p.relative_to(root / "solutions").as_posix(): p.read_text()
+                 for p in sorted((root / "solutions").rglob("*.py")) if p.name != "__init__.py"}
     # A solution's lines that its stub shares are the interface students are given, not answers.
-    sol_lines = {n: _code_lines(t) - _stub_lines(root / "rtp_course" / n) for n, t in solutions.items()}
+    sol_lines = {n: _code_lines(t) - _stub_lines(root / "rtp_course" / Path(n).name)
+                 for n, t in solutions.items()}
     sol_bodies = {n: _bodies(t) for n, t in solutions.items()}
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         rel = path.relative_to(out)

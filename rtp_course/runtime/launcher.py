@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import quiet, reaper
+from rtp_course.runtime import forkserver, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -181,38 +181,6 @@ def _end(processes) -> None:
             p.join()
 
 
-def _own_multiprocessing_tempdir() -> None:
-    """multiprocessing keeps the forkserver's socket in a `pymp-*` directory that only a normal
-    exit removes; give it a name of this process's run directories, which the guardian removes
-    when this process is killed (multiprocessing reads it from the process config, once)."""
-    from multiprocessing import process, util
-    config = process.current_process()._config
-    if config.get("tempdir") is None:
-        base = tempfile.gettempdir()
-        if len(base) > 60 and os.access("/tmp", os.W_OK):  # its sockets' paths: 107 bytes at most
-            base = "/tmp"
-        path = tempfile.mkdtemp(prefix=reaper.temp_prefix("mp"), dir=base)
-        util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
-        config["tempdir"] = path
-
-
-def _start_method() -> str:
-    """forkserver with torch preloaded: the server imports torch once per parent process and
-    every later rank starts as a fork of it (about 0.1 s instead of 1.5 s to import torch).
-    The server never touches CUDA, so forking it is safe. $RTP_COURSE_START_METHOD=spawn
-    restores plain spawn."""
-    method = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
-    if method == "forkserver":
-        import multiprocessing
-        _own_multiprocessing_tempdir()
-        # torch imports dynamo and sympy lazily on the first optimizer / backward: 3-4 s per
-        # rank if each rank pays it, once if the server does.
-        multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo",
-                                                "torch.fx.experimental.symbolic_shapes",
-                                                "rtp_course.runtime.launcher", "rtp_course.checker.worker"])
-    return method
-
-
 def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
            timeout: float = 120.0, rundir: str | os.PathLike | None = None,
            on_poll=None, results: str = "data") -> list:
@@ -249,7 +217,7 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
     try:
         with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
             ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
-                                     start_method=_start_method())
+                                     start_method=forkserver.method())
             reaper.ACTIVE[mark] = {p.pid for p in ctx.processes}
         deadline = time.monotonic() + timeout
         try:

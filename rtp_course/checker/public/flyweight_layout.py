@@ -261,17 +261,17 @@ def _rank_rules(check, n, r, ring, gathers) -> list:
         mine += [
             CommRule(fwd, "collective", 0, "forward may not use any collective: the weights "
                      "travel by rotation only (rotate_async, point-to-point)"),
-            CommRule(fwd, RECV, Bound((n - 1) * lay, (n - 1) * ten), FWD_HINT,
+            CommRule(fwd, RECV, Bound(lay, (n - 1) * ten), FWD_HINT,
                      nbytes=Bound(total - own, (n - 1) * plan["max_sum"]),
                      peers=prev if ring else None),
-            CommRule(fwd, SEND, Bound((n - 1) * lay, (n - 1) * ten), FWD_HINT,
+            CommRule(fwd, SEND, Bound(lay, (n - 1) * ten), FWD_HINT,
                      peers=nxt if ring else None),
             CommRule(bwd, "collective", Bound(min(rep, 1), rep), "backward's only collective: "
                      "the all_reduce of the replicated parameters' gradients (one each)"),
-            CommRule(bwd, RECV, Bound((2 * n - 1) * lay, (2 * n - 1) * ten), BWD_HINT,
-                     nbytes=Bound(2 * total - own, (2 * n - 1) * plan["max_sum"]),
+            CommRule(bwd, RECV, Bound(lay, (2 * n - 1) * ten), BWD_HINT,
+                     nbytes=Bound(total - own, (2 * n - 1) * plan["max_sum"]),
                      peers=nxt if ring else None),
-            CommRule(bwd, SEND, Bound((2 * n - 1) * lay, (2 * n - 1) * ten), BWD_HINT,
+            CommRule(bwd, SEND, Bound(lay, (2 * n - 1) * ten), BWD_HINT,
                      peers=prev if ring else None),
         ]
     for phase in gathers:
@@ -283,7 +283,9 @@ def _rank_rules(check, n, r, ring, gathers) -> list:
     return mine
 
 
-FWD_HINT = ("forward rotates each layer's shard CLOCKWISE N-1 times: receive from rank r-1, send "
-            "to rank r+1, each shard once (N-1 receives per layer, or one per shard tensor)")
-BWD_HINT = ("backward moves each layer's weights COUNTERCLOCKWISE N-1 times and its gradient "
-            "accumulators N times: 2N-1 receives per layer, all from rank r+1")
+FWD_HINT = ("rule 'Traffic': forward rotates each layer's shard CLOCKWISE: receive from rank r-1, "
+            "send to rank r+1, every other shard once and no more (at most N-1 receives per "
+            "layer, or one per shard tensor)")
+BWD_HINT = ("rule 'Traffic': backward moves each layer's weights COUNTERCLOCKWISE (every other "
+            "shard once) and its gradient accumulators: at most 2N-1 receives per layer (N-1 "
+            "weight shards, N accumulators; fewer is fine), all from rank r+1")

@@ -4,10 +4,11 @@ EXPECT: flyweight\.Linear .*backward/grad input 0 max abs error.*holds shard \(r
 WORLD_SIZES: 3
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''            s = (rank + k) % world
 ''',

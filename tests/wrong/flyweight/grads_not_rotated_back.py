@@ -4,10 +4,11 @@ EXPECT: backward/grad weight shard max abs error.*accumulator of shard s travels
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''            # accumulator of shard s: what ranks r+1..r+k added, plus this batch's part
             acc = d_shard if sending is None else sending.wait() + d_shard

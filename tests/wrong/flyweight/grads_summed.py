@@ -4,10 +4,11 @@ EXPECT: backward/grad weight shard .*every entry is 2 x the expected value.*the 
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
 ''',

@@ -4,10 +4,11 @@ EXPECT: backward/received bytes still held after backward is \d+, expected at mo
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''        shard, sending = self._own_flat(), None
         for k in range(world):

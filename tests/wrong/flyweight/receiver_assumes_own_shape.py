@@ -4,10 +4,11 @@ EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.
 WORLD_SIZES: 3
 ONLY: Conv2d
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
 ''',

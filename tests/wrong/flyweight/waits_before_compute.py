@@ -4,10 +4,11 @@ EXPECT: forward/compute while the next shard is in flight is False, expected Tru
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+BASE = "simple"
 REPLACE = [
     (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
             y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)

@@ -1,0 +1,15 @@
+"""The fast reference with the stub's accumulator ring: every accumulator, the owner's own
+part included, goes round all N ranks (N moves instead of N-1 plus a part kept at home)."""
+REPLACE = [
+    ("""            def accumulator(s=s, previous=sending if k >= 2 else None):""",
+     """            def accumulator(s=s, previous=sending):"""),
+    ("""            if k == 0:
+                own_part = acc.pop()
+            else:  # to rank r-1, which holds shard s next; the last one goes to its owner
+                sending = rotation.rotate_async(acc.pop(), "counterclockwise", self.group,
+                                                recv_shape=(self.numels[nxt],))""",
+     """            sending = rotation.rotate_async(acc.pop(), "counterclockwise", self.group,
+                                            recv_shape=(self.numels[nxt],))"""),
+    ("""        total = own_part if sending is None else sending.wait().add_(own_part)""",
+     """        total = sending.wait()"""),
+]
