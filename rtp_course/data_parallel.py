@@ -28,6 +28,15 @@ Every function takes an optional process `group` (None: all ranks). Use it for
 every collective and for the rank and world size: dist.get_rank(group),
 dist.get_world_size(group). A broadcast's `src` is a GLOBAL rank: the global
 rank of group rank 0 is dist.get_global_rank(group, 0) (or just 0 when group is None).
+
+Rules your code must follow (the checker tests each one):
+* Results: every rank of `group` starts from group rank 0's parameters AND buffers;
+  after backward (DataParallel) or average_gradients, every .grad is the mean
+  over the ranks of `group`, on every rank.
+* Communication: forward communicates nothing; a backward (a training step)
+  all-reduces each gradient at most once: register the hooks once, in the
+  constructor, never per forward. Fewer messages (a flat buffer) are fine.
+* Use `group` for every collective, rank and world size.
 """
 import torch
 import torch.distributed as dist

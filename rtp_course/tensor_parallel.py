@@ -174,7 +174,8 @@ class ParallelEmbedding(nn.Module):
         e   = all_gather(e_r, dim=-1)      [..., dim], the full serial output on every rank
     Backward: all_gather's backward keeps the r-th slice of de (no communication); ids need
     no gradient. Communication: forward one all-gather.
-    A fresh layer initializes its shard N(0, 1) like nn.Embedding.
+    A fresh layer initializes its shard N(0, 1) like nn.Embedding, the padding_idx row
+    (if any) at zero; like nn.Embedding, that row gets no gradient (F.embedding's padding_idx).
     """
 
     def __init__(self, num_embeddings, embedding_dim, group=None, *, padding_idx=None,

@@ -185,8 +185,13 @@ class ParallelEmbedding(nn.Module):
         self.tp_size, self.tp_rank = _tp(group)
         local = _divide(type(self).__name__, "embedding_dim", embedding_dim, self.tp_size)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        if padding_idx is not None and padding_idx < 0:  # nn.Embedding's convention
+            padding_idx += num_embeddings
         self.padding_idx, self.group = padding_idx, group
         self.weight = nn.Parameter(torch.randn(num_embeddings, local, device=device, dtype=dtype))
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].zero_()
 
     @classmethod
     def from_serial(cls, embedding, group=None):

@@ -14,7 +14,7 @@ def test_wrong_implementation_is_caught(path, tmp_path):
     s = spec(path)
     impl = impl_with(path, tmp_path / "impl")
     results = engine.run([path.parent.name], impl=str(impl), world_sizes=s["world_sizes"],
-                         timeout_scale=0.5, only=s["only"])
+                         timeout_scale=0.5, only=s["only"], hidden=s["hidden"])
     text = report.text(results)
     assert not all(r.passed for r in results), f"not caught: {s['bug']}\n{text}"
     assert s["expect"], f"{path}: add an EXPECT: line"

@@ -7,7 +7,8 @@ exactly once, so a change of the solution that breaks a bug is noticed), or, wit
 where the reference is a faster one (a bug is most realistic in what students write). Its docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
 (matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it, and
-the optional `ONLY: check_a check_b` limits the run to those checks (speed).
+the optional `ONLY: check_a check_b` limits the run to those checks (speed), and
+`HIDDEN: yes` runs the hidden checks too (for a bug only they catch, as grading would).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def spec(path: Path) -> dict:
     sizes = re.search(r"^WORLD_SIZES:\s*(.+)$", body, re.M)
     only = re.search(r"^ONLY:\s*(.+)$", body, re.M)
     return {"bug": body.strip().splitlines()[0],
+            "hidden": re.search(r"^HIDDEN:\s*yes\s*$", body, re.M) is not None,
             "expect": expect.group(1).strip() if expect else None,
             "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],
             "only": only.group(1).split() if only else None}

@@ -208,13 +208,13 @@ def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, back
         res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
                                    STALL * timeout_scale, hang_left, timeout_scale, tick, expect)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
-                                backend_ws)
+                                backend_ws, expect)
         hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
         results += res
 
 
 def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dtype, limit_of,
-                            backend) -> None:
+                            backend, expect=None) -> None:
     """Instructor edition: tell how the reference communicated where a check failed."""
     if edition() != "instructor":  # the student edition has no reference to compare with
         return
@@ -227,7 +227,8 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
     wanted = [by_name[r.check] for r in failed if r.check in by_name]
     missing = [c for c in wanted if reference.load(c, ws, dtype) is None]
     if missing:
-        _, ref_outcomes = _run_world(missing, ws, str(ref_dir), modules, dtype, limit_of, backend)
+        _, ref_outcomes = _run_world(missing, ws, str(ref_dir), modules, dtype, limit_of, backend,
+                                     expect=expect)
         for c in missing:
             if c.id in ref_outcomes:
                 reference.save(c, ws, dtype, ref_outcomes[c.id])
@@ -368,8 +369,11 @@ class _Expectations:
         self._futures = {(c.id, ws): self._pool.submit(_expectation, c, ws) for c, ws in pairs}
 
     def get(self, check, ws):
-        future = self._futures.get((check.id, ws))
-        return future.result() if future is not None else _expectation(check, ws)
+        # one thread computes them all: checks seed torch's global generator
+        key = (check.id, ws)
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(_expectation, check, ws)
+        return self._futures[key].result()
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)

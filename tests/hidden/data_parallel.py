@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker.common import named_grads, rank_slice
+from rtp_course.checker.common import mlp, named_grads, rank_slice, seeded
 from rtp_course.checker.public import data_parallel as pub
-from rtp_course.checker.registry import Check
+from rtp_course.checker.registry import Bound, Check, CommRule
 
 
 class WithUnusedParameter(nn.Module):
@@ -75,3 +75,59 @@ class DataParallelThreeSteps(pub.DataParallelWrapper):
 
     def data_seed_of(self, ctx):
         return self.data_seed
+
+
+class ShiftedMLP(nn.Module):
+    """The check's MLP with its input shifted by a buffer drawn at construction: a buffer, not
+    a parameter, so only a constructor that broadcasts buffers too makes the ranks agree."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+        self.register_buffer("shift", torch.randn(8))
+
+    def forward(self, x):
+        return self.net(x + self.shift)
+
+
+class DataParallelBuffers(pub.DataParallelWrapper):
+    name, hidden = "DataParallel_buffers", True
+    factory = staticmethod(ShiftedMLP)
+    hints = dict(pub.DataParallelWrapper.hints)
+    hints["forward"] = ("the ranks agree on the parameters but not on the output: the "
+                        "constructor must broadcast the module's buffers too (module.buffers(): "
+                        "running statistics, fixed tables), from group rank 0")
+
+
+class AverageGradientsSubgroups(Check):
+    """Two independent data-parallel pairs, ranks {0,1} and {2,3}, each with its own data:
+    average_gradients must average over `group` only."""
+    exercise, name, hidden = "data_parallel", "average_gradients_subgroups", True
+    world_sizes = (4,)
+    hints = {"backward/grad": "average over the ranks of `group` only: all_reduce(p.grad, "
+                              "group=group), then divide by dist.get_world_size(group)",
+             "step": "each pair trains its own model: every collective and the world size "
+                     "must use `group`"}
+
+    def run(self, ctx):
+        group = [ctx.new_group([0, 1]), ctx.new_group([2, 3])][ctx.rank // 2]
+        pair, grank = ctx.rank // 2, ctx.rank % 2
+        model = seeded(mlp, 0).to(ctx.device)
+        x, y = (ctx.to(rank_slice(t, grank, 2)) for t in pub.batch(0, 50 * pair))
+        F.mse_loss(model(x), y).backward()
+        with ctx.phase("backward"):
+            ctx.impl.data_parallel.average_gradients(model, group=group)
+        for n, g in named_grads(model).items():
+            ctx.record(f"backward/grad {n}", g)
+
+    def expected(self, world_size):
+        exp = {}
+        for r in range(world_size):
+            serial = pub.serial_run(0, data_seed=50 * (r // 2))
+            exp[r] = {k: v for k, v in pub.expected_for(serial, r % 2, 2, with_init=False).items()
+                      if k.startswith("backward/")}
+        return exp
+
+    def comm_rules(self, world_size):
+        return [CommRule("backward", "collective", Bound(1, pub.N_PARAMS),
+                         "one all-reduce per parameter over `group` (or fewer, flattened)")]

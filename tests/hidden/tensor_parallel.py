@@ -12,13 +12,14 @@ import math
 import torch
 from torch import nn
 
-from rtp_course.checker.common import seeded
+from rtp_course.checker.common import randint, randn, seeded
 from rtp_course.checker.public import tensor_parallel as pub
 from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, raises
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.models import FeedForward, SelfAttention, build_model
 
 H, F = pub.HIDDEN, pub.FFN
+PAD = 3  # a padding_idx
 
 
 class _Hidden:
@@ -145,7 +146,7 @@ class FreshLayers(_Hidden, Check):
         return {"column": tp.ColumnParallelLinear(H, F, **kw),
                 "row": tp.RowParallelLinear(F, H, **kw),
                 "mlp": tp.ParallelMLP(H, F, **kw),
-                "embedding": tp.ParallelEmbedding(pub.VOCAB, H, **kw),
+                "embedding": tp.ParallelEmbedding(pub.VOCAB, H, padding_idx=PAD, **kw),
                 "attention": tp.ParallelSelfAttention(H, pub.HEADS, **kw)}
 
     def run(self, ctx):
@@ -165,6 +166,9 @@ class FreshLayers(_Hidden, Check):
         rec("init/column weight max abs", m["column"].weight.abs().max().item())
         rec("init/row weight max abs", m["row"].weight.abs().max().item())
         rec("init/row bias max abs", m["row"].bias.abs().max().item())
+        table = m["embedding"].weight.detach()
+        rec("init/embedding weight std", table[torch.arange(len(table)) != PAD].std().item())
+        rec("init/embedding padding row max abs", table[PAD].abs().max().item())
 
     def expected(self, world_size):
         n = world_size
@@ -189,4 +193,50 @@ class FreshLayers(_Hidden, Check):
         exp["init/row weight max abs"] = Bound(0.8 / math.sqrt(F), 1 / math.sqrt(F),
                                                "U(-1/sqrt(in), 1/sqrt(in)), in = 96 (serial)")
         exp["init/row bias max abs"] = 0.0
+        exp["init/embedding weight std"] = Bound(0.8, 1.2, "N(0, 1), like nn.Embedding")
+        exp["init/embedding padding row max abs"] = 0.0
         return {r: exp for r in range(world_size)}
+
+
+class EmbeddingPadding(_Hidden, Check):
+    """from_serial of an nn.Embedding with padding_idx, fed ids that include it: the padding
+    row's vector is the serial one and gets no gradient."""
+    exercise, name = "tensor_parallel", "ParallelEmbedding_padding_idx"
+    hints = {"forward": "the output must be the serial embedding's, padding row included",
+             "backward/grad weight": "like nn.Embedding, the row of padding_idx gets no gradient: "
+                                     "pass padding_idx to F.embedding"}
+
+    def serial(self):
+        return seeded(lambda: nn.Embedding(pub.VOCAB, H, padding_idx=PAD), 31)
+
+    @staticmethod
+    def ids():
+        ids = randint(32, pub.VOCAB, 3, 5)
+        ids[:, 0] = PAD
+        return ids
+
+    def run(self, ctx):
+        layer = ctx.impl.tensor_parallel.ParallelEmbedding.from_serial(
+            self.serial().to(ctx.device), group=ctx.group)
+        with ctx.phase("forward"):
+            out = layer(self.ids().to(ctx.device))
+        ctx.record("forward/output", out)
+        with ctx.phase("backward"):
+            out.backward(ctx.to(randn(33, *out.shape)))
+        ctx.record("backward/grad weight shard", layer.weight.grad)
+
+    def expected(self, world_size):
+        emb = self.serial()
+        out = emb(self.ids())
+        out.backward(randn(33, *out.shape))
+        return {r: {"forward/output": out.detach(),
+                    "backward/grad weight shard": emb.weight.grad.chunk(world_size, dim=1)[r]}
+                for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        if world_size == 1:
+            return []
+        return [CommRule("forward", "all_gather", 1, "forward: one all-gather of the looked-up "
+                                                     "slices"),
+                CommRule("backward", "*", 0, "backward needs no communication: all_gather's "
+                                             "backward keeps this rank's slice")]

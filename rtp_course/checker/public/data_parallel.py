@@ -15,23 +15,27 @@ from rtp_course.checker.registry import Bound, Check, CommRule
 BATCH = 12          # divisible by 1, 2, 3 and 4
 OPTIMIZERS = ("sgd", "adam")
 STEPS = 2
+N_PARAMS = 4        # mlp(): two Linear layers
+ONCE_PER_STEP = ("rule 'Communication': a training step all-reduces each gradient at most once "
+                 "(one all-reduce per parameter, or fewer with a flat buffer); hooks are "
+                 "registered once, in the constructor, not on every forward")
 
 
 def batch(step: int, seed: int = 0):
     return randn(100 + 7 * step + seed, BATCH, 8), randn(200 + 7 * step + seed, BATCH, 6)
 
 
-def serial_run(init_seed: int, data_seed: int = 0) -> dict:
+def serial_run(init_seed: int, data_seed: int = 0, factory=mlp) -> dict:
     """Everything a rank should see, computed on one process with the whole batch."""
     out = {}
-    model = seeded(mlp, init_seed)
+    model = seeded(factory, init_seed)
     out["params"] = named_params(model)
     x, y = batch(0, data_seed)
     pred = model(x)
     F.mse_loss(pred, y).backward()
     out["output"], out["grads"] = pred.detach(), named_grads(model)
     for opt_name in OPTIMIZERS:
-        model = seeded(mlp, init_seed)
+        model = seeded(factory, init_seed)
         opt = make_optimizer(opt_name, model.parameters())
         for k in range(1, STEPS + 1):
             opt.zero_grad()
@@ -80,7 +84,7 @@ class AverageGradients(Check):
             model = seeded(mlp, 0).to(ctx.device)
             opt = make_optimizer(opt_name, model.parameters())
             for k in range(1, STEPS + 1):
-                with ctx.phase(f"step{k}"):
+                with ctx.phase(f"step{k} {opt_name}"):
                     opt.zero_grad()
                     x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(k))
                     F.mse_loss(model(x), y).backward()
@@ -96,11 +100,10 @@ class AverageGradients(Check):
     def comm_rules(self, world_size):
         if world_size == 1:
             return []
-        n_params = 4
         return [CommRule("forward", "*", 0, "forward must not communicate"),
-                CommRule("backward", "collective", Bound(1, n_params),
+                CommRule("backward", "collective", Bound(1, N_PARAMS),
                          "one all-reduce per parameter (or fewer, if you flatten them into one "
-                         "buffer) and nothing else")]
+                         "buffer) and nothing else")] + _step_rules()
 
 
 class DataParallelWrapper(Check):
@@ -117,6 +120,7 @@ class DataParallelWrapper(Check):
     }
     seed_offset = 10
     data_seed = 0
+    factory = staticmethod(mlp)
 
     def groups(self, ctx):
         return ctx.group
@@ -127,7 +131,7 @@ class DataParallelWrapper(Check):
         grank, gsize = _group_rank(ctx, group)
         init = self.seed_offset + ctx.rank  # different weights on every rank on purpose
         with ctx.phase("init"):
-            model = dp.DataParallel(seeded(mlp, init).to(ctx.device), group=group)
+            model = dp.DataParallel(seeded(self.factory, init).to(ctx.device), group=group)
         for n, p in named_params(_inner(model)).items():
             ctx.record(f"init/{n}", p)
         x, y = (ctx.to(rank_slice(t, grank, gsize)) for t in batch(0, self.data_seed_of(ctx)))
@@ -141,10 +145,10 @@ class DataParallelWrapper(Check):
             ctx.record(f"backward/grad {n}", g)
         for opt_name in OPTIMIZERS:
             with ctx.phase("init"):
-                model = dp.DataParallel(seeded(mlp, init).to(ctx.device), group=group)
+                model = dp.DataParallel(seeded(self.factory, init).to(ctx.device), group=group)
             opt = make_optimizer(opt_name, model.parameters())
             for k in range(1, STEPS + 1):
-                with ctx.phase(f"step{k}"):
+                with ctx.phase(f"step{k} {opt_name}"):
                     opt.zero_grad()
                     x, y = (ctx.to(rank_slice(t, grank, gsize))
                             for t in batch(k, self.data_seed_of(ctx)))
@@ -157,7 +161,7 @@ class DataParallelWrapper(Check):
         return self.data_seed
 
     def expected(self, world_size):
-        serial = serial_run(self.seed_offset, data_seed=self.data_seed)
+        serial = serial_run(self.seed_offset, data_seed=self.data_seed, factory=self.factory)
         return {r: expected_for(serial, r, world_size, with_init=True) for r in range(world_size)}
 
     def comm_rules(self, world_size):
@@ -166,7 +170,7 @@ class DataParallelWrapper(Check):
         return [CommRule("forward", "*", 0, "forward must not communicate: DDP only "
                          "communicates at construction and during backward"),
                 CommRule("init", "broadcast|collective", Bound(1, 64),
-                         "the constructor must broadcast rank 0's parameters")]
+                         "the constructor must broadcast rank 0's parameters")] + _step_rules()
 
 
 class DataParallelSubgroups(DataParallelWrapper):
@@ -191,6 +195,13 @@ class DataParallelSubgroups(DataParallelWrapper):
             serial = serial_run(self.seed_offset + 2 * pair, data_seed=50 * pair)
             exp[r] = expected_for(serial, r % 2, 2, with_init=True)
         return exp
+
+
+def _step_rules(steps: int = 3) -> list:
+    """At most one all-reduce per parameter in each training step (steps that a check does not
+    run see no call, which the bound allows)."""
+    return [CommRule(f"step{k} {opt}", "collective", Bound(high=N_PARAMS), ONCE_PER_STEP)
+            for k in range(1, steps + 1) for opt in OPTIMIZERS]
 
 
 def _inner(model):

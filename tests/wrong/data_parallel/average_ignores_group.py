@@ -1,0 +1,19 @@
+"""average_gradients all-reduces over every rank and divides by the world's size, ignoring `group`.
+
+EXPECT: average_gradients_subgroups.*backward/grad.*average over the ranks of `group` only
+WORLD_SIZES: 4
+ONLY: average_gradients_subgroups
+HIDDEN: yes
+"""
+
+# The bug, as edits of the reference solution (solutions/data_parallel.py):
+REPLACE = [
+    (r'''    world = dist.get_world_size(group)
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)''',
+     r'''    world = dist.get_world_size()
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)'''),
+]

@@ -1,0 +1,15 @@
+"""DataParallel broadcasts rank 0's parameters but not its buffers.
+
+EXPECT: DataParallel_buffers.*forward/output.*broadcast the module's buffers too
+WORLD_SIZES: 2
+ONLY: DataParallel_buffers
+HIDDEN: yes
+"""
+
+# The bug, as edits of the reference solution (solutions/data_parallel.py):
+REPLACE = [
+    (r'''            for t in list(module.parameters()) + list(module.buffers()):
+''',
+     r'''            for t in module.parameters():
+'''),
+]

@@ -1,0 +1,15 @@
+"""ParallelEmbedding.forward looks up its shard without padding_idx: the padding row gets a gradient.
+
+EXPECT: ParallelEmbedding_padding_idx.*backward/grad weight shard.*padding_idx gets no gradient
+WORLD_SIZES: 2
+ONLY: ParallelEmbedding_padding_idx
+HIDDEN: yes
+"""
+
+# The bug, as edits of the reference solution (solutions/tensor_parallel.py):
+REPLACE = [
+    (r'''        local = F.embedding(ids, self.weight, self.padding_idx)
+''',
+     r'''        local = F.embedding(ids, self.weight)
+'''),
+]
