@@ -1,4 +1,4 @@
-"""A fresh ParallelEmbedding's shard is allocated with torch.empty and never initialised.
+r"""A fresh ParallelEmbedding's shard is allocated with torch.empty and never initialised.
 
 EXPECT: fresh_layers.*init/embedding weight std.*N\(0, 1\), like nn.Embedding
 WORLD_SIZES: 2
