@@ -10,9 +10,10 @@ gradient, the weights after SGD and Adam steps, the full state dict.
 Structure is measured, not assumed: the shard layout; the communication per
 phase (no collective carries weights; shard receives per layer and their bytes;
 the ring neighbour they come from); the received buffers alive at the peak and
-after each phase (commlog); the overlap (commlog's trace: every receive posted
-in forward is followed by some compute before it is waited on); the per-rank
-parameter, gradient and optimizer bytes.
+after each phase (commlog); the overlap (commlog's trace with the compute ops
+of a dispatch mode: in forward every receive posted is followed by some compute
+before it is waited on, in backward at least one is); the per-rank parameter,
+gradient and optimizer bytes.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import contextlib
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rtp_course.runtime import commlog
 from rtp_course.training import memory
@@ -71,6 +72,10 @@ HINTS = {
                       "CLOCKWISE, from rank r-1) and its part of the output belongs at units "
                       "[start[s], start[s] + sizes[s]); attention sums the heads' parts and adds "
                       "out_proj.bias once",
+    "backward/compute while": "no overlap in backward: every receive was waited on before any "
+                              "compute. Start rotating the weight shard in hand (rotate_async) "
+                              "BEFORE computing with it, and wait only when the next step needs "
+                              "the shard that arrives",
     "forward/compute while": "no overlap: a shard's receive was waited on before any compute. "
                              "Start the rotation (rotate_async) of the shard in hand, compute "
                              "with it, and only then wait() for the next one",
@@ -102,15 +107,32 @@ HINTS = {
 }
 
 
-class ComputeMarks(TorchFunctionMode):
-    """Adds ("compute", op) to commlog's trace for the ops that do a layer's math."""
-    OPS = ("linear", "conv", "embedding", "matmul", "mm", "einsum", "softmax", "attention")
+class ComputeMarks(TorchDispatchMode):
+    """Adds ("compute", op) to commlog's trace for the aten ops that do a layer's math. A
+    dispatch mode, unlike a torch-function mode, also sees the ops of a backward pass."""
+    OPS = ("mm", "conv", "embedding", "softmax", "attention", "index_add", "einsum")
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        name = getattr(func, "__name__", "").lower()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func).lower()
         if commlog.STATE.trace is not None and any(op in name for op in self.OPS):
             commlog.STATE.trace.append(("compute", name))
         return func(*args, **(kwargs or {}))
+
+
+def some_overlap(trace) -> bool:
+    """No receive at all, or at least one receive followed by some compute before its first
+    wait(): the backward's weight shards travel while the shard in hand is used (its
+    accumulators may be waited at once; the rule is about starting before computing)."""
+    posted = [i for i, (kind, _) in enumerate(trace) if kind in ("irecv", "recv")]
+    for i in posted:
+        if trace[i][0] == "recv":
+            continue
+        for later in trace[i + 1:]:
+            if later[0] == "compute":
+                return True
+            if later == ("wait", trace[i][1]):
+                break
+    return not posted
 
 
 def overlapped(trace) -> bool:
@@ -217,10 +239,16 @@ class RTPCheck(Check):
             record_held(ctx, "forward", base)
         if not isinstance(out, torch.Tensor):
             return False  # the verdict reports the output; backward would only add noise
-        with ctx.phase(bwd):
-            (out * ctx.to(upstream(step, rank, out.shape, torch.float64))).sum().backward()
+        grad_out = ctx.to(upstream(step, rank, out.shape, torch.float64))
+        trace = commlog.STATE.trace = [] if first else None
+        try:
+            with ctx.phase(bwd), (ComputeMarks() if first else contextlib.nullcontext()):
+                (out * grad_out).sum().backward()
+        finally:
+            commlog.STATE.trace = None
         del out
         if first:
+            ctx.record_value("backward/compute while a shard is in flight", some_overlap(trace))
             record_held(ctx, "backward", base)
             for i, x in enumerate(xs):
                 if x.is_floating_point():

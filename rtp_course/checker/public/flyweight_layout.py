@@ -185,6 +185,7 @@ def expected_rank(check, world: int, rank: int) -> dict:
     held = f"largest shard {plan['max']} bytes"
     exp["forward/output"] = tr[("output", 1, rank)]
     exp["forward/compute while the next shard is in flight"] = True
+    exp["backward/compute while a shard is in flight"] = True
     exp["forward/received bytes held at peak"] = Bound(
         high=2 * plan["max"], what=f"2 shards: the one in hand and the arriving one; {held}")
     exp["forward/received bytes still held after forward"] = Bound(
