@@ -51,7 +51,7 @@ def _require_slurm(local_command):
         raise SlurmNotFound(f"{why}.\nRun the same thing locally instead:\n    {local_command}")
 
 
-def _course_command():
+def course_command():
     """How the job runs the course CLI: this Python's `rtp-course`, so the job sees this install."""
     if os.environ.get("RTP_COURSE"):
         return os.environ["RTP_COURSE"]
@@ -71,7 +71,7 @@ def _job_environment(extra):
     """The submitter's environment for the job, less the SLURM_* of an allocation we may be in
     (a notebook inside a Slurm job): sbatch would pass them on and they clash with the new job's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-    return {**env, "RTP_COURSE": _course_command(), **extra}
+    return {**env, "RTP_COURSE": course_command(), **extra}
 
 
 def gpu_count(text: str) -> int:
@@ -103,7 +103,7 @@ def _partition_gres(partition) -> dict:
     return found
 
 
-def _require_gpus(gpus, partition) -> None:
+def require_gpus(gpus, partition) -> None:
     """Refuse before sbatch, in one sentence, a GPU job for a partition whose nodes have none
     (sbatch's own answer is 'Invalid generic resource (gres) specification')."""
     if not gpus:
@@ -122,22 +122,29 @@ def _require_gpus(gpus, partition) -> None:
                          f"submit with --gpus 0 to run the check on CPUs with gloo{other}")
 
 
-def _sbatch(template, args, *, ntasks, gpus, time_limit, partition, account, qos,
-            extra_sbatch, log, env):
-    _require_gpus(gpus, partition)
-    cmd = ["sbatch", "--parsable", f"--ntasks={ntasks}", f"--gpus-per-task={1 if gpus else 0}",
-           f"--output={log}"]
+def sbatch(template, args=(), *, flags=(), gpus=0, time_limit=None, partition=None,
+           account=None, qos=None, extra_sbatch=(), env=None, what="the job") -> str:
+    """Submit `template` (with its `args`) by sbatch and return the job id. `flags`: the job's
+    shape (--ntasks, --array, --output ...); `env`: added to the submitter's environment.
+    GPUs the partition lacks are refused first, in one sentence."""
+    require_gpus(gpus, partition)
+    cmd = ["sbatch", "--parsable", *flags]
     cmd += [f"--time={time_limit}"] if time_limit else []
     for flag, value in (("partition", partition), ("account", account), ("qos", qos)):
         cmd += [f"--{flag}={value}"] if value else []
     cmd += [*extra_sbatch, str(template), *args]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=_job_environment(env), timeout=60)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=_job_environment(env or {}),
+                           timeout=60)
     except subprocess.TimeoutExpired as e:
         raise SlurmError(f"sbatch did not answer in 60 s: {shlex.join(cmd)}") from e
     if r.returncode != 0:
-        raise SlurmError(f"sbatch refused the job: {r.stderr.strip()}\n    command: {shlex.join(cmd)}")
+        raise SlurmError(f"sbatch refused {what}: {r.stderr.strip()}\n    command: {shlex.join(cmd)}")
     return r.stdout.strip().split(";")[0]  # "id" or "id;cluster"
+
+
+def _task_flags(ntasks, gpus, log) -> list:
+    return [f"--ntasks={ntasks}", f"--gpus-per-task={1 if gpus else 0}", f"--output={log}"]
 
 
 def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:00",
@@ -167,10 +174,10 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
         job_env["RTP_TIMEOUT"] = str(timeout)
     if setup:
         job_env["RTP_SETUP"] = setup
-    job_id = _sbatch(_template("check.sbatch"), exercises, ntasks=gpus or max(sizes), gpus=gpus,
-                     time_limit=time, partition=partition, account=account, qos=qos,
-                     extra_sbatch=list(extra_sbatch), log=out / "rtp-check-%j.out",
-                     env={**job_env, **(env or {})})
+    job_id = sbatch(_template("check.sbatch"), exercises,
+                    flags=_task_flags(gpus or max(sizes), gpus, out / "rtp-check-%j.out"),
+                    gpus=gpus, time_limit=time, partition=partition, account=account, qos=qos,
+                    extra_sbatch=list(extra_sbatch), env={**job_env, **(env or {})})
     return Job(job_id, log=out / f"rtp-check-{job_id}.out", report_path=out / f"rtp-check-{job_id}.json")
 
 
@@ -182,10 +189,10 @@ def submit_bench(gpus=4, time="00:30:00", partition=None, account=None, qos=None
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     job_env = {"RTP_BENCH_OUT": str(out / "rtp-bench-%j"), **({"RTP_SETUP": setup} if setup else {})}
-    job_id = _sbatch(_template("bench.sbatch"), list(bench_args), ntasks=ranks, gpus=gpus,
-                     time_limit=time, partition=partition, account=account, qos=qos,
-                     extra_sbatch=list(extra_sbatch), log=out / "rtp-bench-%j.out",
-                     env={**job_env, **(env or {})})
+    job_id = sbatch(_template("bench.sbatch"), list(bench_args),
+                    flags=_task_flags(ranks, gpus, out / "rtp-bench-%j.out"),
+                    gpus=gpus, time_limit=time, partition=partition, account=account, qos=qos,
+                    extra_sbatch=list(extra_sbatch), env={**job_env, **(env or {})})
     return Job(job_id, log=out / f"rtp-bench-{job_id}.out", bench_dir=out / f"rtp-bench-{job_id}")
 
 def check_on_slurm(exercises=(), gpus=1, wait=True, **kwargs):

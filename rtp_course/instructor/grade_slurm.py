@@ -11,13 +11,11 @@ writes what the tasks left.
 from __future__ import annotations
 
 import json
-import shlex
-import subprocess
 import time
 from pathlib import Path
 
 from rtp_course.cluster.job import SlurmError, run_slurm_command
-from rtp_course.cluster.slurm import _course_command, _job_environment, _require_gpus
+from rtp_course.cluster.slurm import sbatch
 from rtp_course.instructor import grade_code
 
 POINTS = "points.json"
@@ -58,25 +56,18 @@ def submit(course: Path, assignment: str, students, *, world_sizes=None, gpus=0,
     listing.write_text("\n".join(students) + "\n")
     for s in students:                      # a result from an earlier run must not count
         points_file(course, s, assignment).unlink(missing_ok=True)
-    _require_gpus(gpus, partition)
     array = f"0-{len(students) - 1}" + (f"%{max_running}" if max_running else "")
-    cmd = ["sbatch", "--parsable", f"--array={array}", f"--cpus-per-task={cpus}",
-           f"--gpus-per-task={gpus}", f"--time={time_limit}",
-           f"--output={work / 'rtp-grade-%A_%a.out'}"]
-    for flag, value in (("partition", partition), ("account", account), ("qos", qos)):
-        cmd += [f"--{flag}={value}"] if value else []
-    cmd += [*extra_sbatch, str(TEMPLATE)]
     env = {"RTP_COURSE_GRADING_DIR": str(course), "RTP_ASSIGNMENT": assignment,
-           "RTP_STUDENTS": str(listing), "RTP_COURSE": _course_command()}
+           "RTP_STUDENTS": str(listing)}
     if world_sizes:
         env["RTP_WORLD_SIZES"] = " ".join(map(str, world_sizes))
     if setup:
         env["RTP_SETUP"] = setup
-    r = subprocess.run(cmd, capture_output=True, text=True, env=_job_environment(env), timeout=60)
-    if r.returncode != 0:
-        raise SlurmError(f"sbatch refused the grading array: {r.stderr.strip()}\n"
-                         f"    command: {shlex.join(cmd)}")
-    return r.stdout.strip().split(";")[0]
+    return sbatch(TEMPLATE, flags=[f"--array={array}", f"--cpus-per-task={cpus}",
+                                   f"--gpus-per-task={gpus}",
+                                   f"--output={work / 'rtp-grade-%A_%a.out'}"],
+                  gpus=gpus, time_limit=time_limit, partition=partition, account=account,
+                  qos=qos, extra_sbatch=extra_sbatch, env=env, what="the grading array")
 
 
 def wait(job_id: str, poll: float = 1.0, timeout: float | None = None, log=print) -> None:
