@@ -21,3 +21,9 @@ def test_correct_alternative_passes_every_check(path, tmp_path):
 def test_every_entry_changes_the_reference():
     for path in CORRECT:
         assert build(path) != (ROOT / "solutions" / f"{path.parent.name}.py").read_text(), path
+
+
+def test_every_exercise_has_at_least_three_alternatives():
+    from rtp_course.course import EXERCISES
+    counts = {ex: sum(p.parent.name == ex for p in CORRECT) for ex in EXERCISES}
+    assert all(n >= 3 for n in counts.values()), counts

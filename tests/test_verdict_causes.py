@@ -43,3 +43,59 @@ def test_zeros_ratios_sign_and_order():
 
 def test_a_plain_value_error_keeps_the_checks_own_hint():
     assert not cause(X.flip(0))[3] and not cause(torch.zeros_like(X))[3]
+
+
+# ---------------------------------------------------------------- exceptions: hint by cause
+from rtp_course.checker import exception_causes  # noqa: E402
+from rtp_course.checker.registry import Check  # noqa: E402
+from rtp_course.checker.verdict import judge  # noqa: E402
+
+RAISED = {  # what torch and gloo say -> a word the hint must contain
+    "RuntimeError: mat1 and mat2 shapes cannot be multiplied (6x4 and 8x3)": "shard's shape",
+    "RuntimeError: The size of tensor a (4) must match the size of tensor b (8) at "
+    "non-singleton dimension 1": "shard's shape",
+    "RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 3 but got "
+    "size 2 for tensor number 1 in the list.": "split dimension",
+    "RuntimeError: one of the variables needed for gradient computation has been modified by "
+    "an inplace operation: [torch.DoubleTensor [4, 6]] is at version 1": "clone",
+    "RuntimeError: a leaf Variable that requires grad is being used in an in-place "
+    "operation.": "torch.no_grad()",
+    "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn":
+        "autograd history",
+    "RuntimeError: expected scalar type Double but found Float": "dtype",
+    "IndexError: list index out of range": "(r + k) % N",
+    "terminate called after throwing an instance of 'gloo::EnforceNotMet' what(): [enforce "
+    "fail at pair.cc:456] op.preamble.length <= op.nbytes. 288 vs 144. Received data size "
+    "doesn't match expected size.": "shape of the shard that arrives",
+}
+
+
+def test_each_exception_gets_the_hint_of_its_cause():
+    for text, word in RAISED.items():
+        hint = exception_causes.hint_for(text, "sure") or exception_causes.hint_for(text, "likely")
+        assert word in hint, text
+    assert exception_causes.hint_for("ValueError: something else entirely", "likely") == ""
+
+
+class _Check(Check):
+    exercise, name = "comm", "AllGather"
+    hints = {"error": "the check's own hint for any exception"}
+
+
+class _Plain(Check):
+    exercise, name = "comm", "AllGather"
+
+
+def test_sure_causes_win_over_the_checks_own_hint_likely_ones_only_fill_in():
+    raised = {"status": "error", "type": "RuntimeError", "phase": "forward", "where": "",
+              "message": "one of the variables needed for gradient computation has been "
+                         "modified by an inplace operation"}
+    shapes = dict(raised, message="mat1 and mat2 shapes cannot be multiplied (6x4 and 8x3)")
+    left = dict(raised, message="[pair.cc:553] Connection closed by peer [127.0.0.1]:1234")
+    other = dict(raised, message="something the table does not know")
+    assert "clone" in judge(_Check(), 2, {0: raised}, {}, []).hint
+    assert judge(_Check(), 2, {0: shapes}, {}, []).hint == "the check's own hint for any exception"
+    assert "shard's shape" in judge(_Plain(), 2, {0: shapes}, {}, []).hint
+    assert judge(_Check(), 2, {0: left, 1: raised}, {}, []).rank == 1   # the first cause speaks
+    assert "same collective calls" in judge(_Check(), 2, {0: left}, {}, []).hint
+    assert judge(_Check(), 2, {0: other}, {}, []).hint == "the check's own hint for any exception"

@@ -20,6 +20,7 @@ import torch
 
 from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
+from rtp_course.checker import exception_causes
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
@@ -394,8 +395,10 @@ MISMATCH_HINT = ("a process killed by the communication library usually means th
                  "what the rank printed last is quoted above")
 
 
-def _crash_hint(exit_code: int, in_call: bool) -> str:
-    """Why a rank's process ended, by how it ended."""
+def _crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
+    """Why a rank's process ended, by what it printed last, else by how it ended."""
+    if exception_causes.hint_for(said, "sure"):
+        return exception_causes.hint_for(said, "sure")
     if exit_code == 0:
         return ("code under test must return its result, never end the process "
                 "(no sys.exit, os._exit or signals)")
@@ -438,7 +441,7 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
         return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
                       message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
                               f"{call}: {died_how(failure.exit_code)}{said}",
-                      hint=_crash_hint(failure.exit_code, bool(st.get("call"))))
+                      hint=_crash_hint(failure.exit_code, bool(st.get("call")), said))
     if isinstance(failure, RankFailed):
         statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(ws)}
         where = _deadlock_message(check, statuses, ws)[0].split("; ", 1)[-1]

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rtp_course.checker import exception_causes
 from rtp_course.checker.registry import Bound, Check
 from rtp_course.runtime.commlog import P2P
 
@@ -166,8 +167,11 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
                               message=said,
                               details={"where": o.get("where", "")},
-                              hint=o.get("hint") or _check_error_hint(check, o) or _error_hint(o)
-                              or check.hint(o.get("phase") or "setup"))
+                              hint=o.get("hint") or _error_hint(o)
+                              or exception_causes.hint_for(said, "sure")
+                              or _check_error_hint(check, o)
+                              or check.hint(o.get("phase") or "setup")
+                              or exception_causes.hint_for(said, "likely"))
     keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
     for key in keys:  # the earliest phase first, whichever rank shows it
         phase = _phase_of(key)
@@ -250,10 +254,8 @@ def _fallout(o) -> bool:
 
 
 def _error_hint(o) -> str:
-    msg = o.get("message", "")
-    if "Connection closed by peer" in msg or "Connection reset" in msg:
+    """Fallout: the rank failed because a peer left, whatever it was doing."""
+    if _fallout(o):
         return ("another rank left a collective this rank was in: ranks must make the same "
                 "collective calls in the same order")
-    if "shape" in msg or "size" in msg:
-        return "compare the shapes in the docstring with what your code produces"
     return ""

@@ -1,6 +1,6 @@
 r"""Receivers allocate incoming shards with their own shard's shape (breaks with uneven shards).
 
-EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.*recv_shape|crashed)
+EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.*recv_shape|crashed.*the shape of the shard that arrives)
 WORLD_SIZES: 3
 ONLY: Conv2d
 
