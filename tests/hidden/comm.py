@@ -1,8 +1,12 @@
-"""Hidden checks for E2 `comm` (instructor edition only): float32, non-contiguous inputs, 2-D shapes."""
+"""Hidden checks for E2 `comm` (instructor edition only): float32, non-contiguous inputs, 2-D
+shapes, a size the world size does not divide."""
 from __future__ import annotations
 
 
+from rtp_course.checker.common import randn
 from rtp_course.checker.public import comm as pub
+from rtp_course.checker.public.tensor_parallel_harness import raises
+from rtp_course.checker.registry import Check
 
 
 class _Float32:
@@ -59,3 +63,29 @@ class SplitNonContiguous(_Transposed, pub.SplitCheck):
 
 class DuplicationNonContiguous(_Transposed, pub.DuplicationCheck):
     name = "Duplication_noncontiguous"
+
+
+class _RefusesUnevenSize(Check):
+    """A size the world size does not divide: the docstring's ValueError, not a silent
+    truncation (narrow(dim, r*S//N, S//N) drops the last S % N entries) or a hang."""
+    hidden, world_sizes = True, (2, 3, 4)
+    call = ""
+
+    def run(self, ctx):
+        x = ctx.to(randn(71, 3, 2 * ctx.world_size + 1))
+        with ctx.phase("forward"):
+            kind, _ = raises(lambda: self.apply(ctx, x))
+        ctx.record_value(f"forward/{self.call} of a size N does not divide raises", kind)
+
+    def expected(self, world_size):
+        return {r: {f"forward/{self.call} of a size N does not divide raises": "ValueError"}
+                for r in range(world_size)}
+
+
+class SplitUnevenSize(_RefusesUnevenSize):
+    exercise, name, call = "comm", "Split_uneven_size", "Split"
+    hints = {"forward": "Split: S must be divisible by N; otherwise raise ValueError naming the "
+                        "sizes (the docstring), instead of dropping the last S % N entries"}
+
+    def apply(self, ctx, x):
+        return ctx.impl.comm.Split.apply(x, -1, ctx.group)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from rtp_course.checker.common import randn
 from rtp_course.checker.public import rotation as pub
+from rtp_course.checker.public.tensor_parallel_harness import raises
 from rtp_course.checker.registry import Check
 
 
@@ -108,3 +110,21 @@ class SubgroupWithHole(pub.Subgroup):
 
     def members(self, world_size):
         return [[0, 2, 3]]
+
+
+class RingReduceScatterUnevenSize(Check):
+    """A size the group size does not divide: the docstring's ValueError, not uneven chunks."""
+    exercise, name, hidden, world_sizes = "rotation", "ring_reduce_scatter_uneven_size", True, (2, 3, 4)
+    hints = {"ring_reduce_scatter": "ring_reduce_scatter: the size along dim must be divisible by "
+                                    "N; otherwise raise ValueError (the docstring), instead of "
+                                    "cutting uneven chunks"}
+
+    def run(self, ctx):
+        x = ctx.to(randn(72, 2 * ctx.world_size + 1, 3))
+        with ctx.phase("ring_reduce_scatter"):
+            kind, _ = raises(lambda: ctx.impl.rotation.ring_reduce_scatter(x, 0, ctx.group))
+        ctx.record_value("ring_reduce_scatter/a size N does not divide raises", kind)
+
+    def expected(self, world_size):
+        return {r: {"ring_reduce_scatter/a size N does not divide raises": "ValueError"}
+                for r in range(world_size)}

@@ -1,0 +1,17 @@
+r"""ring_reduce_scatter cuts torch.chunk's uneven chunks when N does not divide the size, instead
+of refusing: the ranks then send partial sums of different sizes (a crash, or wrong sums).
+
+EXPECT: ring_reduce_scatter_uneven_size.*(raises is '\w+', expected 'ValueError'.*otherwise raise ValueError|crashed.*another size than the buffer)
+WORLD_SIZES: 3
+ONLY: ring_reduce_scatter_uneven_size
+HIDDEN: yes
+"""
+
+# The bug, as edits of the reference solution (solutions/rotation.py):
+REPLACE = [
+    (r'''    if tensor.shape[dim] % world:
+        raise ValueError(f"ring_reduce_scatter: size {tensor.shape[dim]} of dim {dim} is not "
+                         f"divisible by the group size {world}")
+''',
+     r''''''),
+]
