@@ -66,7 +66,8 @@ Rules your code must follow (the checker tests each one):
   messages) from rank r-1; backward at most 2N-1 messages (N-1 weight shards, N
   accumulators) from rank r+1. Fewer messages are fine.
 * Overlap: start a shard's rotation BEFORE computing with it.
-* Memory: see FORWARD above; never keep received shards in a list.
+* Memory: see FORWARD above; never keep received shards in a list, and no
+  tensor of the weights besides your shard (no full copy in an attribute or dict).
 * Use `group` for every rank, size and communication.
 """
 import torch

@@ -36,6 +36,8 @@ Rules the checker tests:
 * A size that N does not divide raises ValueError naming the layer and the sizes:
   "ColumnParallelLinear: out_features=10 is not divisible by the tensor-parallel
   size 3; pick sizes divisible by 3".
+* Memory: a layer keeps only its shards (and replicated parameters): no copy of
+  the serial weights in an attribute, a dict or a list.
 * Use `group` for every collective (pass it to the comm functions).
 * Create parameters on the serial module's device and dtype (GPU runs use NCCL).
 """

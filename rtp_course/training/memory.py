@@ -2,7 +2,8 @@
 
 Two halves:
 * measuring real objects: ``param_bytes``, ``grad_bytes``, ``optimizer_state_bytes``,
-  ``activation_bytes`` (tensors saved for backward), ``measure``;
+  ``activation_bytes`` (tensors saved for backward), ``held_bytes`` (every tensor an object
+  keeps alive), ``measure``;
 * back-of-envelope arithmetic for notebook 00: ``training_memory``,
   ``transformer_activation_bytes``, ``sharded`` (per-rank bytes under DDP,
   ZeRO, FSDP, TP and RTP) and ``human_bytes``.
@@ -16,6 +17,32 @@ from torch import nn
 def tensor_bytes(t) -> int:
     """Bytes of the elements of ``t`` (0 for None)."""
     return 0 if t is None else t.numel() * t.element_size()
+
+
+def held_bytes(root) -> int:
+    """Bytes of the storages of every tensor reachable from `root` through attributes, dicts,
+    lists, tuples and sets (each storage once, whole: a view keeps its base alive). What an
+    object keeps alive: parameters and buffers, and any copy kept in a plain attribute."""
+    import types
+    skip = (type, types.ModuleType, types.FunctionType, types.MethodType,
+            types.BuiltinFunctionType)
+    seen, storages, stack = set(), {}, [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, skip):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0),
+                                               storage.nbytes())
+        elif isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(getattr(obj, "__dict__", None), dict):
+            stack.extend(vars(obj).values())
+    return sum(storages.values())
 
 
 def param_bytes(module: nn.Module) -> int:

@@ -101,6 +101,10 @@ HINTS = {
     "step": "outputs and gradients were right but the weights after the optimizer steps are "
             "not: the shards must be the nn.Parameters the optimizer sees (rtp.parameters()) "
             "and get their .grad from backward",
+    "memory/bytes held besides": "rule 'Memory': the model keeps a tensor of weights besides "
+                                 "its parameters (a full copy or received shards in an "
+                                 "attribute, a dict or a list): keep only your shard, as the "
+                                 "module's parameter, and drop what arrives once used",
     "memory/": "each rank stores only its shard of every wrapped weight (so 1/N of the "
                "gradients and optimizer state) plus the replicated parameters: replace the full "
                "parameters by nn.Parameter(shard) and keep no full copy",
@@ -211,6 +215,9 @@ class RTPCheck(Check):
                 if not self.train_step(ctx, rtp, opt, opt_name, step, rank, shards, replicated):
                     return
             record_params(ctx, f"step{step} {opt_name}", shards, replicated)
+        ctx.record_value("memory/bytes held besides parameters and buffers",
+                         memory.held_bytes(rtp) - memory.held_bytes([*rtp.parameters(),
+                                                                     *rtp.buffers()]))
         ctx.record_value("memory/parameter bytes", memory.param_bytes(rtp))
         ctx.record_value("memory/gradient bytes", memory.grad_bytes(rtp))
         ctx.record_value("memory/optimizer state bytes", memory.optimizer_state_bytes(opt))

@@ -208,6 +208,9 @@ def expected_rank(check, world: int, rank: int) -> dict:
         _params(exp, f"step{step} {opt_name}/", tr, tr[("params", step, opt_name)], rank, world,
                 plan["replicated"])
     own = plan["own"] + plan["replicated_bytes"]
+    exp["memory/bytes held besides parameters and buffers"] = Bound(
+        high=0.1 * own + 4096, what="small caches at most; the serial weights are "
+                                    f"{plan['serial_bytes']} bytes")
     states = 2 if check.opt_steps[-1][0] == "adam" else 1  # Adam: 2 moments; SGD: momentum
     for what, factor in (("parameter", 1), ("gradient", 1), ("optimizer state", states)):
         exp[f"memory/{what} bytes"] = Bound(

@@ -35,6 +35,8 @@ SLICING = ("building the layer failed: rank r = dist.get_rank(group) of N = "
 HINTS = {
     "error/structure": SLICING,
     "structure/": "; ".join((COLUMN_SHARD, ROW_SHARD, EMBEDDING_SHARD, HEADS_SHARD)),
+    "memory/": "rule 'Memory': the layer keeps a tensor besides its parameters (a copy of the "
+               "serial weights in an attribute, a dict or a list): keep only your shards",
     "structure/parameters": "the checker reads the attributes the docstring names (weight, "
                             "bias, fc1, fc2, q_proj, k_proj, v_proj, out_proj); keep no other "
                             "parameters (no copy of the serial module)",

@@ -19,9 +19,11 @@ import torch.distributed as dist
 from torch import nn
 
 from rtp_course.checker.common import make_optimizer, randn
-from rtp_course.checker.registry import Check, CommRule
+from rtp_course.checker.registry import Bound, Check, CommRule
+from rtp_course.training import memory
 
 OPTIMIZERS = ("sgd", "adam")
+HELD = "memory/bytes held besides parameters and buffers"  # a hidden full copy shows here
 COLUMN = ("q_proj", "k_proj", "v_proj", "fc1", "linear1")   # weight rows and bias split
 ROW = ("out_proj", "fc2", "linear2")                        # weight columns split, bias whole
 EMBEDDING = ("tok_emb", "pos_emb", "embedding")             # table columns split
@@ -184,6 +186,8 @@ class TPCheck(Check):
             if what == "init":
                 if not record_structure(ctx, v, pieces, init, rank, world):
                     return
+                ctx.record_value(HELD, memory.held_bytes(v) - memory.held_bytes(
+                    [*v.parameters(), *v.buffers()]))
             elif what == "forward/output":
                 ctx.record(what, v)
                 if not torch.is_tensor(v) or tuple(v.shape) != shape:
@@ -219,6 +223,9 @@ class TPCheck(Check):
         pieces, last = tr["pieces"], lambda t, on: t.chunk(world, -1)[rank] if on else t
         exp = {"structure/parameters": sorted(p.name for p in pieces)}
         exp.update(cut_all(pieces, tr["init"], rank, world, "structure/"))
+        serial_bytes = sum(memory.tensor_bytes(t) for t in tr["init"].values())
+        exp[HELD] = Bound(high=0.1 * serial_bytes + 4096, what="small caches at most; the "
+                          f"serial layer's parameters are {serial_bytes} bytes")
         exp["forward/output"] = last(tr["forward/output"], self.split_out)
         if tr["backward/grad input"] is not None:
             exp["backward/grad input"] = last(tr["backward/grad input"], self.split_in)
