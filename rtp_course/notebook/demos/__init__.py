@@ -18,6 +18,7 @@ friendly message instead of a traceback, so a notebook always runs top to bottom
 from __future__ import annotations
 
 import inspect
+import os
 import re
 from pathlib import Path
 
@@ -56,8 +57,14 @@ def run_demo(fn, world_size: int, *args, needs: str = "", timeout: float = 90.0)
     """`launch(fn, world_size, args)`, but a missing exercise prints what to implement.
 
     Returns the per-rank results, or None when the demo could not run (the
-    reason is printed: not implemented yet, an exception on a rank, a hang).
+    reason is printed: not implemented yet, an exception on a rank, a hang), or
+    was not run: during nbgrader's autograding, where it would grade nothing (the
+    points for code come from `rtp-course grade`) and cost every submission its time.
     """
+    if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+        print(f"{SKIPPED} demos are not re-run while autograding: they grade nothing (your own "
+              f"run's output is in the notebook you submitted)")
+        return None
     try:
         return launch(fn, world_size, args=args, timeout=timeout, results="objects")
     except RankFailed as e:
