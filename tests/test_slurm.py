@@ -168,8 +168,11 @@ def test_multinode_template_runs_torchrun_with_c10d(slurm_cluster, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    scratch = tmp_path / "tmp"   # the job's temp dir: torchrun's logs must not stay there
+    scratch.mkdir()
     env = dict(os.environ, RTP_TRAIN_MODULE="rtp_slurm_probe", PYTHONPATH=str(tmp_path),
-               RTP_PYTHON=sys.executable, RTP_NPROC_PER_NODE="2", RTP_PORT=str(port))
+               RTP_PYTHON=sys.executable, RTP_NPROC_PER_NODE="2", RTP_PORT=str(port),
+               TMPDIR=str(scratch))
     out = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0", "--cpus-per-task=2",
                           "--time=5", f"--output={tmp_path}/train-%j.out",
                           str(ROOT / "slurm" / "train_multinode.sbatch")],
@@ -180,6 +183,7 @@ def test_multinode_template_runs_torchrun_with_c10d(slurm_cluster, tmp_path):
     log = job.log_tail()
     assert f"rendezvous localhost:{port}" in log
     assert "probe rank 0 of 2 sum 3" in log and "probe rank 1 of 2 sum 3" in log
+    assert not any(scratch.iterdir()), sorted(p.name for p in scratch.iterdir())
 
 
 def test_real_checker_job_on_two_cpu_tasks(slurm_cluster, tmp_path, monkeypatch):
