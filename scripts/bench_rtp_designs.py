@@ -32,7 +32,6 @@ DESIGNS = {"simple": ROOT / "solutions" / "simple" / "flyweight.py",
 
 def _flyweight(design: str):
     """solutions/…/flyweight.py as a module of the `solutions` package (its rotation.py)."""
-    sys.path.insert(0, str(ROOT))
     spec = importlib.util.spec_from_file_location(f"solutions.flyweight_{design}", DESIGNS[design])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -41,6 +40,7 @@ def _flyweight(design: str):
 
 
 def _worker(rank, world_size, task, warmup, steps):
+    sys.path.insert(0, str(ROOT))  # the `solutions` package
     designs = {d: _flyweight(d) for d in DESIGNS}
     device = strategies.default_device()
 

@@ -397,8 +397,9 @@ MISMATCH_HINT = ("a process killed by the communication library usually means th
 
 def _crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
     """Why a rank's process ended, by what it printed last, else by how it ended."""
-    if exception_causes.hint_for(said, "sure"):
-        return exception_causes.hint_for(said, "sure")
+    cause = exception_causes.hint_for(said, "sure")
+    if cause:
+        return cause
     if exit_code == 0:
         return ("code under test must return its result, never end the process "
                 "(no sys.exit, os._exit or signals)")
