@@ -109,6 +109,60 @@ def test_cannot_import_the_solutions_by_path_in_a_child_process(tmp_path):
     assert "LEAKED" not in text and all(r.passed for r in results), text
 
 
+# ---- forging the verdict from inside the worker ------------------------------------------------
+
+ASK_THE_CHECKS = """import gc as _gc
+from rtp_course.checker.registry import Check as _Check
+_checks = [o for o in _gc.get_objects() if isinstance(o, _Check)]
+if not any(c.hidden for c in _checks):
+    raise RuntimeError('FOUND NO HIDDEN CHECK')
+for _c in _checks:
+    for _name in ('expected', 'comm_rules'):
+        try:
+            getattr(_c, _name)(2)
+        except RuntimeError as _e:
+            if 'parent process only' not in str(_e):
+                raise
+        else:
+            raise RuntimeError('ANSWERED ' + _c.id + '.' + _name)
+_left = [f for f in _gc.get_objects() if type(f).__name__ == 'function'
+         and f.__code__.co_name in ('expected', 'comm_rules')
+         and 'hidden' in f.__code__.co_filename]
+if _left:
+    raise RuntimeError('KEPT ' + repr(_left))"""
+
+
+def test_a_check_object_found_in_the_worker_does_not_give_its_answer(tmp_path):
+    """Every check object is reachable from code under test (gc); none computes expected values
+    or rules there, and no function of a hidden check's parent side is left in memory."""
+    results, text = run(hostile(tmp_path, at_forward(ASK_THE_CHECKS)),
+                        only=("Duplication", "Duplication_float32"), hidden=True)
+    assert len(results) == 2 and all(r.passed for r in results), text
+
+
+FORGE = """import sys as _sys
+from rtp_course.checker import worker as _worker
+_record = _worker.Ctx.record
+def _forged(ctx, key, tensor):
+    check = _sys._getframe(1).f_locals['self']          # the check whose run() records
+    try:
+        tensor = check.expected(ctx.world_size)[ctx.rank][key]
+    except Exception:
+        pass
+    _record(ctx, key, tensor)
+_worker.Ctx.record = _forged"""
+
+
+def test_records_forged_with_the_checks_own_answer_still_fail(tmp_path):
+    """Duplication's backward forgets its all-reduce, and the submission replaces every record
+    by the check's answer: there is no answer to take, so the bug fails as it should."""
+    impl = hostile(tmp_path, {"comm": [("import torch\n", "import torch\n" + FORGE + "\n"),
+                                        ("        dist.all_reduce(grad, group=ctx.group)\n", "")]})
+    results, text = run(impl, only=("Duplication", "Duplication_float32"), hidden=True)
+    assert len(results) == 2 and not any(r.passed for r in results), text
+    assert all("backward/grad input" in r.message for r in results), text
+
+
 # ---- changing what grades later submissions ---------------------------------------------------
 
 def _digest(path: Path) -> str:

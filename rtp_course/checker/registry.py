@@ -7,17 +7,23 @@ A check has two halves that never meet in one process:
 * `expected(world_size)` and `comm_rules(world_size)` run in the parent with
   serial torch only, and say what each rank should have observed.
 
-The verdict (verdict.py) compares the two in the parent.
+The verdict (verdict.py) compares the two in the parent. A worker loads its checks
+with `side="run"`: the parent-side methods (PARENT_SIDE) of every loaded check class are
+replaced by a refusal before the code under test runs, so code under test that finds a
+check object cannot ask it for the answer it is judged against.
 """
 from __future__ import annotations
 
 import importlib
+import linecache
 from dataclasses import dataclass
 from pathlib import Path
 
 from rtp_course import course
 
 PUBLIC_PACKAGE = "rtp_course.checker.public"
+# What only the parent may call: the expected values and rules, and the serial runs behind them.
+PARENT_SIDE = ("expected", "comm_rules", "expected_rank", "serial_trace")
 
 
 @dataclass(frozen=True)
@@ -131,8 +137,10 @@ def check_modules(exercises, hidden: bool) -> list[str]:
     return mods
 
 
-def load_checks(modules) -> list[Check]:
-    """Instantiate every Check subclass defined in `modules`, in definition order."""
+def load_checks(modules, side: str = "parent") -> list[Check]:
+    """Instantiate every Check subclass defined in `modules`, in definition order.
+
+    side="run" (a worker, before the code under test runs): without the parent side."""
     checks = []
     for mod_name in modules:
         mod = _import(mod_name)
@@ -140,7 +148,29 @@ def load_checks(modules) -> list[Check]:
             if (isinstance(obj, type) and issubclass(obj, Check) and obj is not Check
                     and obj.__module__ == mod.__name__ and obj.name):
                 checks.append(obj())
+    if side == "run":
+        for check in checks:
+            _without_parent_side(type(check))
+        linecache.clearcache()  # no source lines of a hidden check kept from a traceback
     return checks
+
+
+def _refuse(name: str):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{name}() is computed in the checker's parent process only: expected "
+                           f"values never enter a process that runs the code under test")
+    return refused
+
+
+def _without_parent_side(cls) -> None:
+    """Replace the parent-side methods in every class of `cls`'s MRO (this process only): the
+    functions themselves are then unreferenced and freed, a hidden check's with them."""
+    for klass in cls.__mro__:
+        for name in PARENT_SIDE:
+            if name in vars(klass) and not getattr(vars(klass)[name], "_refused", False):
+                refused = _refuse(f"{klass.__name__}.{name}")
+                refused._refused = True
+                setattr(klass, name, refused)
 
 
 def _import(mod_name: str):

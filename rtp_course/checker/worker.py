@@ -180,10 +180,12 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     code_dir = str(impl_pkg.IMPL_DIR)
     commlog.install(code_dirs=[code_dir])
     status = Status(rundir / f"status.{rank}.json")
-    commlog.STATE.on_status = lambda call: status.update(call=call)
+    commlog.STATE.on_status = lambda call, family=None, peer=None: status.update(
+        call=call, family=family, peer=peer, sent_to=commlog.STATE.sent_to,
+        recv_from=commlog.STATE.recv_from, unwaited_to=commlog.STATE.unwaited_to)
     store = c10d._get_default_store()
     device = device_for(job["backend"], rank)
-    checks = {c.id: c for c in load_checks(job["modules"])}
+    checks = {c.id: c for c in load_checks(job["modules"], side="run")}
     results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
     with open(rundir / f"confinement.{rank}.json", "w") as fh:
         confinement = _confine(rank, rundir, job, code_dir)
@@ -198,7 +200,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 pass
         for i, cid in enumerate(job["check_ids"]):
             check = checks[cid]
-            status.update(check=cid, index=i, phase="setup", call=None, started=time.time())
+            status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
+                          sent_to={}, recv_from={}, unwaited_to={})
             group = dist.new_group(list(range(world_size)))
             dtype = getattr(torch, job.get("dtype") or check.dtype)
             ctx = Ctx(rank, world_size, group, device, dtype, status,
