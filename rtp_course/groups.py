@@ -7,10 +7,10 @@ Tasks (each TODO below says its task; the notebook section of that number teache
     E6.2  section 2: `parallelize_2d`
     E6.3  section 3: `sync_gradients`, `train_step_2d`
 
-W ranks, tensor-parallel size T, D = W / T data-parallel replicas. Each replica
-is a TP group of T ranks that together hold one copy of the model (E3); the D
-replicas each train on their own batch and average gradients (E1).
-The rank layout (ranks counted in `group`'s order, the world by default):
+W ranks (the whole job), tensor-parallel size T, D = W / T data-parallel replicas.
+Each replica is a TP group of T ranks that together hold one copy of the model (E3);
+the D replicas each train on their own batch and average gradients (E1).
+The rank layout:
 
     rank = dp_rank * T + tp_rank
     TP group d: ranks [d*T, d*T + T)           consecutive: one node, fast links for the
@@ -23,6 +23,16 @@ The rank layout (ranks counted in `group`'s order, the world by default):
 The ranks of one TP group feed the SAME batch (the replica's); the D replicas feed
 different batches of equal size. The result must equal serial training on the
 concatenation of the D batches (replica 0's first).
+
+Rules your code must follow (the checker tests each one):
+* Layout: the one above; every process makes the same dist.new_group calls in the
+  same order, and each group connects exactly its members.
+* Results: after parallelize_2d, sync_gradients and every step, rank (tp_rank t,
+  dp_rank d) holds shard t of the serial model trained on the D batches.
+* Communication: sync_gradients makes at most one collective per parameter (fewer,
+  with a flat buffer, is fine). Replicated parameters are equal inside a TP group
+  already: averaging them over tp_group too gives the same numbers and wastes a
+  message per parameter.
 """
 from dataclasses import dataclass
 
@@ -37,7 +47,7 @@ class ParallelGroups:
     """This rank's two groups and its coordinates (given).
 
     tp_group: the TP group of this rank; dp_group: its DP group; tp_size = T;
-    dp_size = D; tp_rank = rank % T; dp_rank = rank // T (rank in the base group).
+    dp_size = D; tp_rank = rank % T; dp_rank = rank // T.
     Unpacks as a pair: `tp_group, dp_group = build_groups(2)`.
     """
     tp_group: dist.ProcessGroup
@@ -51,14 +61,17 @@ class ParallelGroups:
         return iter((self.tp_group, self.dp_group))
 
 
-def build_groups(tp_size, group=None):
-    """Create all D TP groups and all T DP groups; return this rank's as a ParallelGroups.
+def build_groups(tp_size):
+    """Lay out the whole job (W = dist.get_world_size()): create all D TP groups and all T
+    DP groups; return this rank's as a ParallelGroups.
 
-    dist.new_group(ranks) takes GLOBAL ranks (dist.get_process_group_ranks(group) lists
-    the base group's) and is collective over the WHOLE job: every process must call it
+    dist.new_group(ranks) is collective over the WHOLE job: every process must call it
     for EVERY group, members or not, in the same order (all TP groups d = 0..D-1, then
     all DP groups t = 0..T-1), and keep the ones it belongs to. A different order on some
-    ranks mismatches the groups (a hang).
+    ranks mismatches the groups (a hang). (That is also why there is no base-group
+    argument: a process outside a group cannot see its ranks, so it could not make the
+    same calls. Megatron's initialize_model_parallel and torch's init_device_mesh also
+    lay out the whole job.)
     ValueError when T does not divide W ("build_groups: the world size 4 is not divisible
     by tp_size=3; ..."), raised before creating any group.
     Communication: only group creation.

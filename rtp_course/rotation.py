@@ -27,6 +27,10 @@ Rules your code must follow (the checker tests each one):
 * Post the receive and the send TOGETHER, then wait. If every rank first calls
   a blocking dist.send, every rank waits for a receiver that never comes: a
   deadlock (gloo's send does not return until the peer receives).
+* Wait on EVERY work you start, the send's as well as the receive's, before the
+  function that finishes the transfer returns (wait() for rotate_async; the
+  function itself otherwise). A send's buffer may be reused only once its work
+  is complete: NCCL may still be reading it (gloo happens to hide this).
 * r and N are GROUP ranks: dist.get_rank(group), dist.get_world_size(group).
   The p2p calls take GLOBAL ranks: translate the peers with
   dist.get_global_rank(group, peer) when a group is given.

@@ -1,7 +1,6 @@
 """Reference: 2D parallelism, tensor parallel inside a group and data parallel across groups.
 
-Rank layout for W ranks and tp_size T (D = W / T data-parallel replicas); ranks are
-those of `group`, counted in its order:
+Rank layout for the W ranks of the job and tp_size T (D = W / T data-parallel replicas):
 
     rank = dp_rank * T + tp_rank
     TP group d: ranks [d*T, d*T + T)           consecutive, so it fits on one node
@@ -31,15 +30,15 @@ class ParallelGroups:
         return iter((self.tp_group, self.dp_group))
 
 
-def build_groups(tp_size, group=None):
+def build_groups(tp_size):
     """Create every TP and DP group; return this rank's as a ParallelGroups.
 
     dist.new_group is collective over the whole job: every process calls
     build_groups, and each call creates all groups in the same order (TP groups
     d = 0..D-1, then DP groups t = 0..T-1), keeping only its own.
     """
-    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
-    world, me = len(ranks), dist.get_rank(group)
+    world, me = dist.get_world_size(), dist.get_rank()
+    ranks = list(range(world))
     if tp_size < 1 or world % tp_size:
         raise ValueError(f"build_groups: the world size {world} is not divisible by "
                          f"tp_size={tp_size}; pick a tp_size that divides {world}")

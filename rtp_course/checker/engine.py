@@ -20,7 +20,7 @@ import torch
 
 from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
-from rtp_course.checker import exception_causes
+from rtp_course.checker import exception_causes, hang_causes
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
@@ -428,7 +428,8 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
         msg, rank = _deadlock_message(check, failure.statuses, ws, failure.why or "the check did not finish in time")
         return Result(**base, status="deadlock", message=msg, rank=rank,
                       phase=(failure.statuses.get(rank) or {}).get("phase", "") if rank is not None else "",
-                      hint=check.hints.get("deadlock") or  # the check may know the usual cause
+                      hint=hang_causes.hint_for(check.id, failure.statuses) or
+                      check.hints.get("deadlock") or  # the check may know the usual cause
                       "every rank must make the same collective calls in the same order; "
                       "point-to-point sends need a matching receive on the peer (post the "
                       "irecv before a blocking send, or use isend/irecv together)",

@@ -9,7 +9,11 @@ which rank waited in which call. Buffers filled by recv/irecv are tracked
 until freed: that is how a check measures how many shards a rank holds.
 A check that sets `STATE.trace = []` also gets the order of calls and of
 wait()s on their handles (and may add its own markers, e.g. compute), which
-shows whether compute happened while a transfer was in flight.
+shows whether compute happened while a transfer was in flight. An event's
+`completed` says whether its handle was waited (or reported done by
+is_completed()), and `STATE.sent_to` / `recv_from` count the sends and receives
+posted to and from each peer: the watchdog names a transfer whose peer never
+posted its half.
 """
 from __future__ import annotations
 
@@ -90,6 +94,7 @@ class Event:
     peer: int | None
     where: str   # "file.py:LINE in function" of the code under test
     family: str = ""  # the operation: "all_gather", "all_reduce", "isend" ...
+    completed: bool = True  # False until the handle of an async call is waited (or done)
 
 
 @dataclass
@@ -101,6 +106,9 @@ class _State:
     live_recv: int = 0
     peak_recv: dict = field(default_factory=dict)  # phase -> peak live received bytes
     trace: list | None = None  # a check sets a list: (kind, event index) of calls and waits, in order
+    sent_to: dict = field(default_factory=dict)  # global peer -> sends posted to it (this check)
+    recv_from: dict = field(default_factory=dict)  # global peer -> receives posted from it
+    unwaited_to: dict = field(default_factory=dict)  # global peer -> async sends not yet completed
     local: threading.local = field(default_factory=threading.local)
 
 
@@ -121,26 +129,44 @@ def _nbytes(position, keyword, args, kwargs) -> int:
 
 
 def _peer(family, args, kwargs):
-    if family in P2P:
-        for key in ("dst", "src", "group_dst", "group_src"):
-            if kwargs.get(key) is not None:
-                return kwargs[key]
-        return args[1] if len(args) > 1 else None
-    return None
+    """The GLOBAL rank a p2p call talks to, however it was named (dst/src, or group_dst/
+    group_src of its group, as batch_isend_irecv passes them)."""
+    if family not in P2P:
+        return None
+    for key in ("group_dst", "group_src"):
+        if kwargs.get(key) is not None:
+            group = kwargs.get("group") or (args[2] if len(args) > 2 else None)
+            try:
+                return c10d.get_global_rank(group or c10d._get_default_group(), kwargs[key])
+            except Exception:  # noqa: BLE001 - a bad rank: torch's own call reports it
+                return None
+    for key in ("dst", "src"):
+        if kwargs.get(key) is not None:
+            return kwargs[key]
+    return args[1] if len(args) > 1 else None
+
+
+def _frame(f) -> str:
+    return f"{f.f_code.co_filename.rsplit('/', 1)[-1]}:{f.f_lineno} in {f.f_code.co_name}"
 
 
 def caller() -> str:
-    """Innermost frame in the code under test (else the innermost outside torch)."""
+    """Innermost frame in the code under test (else the innermost outside torch); when that is
+    a helper in another of the student's files (rotation.py called by flyweight.py, comm.py by
+    tensor_parallel.py), also the nearest call site in a file of their own outside it."""
     f = sys._getframe(2)
-    fallback = None
+    fallback = inner = None
     while f is not None:
         fn = f.f_code.co_filename
         if any(fn.startswith(d) for d in STATE.code_dirs):
-            return f"{fn.rsplit('/', 1)[-1]}:{f.f_lineno} in {f.f_code.co_name}"
-        if fallback is None and "/torch/" not in fn and not fn.endswith("commlog.py"):
-            fallback = f"{fn.rsplit('/', 1)[-1]}:{f.f_lineno} in {f.f_code.co_name}"
+            if inner is None:
+                inner = f
+            elif fn != inner.f_code.co_filename:
+                return f"{_frame(inner)}, called from {_frame(f)}"
+        elif inner is None and fallback is None and "/torch/" not in fn and not fn.endswith("commlog.py"):
+            fallback = _frame(f)
         f = f.f_back
-    return fallback or "?"
+    return _frame(inner) if inner is not None else fallback or "?"
 
 
 def _track_recv(t: torch.Tensor) -> None:
@@ -154,27 +180,62 @@ def _track_recv(t: torch.Tensor) -> None:
 
 
 class _Work:
-    """Wraps an async handle so a wait() that blocks forever is reported too."""
+    """Wraps an async handle: a wait() that blocks forever is reported with its peer, and the
+    events it covers (one call, or all of a coalesced batch) are marked completed."""
 
-    def __init__(self, work, kind, where, index=None):
-        self._work, self._kind, self._where, self._index = work, kind, where, index
+    def __init__(self, work, kind, where, indices=()):
+        self._work, self._kind, self._where, self._indices = work, kind, where, list(indices)
+        self._events = STATE.events   # the check's list: a handle kept into the next check
+
+    def _mark_completed(self):
+        if self._events is STATE.events:
+            for i in self._indices:
+                _completed(STATE.events[i])
 
     def wait(self, *a, **k):
         if STATE.trace is not None:
-            STATE.trace.append(("wait", self._index))
-        _status(f"wait() on {self._kind} from {self._where}")
+            STATE.trace.extend(("wait", i) for i in self._indices)
+        p2p = [self._events[i] for i in self._indices if self._events[i].family in P2P]
+        receives = [e for e in p2p if e.family in RECEIVES]
+        one = receives if receives else p2p          # the receive of a batch says most
+        _status(f"wait() on {self._kind} from {self._where}",
+                family=one[0].family if len(one) == 1 else self._kind,
+                peer=one[0].peer if len(one) == 1 else None)
         try:
-            return self._work.wait(*a, **k)
+            out = self._work.wait(*a, **k)
+            self._mark_completed()
         finally:
             _status(None)
+        return out
+
+    def is_completed(self):
+        done = self._work.is_completed()
+        if done:
+            self._mark_completed()
+        return done
 
     def __getattr__(self, name):
         return getattr(self._work, name)
 
 
-def _status(text):
+def _pending(e: Event) -> None:
+    """`e` was started asynchronously: not completed until its handle says so."""
+    if e.completed:
+        e.completed = False
+        if e.family == "isend":
+            STATE.unwaited_to[e.peer] = STATE.unwaited_to.get(e.peer, 0) + 1
+
+
+def _completed(e: Event) -> None:
+    if not e.completed:
+        e.completed = True
+        if e.family == "isend":
+            STATE.unwaited_to[e.peer] -= 1
+
+
+def _status(text, **extra):
     if STATE.on_status is not None:
-        STATE.on_status(text)
+        STATE.on_status(text, **extra)
 
 
 def _wrap(kind, family, position, keyword, fn, handles=True):
@@ -184,23 +245,47 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         if depth:  # a call made by torch itself inside another logged call
             return fn(*args, **kwargs)
         where = caller()
+        peer = _peer(family, args, kwargs)
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
-                                  _peer(family, args, kwargs), where, family))
+                                  peer, where, family))
         index = len(STATE.events) - 1
+        if family in P2P:
+            posted = STATE.recv_from if family in RECEIVES else STATE.sent_to
+            posted[peer] = posted.get(peer, 0) + 1
         if STATE.trace is not None:
             STATE.trace.append((family, index))
         if family in RECEIVES and args and isinstance(args[0], torch.Tensor):
             _track_recv(args[0])
         STATE.local.depth = 1
-        _status(f"{kind} called from {where}")
+        _status(f"{kind} called from {where}", family=family, peer=peer)
         try:
             out = fn(*args, **kwargs)
         finally:
             STATE.local.depth = 0
             _status(None)
         if handles and out is not None and (family in ("isend", "irecv") or kwargs.get("async_op")):
-            return _Work(out, kind, where, index)
+            _pending(STATE.events[index])
+            return _Work(out, kind, where, [index])
         return out
+    wrapper.__rtp_wrapped__ = True
+    return wrapper
+
+
+def _wrap_batch(fn):
+    """batch_isend_irecv logs through the isend/irecv it calls; a coalesced handle it returns
+    (NCCL) instead of theirs covers all of them."""
+    @functools.wraps(fn)
+    def wrapper(p2p_op_list, *args, **kwargs):
+        start = len(STATE.events)
+        works = fn(p2p_op_list, *args, **kwargs)
+        if not works or getattr(STATE.local, "depth", 0):
+            return works
+        indices = range(start, len(STATE.events))
+        for i in indices:
+            _pending(STATE.events[i])
+        where = STATE.events[start].where if len(STATE.events) > start else caller()
+        return [w if isinstance(w, _Work) else _Work(w, "batch_isend_irecv", where, indices)
+                for w in works]
     wrapper.__rtp_wrapped__ = True
     return wrapper
 
@@ -218,6 +303,8 @@ def install(code_dirs=()) -> None:
         w = _wrap(name, family, position, keyword, fn)
         setattr(c10d, name, w)  # P2POp compares `op is isend` against this module's name
         setattr(dist, name, w)
+    _ORIGINAL["batch_isend_irecv"] = c10d.batch_isend_irecv
+    c10d.batch_isend_irecv = dist.batch_isend_irecv = _wrap_batch(c10d.batch_isend_irecv)
     import torch.distributed._functional_collectives as funcol
     for name, (family, position) in FUNCOL.items():
         fn = getattr(funcol, name, None)
@@ -232,6 +319,9 @@ def reset(phase: str = "setup") -> None:
     STATE.phase = phase
     STATE.events = []
     STATE.peak_recv = {}
+    STATE.sent_to = {}
+    STATE.recv_from = {}
+    STATE.unwaited_to = {}
     STATE.trace = None
 
 

@@ -92,7 +92,9 @@ if out is not None:
 #
 # **`rotate_async`** starts the rotation and returns at once a **`RotationHandle`** holding the
 # works and both buffers (the send buffer must stay alive until the send completes). The handle's
-# `wait()` blocks until every transfer is done and returns the received tensor; `is_completed()`
+# `wait()` waits on **every** work, the send's too, and returns the received tensor (a send whose
+# work is dropped unwaited may never be delivered with gloo, and NCCL may still be reading its
+# buffer; the checker tells you if a work was never waited); `is_completed()`
 # polls without blocking. Calling `wait()` twice must be safe: forget the works once waited.
 # **`rotate`** is simply `rotate_async(...).wait()`.
 #

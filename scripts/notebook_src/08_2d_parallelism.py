@@ -67,11 +67,12 @@ plt.show()
 # mismatches the groups (and hangs). So `build_groups` loops over all $D$ TP groups, then all $T$
 # DP groups, the same way on every rank.
 #
-# **Your task.** Implement `build_groups(tp_size, group=None)` in `rtp_course/groups.py`: a
+# **Your task.** Implement `build_groups(tp_size)` in `rtp_course/groups.py`: a
 # `ValueError` if `tp_size` does not divide the world size (before creating anything), then the
 # groups, returned as the given `ParallelGroups` dataclass (`tp_group`, `dp_group`, `tp_size`,
-# `dp_size`, `tp_rank`, `dp_rank`). `new_group` takes global ranks: with a `group`,
-# `dist.get_process_group_ranks(group)` lists them, in the group's order.
+# `dp_size`, `tp_rank`, `dp_rank`). It lays out the whole job, as Megatron's
+# `initialize_model_parallel` and torch's `init_device_mesh` do: a process outside a group
+# cannot see its ranks, so a layout of part of the job could not be created collectively.
 
 # %%
 out = run_demo(demo.layout, 4, 2, needs="build_groups (rtp_course/groups.py)")

@@ -240,15 +240,14 @@ def rtp_comm_rules(check, world: int) -> dict:
         gathers.append("full_state_dict")
     rules = {}
     for members in rtp_groups(check, world):
-        n = len(members)
-        ring = members == list(range(world))  # peers are logged as passed: group ranks, in a group
-        for r in range(n):
-            rules[members[r]] = _rank_rules(check, n, r, ring, gathers)
+        for r in range(len(members)):
+            rules[members[r]] = _rank_rules(check, members, r, gathers)
     return rules
 
 
-def _rank_rules(check, n, r, ring, gathers) -> list:
-    """One rank's rules: group rank r of n; `ring`: its peers can be judged."""
+def _rank_rules(check, members, r, gathers) -> list:
+    """One rank's rules: group rank r of the group of global ranks `members`."""
+    n = len(members)
     mine = [CommRule("structure", "*", 0, "shard_layout() only describes: no communication")]
     mine += [CommRule(f"step{s} {opt}", "*", 0, "the optimizer step updates this rank's own "
                       "shards: no communication") for s, opt in step_phases(check)]
@@ -257,7 +256,7 @@ def _rank_rules(check, n, r, ring, gathers) -> list:
                        for p in ["forward", "backward"] + gathers]
     plan = byte_plan(check, n, r)
     lay, ten, total, own = plan["layers"], plan["tensors"], plan["total"], plan["own"]
-    prev, nxt = ((r - 1) % n,), ((r + 1) % n,)
+    prev, nxt = (members[(r - 1) % n],), (members[(r + 1) % n],)   # peers are logged global
     rep = sum(1 for t in plan["replicated"].values() if t.is_floating_point())
     for s, _ in step_phases(check):
         fwd, bwd = ("forward", "backward") if s == 1 else (f"step{s} forward",
@@ -267,16 +266,16 @@ def _rank_rules(check, n, r, ring, gathers) -> list:
                      "travel by rotation only (rotate_async, point-to-point)"),
             CommRule(fwd, RECV, Bound(lay, (n - 1) * ten), FWD_HINT,
                      nbytes=Bound(total - own, (n - 1) * plan["max_sum"]),
-                     peers=prev if ring else None),
+                     peers=prev),
             CommRule(fwd, SEND, Bound(lay, (n - 1) * ten), FWD_HINT,
-                     peers=nxt if ring else None),
+                     peers=nxt),
             CommRule(bwd, "collective", Bound(min(rep, 1), rep), "backward's only collective: "
                      "the all_reduce of the replicated parameters' gradients (one each)"),
             CommRule(bwd, RECV, Bound(lay, (2 * n - 1) * ten), BWD_HINT,
                      nbytes=Bound(total - own, (2 * n - 1) * plan["max_sum"]),
-                     peers=nxt if ring else None),
+                     peers=nxt),
             CommRule(bwd, SEND, Bound(lay, (2 * n - 1) * ten), BWD_HINT,
-                     peers=prev if ring else None),
+                     peers=prev),
         ]
     for phase in gathers:
         mine += [CommRule(phase, "collective", 0, "full_state_dict gathers by rotation: no "

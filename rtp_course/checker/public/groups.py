@@ -27,8 +27,12 @@ from rtp_course.checker.common import make_optimizer
 from rtp_course.checker.public.tensor_parallel import Model
 from rtp_course.checker.public.tensor_parallel_harness import (OPTIMIZERS, cut_all, layout, raises,
                                                                record_structure, tensors)
-from rtp_course.checker.registry import Check
+from rtp_course.checker.registry import Bound, Check, CommRule
 
+ONE_PER_PARAMETER = ("rule 'Communication': sync_gradients makes at most one collective per "
+                     "parameter (one all-reduce on groups.dp_group each, or fewer with a flat "
+                     "buffer); replicated parameters are already equal inside a TP group, so "
+                     "nothing goes over tp_group")
 LAYOUT = ("rank = dp_rank * T + tp_rank: TP group d is the consecutive ranks [d*T, d*T + T), "
           "DP group t the ranks [t, t + T, t + 2T, ...]; tp_rank = rank % T, dp_rank = rank // T")
 
@@ -111,7 +115,7 @@ class BuildGroups(Check):
     def run(self, ctx):
         G = ctx.impl.groups
         with ctx.phase("build_groups"), watching_new_group(G) as calls:
-            groups = G.build_groups(self.tp_size, group=ctx.group)
+            groups = G.build_groups(self.tp_size)
         record_groups(ctx, groups)
         with ctx.phase("build_groups (comparing the ranks' dist.new_group calls)"):
             same = same_on_every_rank(ctx, calls)
@@ -121,7 +125,7 @@ class BuildGroups(Check):
                 probe_groups(ctx, groups)
         with ctx.phase("build_groups"):
             ctx.record_value("structure/build_groups(3) raises",
-                             raises(lambda: G.build_groups(3, group=ctx.group))[0])
+                             raises(lambda: G.build_groups(3))[0])
 
     def expected(self, world_size):
         exp = {}
@@ -162,7 +166,7 @@ class Train2D(Check):
         G, T, case = ctx.impl.groups, self.tp_size, self.case
         t, d = ctx.rank % T, ctx.rank // T        # the documented layout, whatever G reports
         with ctx.phase("build_groups"):
-            groups = G.build_groups(T, group=ctx.group)
+            groups = G.build_groups(T)
         serial = case.serial(case.seed + 100 * d).to(device=ctx.device, dtype=ctx.dtype)
         pieces, rows = layout(serial), slice(d * self.batch, (d + 1) * self.batch)
         for i, opt_name in enumerate(OPTIMIZERS):
@@ -197,7 +201,7 @@ class Train2D(Check):
                 for p in pieces:
                     ctx.record(f"{tag}/{p.name}", model.get_parameter(p.name))
 
-    def trace(self, dp):
+    def serial_trace(self, dp):
         """Serial training on the concatenated batch of `dp` replicas."""
         key = (self.id, dp, self.dtype)
         if key not in _TRACES:
@@ -224,7 +228,7 @@ class Train2D(Check):
 
     def expected(self, world_size):
         T, b = self.tp_size, self.batch
-        tr = self.trace(world_size // T)
+        tr = self.serial_trace(world_size // T)
         pieces, exp = tr["pieces"], {}
         for r in range(world_size):
             t, d = r % T, r // T
@@ -239,6 +243,10 @@ class Train2D(Check):
                     e.update(cut_all(pieces, tr[(opt_name, k)], t, T, f"step{k} {opt_name}/"))
             exp[r] = e
         return exp
+
+    def comm_rules(self, world_size):
+        n_params = len(layout(self.case.serial()))   # the parallel model's parameters
+        return [CommRule("sync", "collective", Bound(high=n_params), ONE_PER_PARAMETER)]
 
 
 _TRACES: dict = {}

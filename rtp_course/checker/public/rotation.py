@@ -17,6 +17,7 @@ import torch
 
 from rtp_course.checker.common import randn
 from rtp_course.checker.registry import Check, CommRule
+from rtp_course.runtime import commlog
 
 DIRECTIONS = ("clockwise", "counterclockwise")
 ASYNC_WAIT_S = 5.0   # how long rank 0 waits for the other ranks to come back from rotate_async
@@ -51,6 +52,21 @@ NEW_TENSOR = ("never modify the caller's tensor: send it (or a contiguous copy) 
 STUCK = ("every rank waits for its peer: a blocking dist.send on every rank waits for a "
          "receiver that is itself sending. Post the receive and the send together "
          "(dist.batch_isend_irecv with two P2POps, or irecv and isend), then wait")
+WAIT_ALL = ("rule 'Wait on EVERY work': wait() on each work you started, the send's as well as "
+            "the receive's (batch_isend_irecv returns one per P2POp), before the transfer is "
+            "done for the caller; a send buffer may be reused only once its work completed "
+            "(NCCL may still read it)")
+NEVER_WAITED = "transfers never waited"
+
+
+def record_unwaited(ctx, key_phase: str, started_in: str) -> None:
+    """The p2p transfers started in phase `started_in` whose work was neither waited nor seen
+    completed (is_completed() True) by now."""
+    ctx.record_value(f"{key_phase}/{NEVER_WAITED}",
+                     [f"{e.kind} at {e.where}" for e in commlog.events()
+                      if e.phase == started_in and not e.completed])
+
+
 DIRECTION = ("clockwise: rank r sends to (r + 1) % N and receives from (r - 1) % N; "
              "counterclockwise the reverse. Compute r and N in the group "
              "(dist.get_rank(group), dist.get_world_size(group)), then translate the peers "
@@ -64,6 +80,7 @@ class Rotate(Check):
     hints = {
         "": DIRECTION,
         "deadlock": STUCK,
+        NEVER_WAITED: WAIT_ALL,
         "int64": "allocate the receive buffer with the dtype of what arrives (recv_dtype, default "
                  "the input's dtype), not a float",
         "input after the call": NEW_TENSOR,
@@ -81,6 +98,7 @@ class Rotate(Check):
             keep = x.clone()
             with ctx.phase(direction):
                 y = rot.rotate(x, direction, group=ctx.group)
+            record_unwaited(ctx, direction, direction)
             ctx.record(f"{direction}/received", y)
             ctx.record(f"{direction}/input after the call", x)
             ctx.record_value(f"{direction}/returned a new tensor",
@@ -111,6 +129,7 @@ class Rotate(Check):
                 e[f"{direction}/received"] = value(source(r, world_size, direction))
                 e[f"{direction}/input after the call"] = value(r)
                 e[f"{direction}/returned a new tensor"] = True
+                e[f"{direction}/{NEVER_WAITED}"] = []
             e["int64/received"] = torch.arange(4) + 100 * ((r - 1) % world_size)
             e["bad direction/exception raised for direction='left'"] = "ValueError"
             e["bad direction/the message names 'clockwise' and 'counterclockwise'"] = True
@@ -168,6 +187,7 @@ class RotateAsync(Check):
                                      "data has not arrived: all(w.is_completed() for w in works)",
         "wait/received": "wait() returns the receive buffer once every transfer is done: "
                          "the tensor of rank r-1 (clockwise)",
+        NEVER_WAITED: WAIT_ALL,
     }
 
     def run(self, ctx):
@@ -193,6 +213,7 @@ class RotateAsync(Check):
                 ctx.store.set(f"posted/{r}", "1")
         with ctx.phase("wait"):
             ctx.record("wait/received", handle.wait())
+        record_unwaited(ctx, "wait", "rotate_async")
 
     def expected(self, world_size):
         exp = {}
@@ -203,6 +224,7 @@ class RotateAsync(Check):
             if r == 1:
                 e["rotate_async/is_completed() before the source sent"] = False
             e["wait/received"] = value((r - 1) % world_size)
+            e[f"wait/{NEVER_WAITED}"] = []
             exp[r] = e
         return exp
 
@@ -253,6 +275,7 @@ class RingAllGather(Check):
         "output": "after k clockwise rotations rank r holds x_{(r-k) % N}: store it at position "
                   "(r - k) % N, and concatenate in RANK order (not in arrival order)",
         "input after the call": NEW_TENSOR,
+        NEVER_WAITED: WAIT_ALL,
     }
 
     def run(self, ctx):
@@ -261,6 +284,7 @@ class RingAllGather(Check):
             x = ctx.to(value(ctx.rank))
             with ctx.phase(f"ring_all_gather dim={dim}"):
                 y = rot.ring_all_gather(x, dim=dim, group=ctx.group)
+            record_unwaited(ctx, f"ring_all_gather dim={dim}", f"ring_all_gather dim={dim}")
             ctx.record(f"ring_all_gather dim={dim}/output", y)
             ctx.record(f"ring_all_gather dim={dim}/input after the call", x)
 
@@ -268,7 +292,8 @@ class RingAllGather(Check):
         return {r: {k: v for dim in self.dims for k, v in (
             (f"ring_all_gather dim={dim}/output",
              torch.cat([value(q) for q in range(world_size)], dim)),
-            (f"ring_all_gather dim={dim}/input after the call", value(r)))}
+            (f"ring_all_gather dim={dim}/input after the call", value(r)),
+            (f"ring_all_gather dim={dim}/{NEVER_WAITED}", []))}
             for r in range(world_size)}
 
     def comm_rules(self, world_size):
@@ -293,6 +318,7 @@ class RingReduceScatter(Check):
                   "reaches rank q-1 after N-1 clockwise rotations, so rank r starts the sum of "
                   "chunk (r-1) % N, and after the k-th rotation adds its own chunk (r-1-k) % N",
         "input after the call": NEW_TENSOR + " (add into a new tensor, not into a chunk view)",
+        NEVER_WAITED: WAIT_ALL,
     }
 
     def run(self, ctx):
@@ -301,6 +327,7 @@ class RingReduceScatter(Check):
             x = ctx.to(rs_input(r, n)) if dim == 0 else ctx.to(rs_input(r, n).T.contiguous())
             with ctx.phase(f"ring_reduce_scatter dim={dim}"):
                 y = rot.ring_reduce_scatter(x, dim=dim, group=ctx.group)
+            record_unwaited(ctx, f"ring_reduce_scatter dim={dim}", f"ring_reduce_scatter dim={dim}")
             ctx.record(f"ring_reduce_scatter dim={dim}/output", y)
             ctx.record(f"ring_reduce_scatter dim={dim}/input after the call", x)
 
@@ -314,6 +341,7 @@ class RingReduceScatter(Check):
                 e[f"ring_reduce_scatter dim={dim}/output"] = sum(
                     x.chunk(world_size, dim)[r] for x in xs)
                 e[f"ring_reduce_scatter dim={dim}/input after the call"] = xs[r]
+                e[f"ring_reduce_scatter dim={dim}/{NEVER_WAITED}"] = []
             exp[r] = e
         return exp
 
