@@ -4,7 +4,7 @@ import re
 import pytest
 
 from rtp_course.checker import engine, report
-from wrongs import collect, impl_with, spec
+from wrongs import CLASSES, collect, impl_with, spec
 
 CASES = collect()
 
@@ -27,3 +27,15 @@ def test_collection_covers_every_exercise_with_enough_bugs():
     from rtp_course.course import EXERCISES
     counts = {ex: sum(p.parent.name == ex for p in CASES) for ex in EXERCISES}
     assert all(n >= 6 for n in counts.values()), counts
+
+
+def test_every_exercise_has_a_bug_of_each_class_its_contract_allows():
+    from rtp_course.course import EXERCISES
+    tagged = {p: spec(p)["classes"] for p in CASES}
+    untagged_or_unknown = [f"{p.parent.name}/{p.stem}: {c}" for p, c in tagged.items()
+                           if not c or set(c) - set(CLASSES)]
+    assert not untagged_or_unknown, "give each entry a CLASS: line of known classes"
+    missing = [f"{ex}: {cls} ({what})" for cls, (what, where) in CLASSES.items()
+               for ex in (EXERCISES if where == "*" else where.split())
+               if not any(p.parent.name == ex and cls in c for p, c in tagged.items())]
+    assert not missing, "bug classes without an entry:\n" + "\n".join(missing)

@@ -6,7 +6,8 @@ exactly once, so a change of the solution that breaks a bug is noticed), or, wit
 `BASE = "simple"`, to solutions/simple/<exercise>.py: the design the stub describes,
 where the reference is a faster one (a bug is most realistic in what students write). Its docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
-(matched across lines), `WORLD_SIZES: 2 3` the world sizes that show it, and
+(matched across lines), `CLASS:` its bug classes (CLASSES below), `WORLD_SIZES: 2 3`
+the world sizes that show it, and
 the optional `ONLY: check_a check_b` limits the run to those checks (speed), and
 `HIDDEN: yes` runs the hidden checks too (for a bug only they catch, as grading would).
 """
@@ -20,6 +21,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WRONG = ROOT / "tests" / "wrong"
 SOLUTIONS = ROOT / "solutions"
+
+
+# Bug classes, and the exercises whose contract makes each one possible: the collection
+# must hold at least one entry of each (tests/test_wrong_implementations.py).
+CLASSES = {
+    "values": ("wrong numbers (a sum for a mean, a wrong slice or order)", "*"),
+    "forgotten-collective": ("a collective left out (an all-reduce in a backward)",
+                             "comm data_parallel flyweight groups tensor_parallel"),
+    "deadlock": ("a hang: mismatched or missing communication",
+                 "comm data_parallel groups rotation"),
+    "3-4-ranks": ("right with 1 or 2 ranks, wrong with 3 or 4",
+                  "comm data_parallel flyweight rotation tensor_parallel"),
+    "subgroup": ("ignores the `group` it is given (world ranks, world size)",
+                 "comm data_parallel flyweight rotation tensor_parallel"),
+    "uneven": ("a size the world size does not divide, where the contract allows it",
+               "comm flyweight rotation"),
+    "traffic": ("more communication than the Rules allow", "*"),
+    "memory": ("tensors held beyond the Memory rule", "flyweight tensor_parallel"),
+    "overlap": ("waits where the Rules ask for overlap", "flyweight rotation"),
+    "direction": ("a wrong rotation direction", "flyweight rotation"),
+    "off-by-one": ("an off-by-one ring or shard index", "flyweight rotation"),
+    "buffers": ("module buffers (running statistics) left out", "data_parallel"),
+    "init": ("fresh layers initialised unlike the serial ones", "tensor_parallel"),
+    "padding": ("padding_idx ignored", "tensor_parallel"),
+    "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
+    "in-place": ("the caller's tensor changed in place", "comm rotation"),
+    "unwaited": ("a work never waited", "rotation"),
+    "dtype": ("a buffer in another dtype", "data_parallel"),
+}
 
 
 def collect(exercise: str | None = None):
@@ -37,7 +67,9 @@ def spec(path: Path) -> dict:
     expect = re.search(r"^EXPECT:\s*(.+)$", body, re.M)
     sizes = re.search(r"^WORLD_SIZES:\s*(.+)$", body, re.M)
     only = re.search(r"^ONLY:\s*(.+)$", body, re.M)
+    classes = re.search(r"^CLASS:\s*(.+)$", body, re.M)
     return {"bug": body.strip().splitlines()[0],
+            "classes": classes.group(1).split() if classes else [],
             "hidden": re.search(r"^HIDDEN:\s*yes\s*$", body, re.M) is not None,
             "expect": expect.group(1).strip() if expect else None,
             "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],

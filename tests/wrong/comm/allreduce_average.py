@@ -1,6 +1,7 @@
 """AllReduce averages the partial sums instead of adding them.
 
 EXPECT: AllReduce.*forward/output.*x the expected value
+CLASS: values
 WORLD_SIZES: 2
 """
 

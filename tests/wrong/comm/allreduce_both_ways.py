@@ -1,6 +1,7 @@
 """AllReduce also all-reduces in backward (an all-reduce in both directions).
 
 EXPECT: AllReduce.*backward
+CLASS: traffic
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """AllReduce all-reduces the caller's tensor in place.
 
 EXPECT: AllReduce.*input after.*hint: forward changed its input in place
+CLASS: in-place
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """Duplication's backward all-reduces on every rank but rank 0: the others wait forever.
 
 EXPECT: Duplication.*(deadlock|left waiting|crashed.*did not match)
+CLASS: deadlock
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """Duplication's backward forgets the all-reduce.
 
 EXPECT: Duplication.*backward/grad input
+CLASS: forgotten-collective
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """AllGather always concatenates along the last dimension, whatever `dim` is.
 
 EXPECT: AllGather.*dim=0
+CLASS: values
 WORLD_SIZES: 2
 """
 

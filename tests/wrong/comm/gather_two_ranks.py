@@ -1,6 +1,7 @@
 """AllGather's backward slices as if there were 2 ranks (right for 2, wrong for 3 and 4).
 
 EXPECT: AllGather.*world size 3
+CLASS: 3-4-ranks
 WORLD_SIZES: 2 3
 """
 

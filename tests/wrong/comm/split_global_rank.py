@@ -1,6 +1,7 @@
 """Split uses the global rank instead of the rank within `group` (only wrong with subgroups).
 
 EXPECT: subgroups
+CLASS: subgroup
 WORLD_SIZES: 4
 """
 

@@ -1,6 +1,7 @@
 r"""Split keeps S // N entries per rank without checking that N divides S: the last S % N are dropped.
 
 EXPECT: Split_uneven_size.*forward/Split of a size N does not divide raises is 'nothing', expected 'ValueError'.*raise ValueError naming the\s+sizes
+CLASS: uneven
 WORLD_SIZES: 2
 ONLY: Split_uneven_size
 HIDDEN: yes

@@ -1,6 +1,7 @@
 """Split keeps the mirror slice (N-1-r) instead of slice r.
 
 EXPECT: Split.*forward/output
+CLASS: values
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """average_gradients all-reduces over every rank and divides by the world's size, ignoring `group`.
 
 EXPECT: average_gradients_subgroups.*backward/grad.*average over the ranks of `group` only
+CLASS: subgroup
 WORLD_SIZES: 4
 ONLY: average_gradients_subgroups
 HIDDEN: yes

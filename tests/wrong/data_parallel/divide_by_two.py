@@ -1,6 +1,7 @@
 """average_gradients divides by 2, the world size the student tested with.
 
 EXPECT: average_gradients.*world size 3
+CLASS: 3-4-ranks
 WORLD_SIZES: 2 3
 """
 

@@ -1,6 +1,7 @@
 r"""average_gradients returns after the first parameter (a return inside the loop).
 
 EXPECT: average_gradients.*backward/grad 0\.bias
+CLASS: forgotten-collective
 WORLD_SIZES: 2
 """
 

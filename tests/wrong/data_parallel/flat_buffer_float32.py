@@ -2,6 +2,7 @@
 while the gradients are float64, so the averages come back with float32 precision.
 
 EXPECT: only to float32 precision.*hint: keep the dtype of the tensors you are given
+CLASS: dtype
 WORLD_SIZES: 2
 ONLY: average_gradients
 """

@@ -1,6 +1,7 @@
 """DataParallel's hook all-reduces but never divides: gradients are N times too large.
 
 EXPECT: DataParallel.*backward/grad.*x the expected value
+CLASS: values
 WORLD_SIZES: 3
 """
 

@@ -1,6 +1,7 @@
 """DataParallel keeps one hook list per rank sized for two ranks: rank 2 and up crash with an IndexError.
 
 EXPECT: DataParallel.*rank 2 raised IndexError
+CLASS: 3-4-ranks
 WORLD_SIZES: 3
 """
 

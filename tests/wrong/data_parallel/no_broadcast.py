@@ -1,6 +1,7 @@
 """DataParallel never copies rank 0's weights: ranks start from different models.
 
 EXPECT: DataParallel.*init/.*hint: ranks start from different
+CLASS: values
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 """average_gradients: rank 0 skips the all-reduce of biases, the other ranks wait for it forever.
 
 EXPECT: average_gradients.*(deadlock|left waiting|crashed.*did not match)
+CLASS: deadlock
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 r"""DataParallel: ranks other than 0 wait to receive rank 0's weights, but rank 0 never sends them (a deadlock).
 
 EXPECT: DataParallel.*deadlock: no rank moved for \d+ s, each waiting in a communication call.*rank 1 waited in recv called from data_parallel.py:\d+
+CLASS: deadlock
 WORLD_SIZES: 2
 """
 

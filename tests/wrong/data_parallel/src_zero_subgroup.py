@@ -1,6 +1,7 @@
 """DataParallel broadcasts from global rank 0 even when `group` does not contain it.
 
 EXPECT: DataParallel_subgroups
+CLASS: subgroup
 WORLD_SIZES: 4
 """
 

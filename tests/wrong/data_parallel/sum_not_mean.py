@@ -1,6 +1,7 @@
 """average_gradients sums the gradients and forgets to divide by the world size.
 
 EXPECT: average_gradients.*x the expected value
+CLASS: values
 WORLD_SIZES: 2
 """
 

@@ -1,6 +1,7 @@
 r"""Rotates the gradient accumulators N-1 times (like the weights): each ends next to its owner.
 
 EXPECT: flyweight\.Linear .*backward/grad weight shard max abs error.*after N moves \(one more than the weights\)
+CLASS: values
 WORLD_SIZES: 2
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 r"""Gathers all weight shards with dist.all_gather instead of rotating them.
 
 EXPECT: forward: 1 collective call\(s\), expected exactly 0; seen: all_gather at flyweight\.py:\d+.*the weights travel by rotation only
+CLASS: traffic
 WORLD_SIZES: 2
 ONLY: Linear
 

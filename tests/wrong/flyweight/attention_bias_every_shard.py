@@ -1,6 +1,7 @@
 r"""Every attention shard holds and adds out_proj.bias: the bias is added N times.
 
 EXPECT: structure/out_proj\.bias slices is \(0, \(\(0, 10\),\)\), expected \(0, \(\)\).*out_proj\.bias belongs to shard 0 only
+CLASS: values
 WORLD_SIZES: 2
 ONLY: MultiheadAttention
 

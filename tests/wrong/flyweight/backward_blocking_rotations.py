@@ -2,6 +2,7 @@ r"""Backward rotates with blocking calls (rotation.rotate): every weight shard a
 is waited for before anything is computed, so no transfer overlaps compute.
 
 EXPECT: backward/compute while a shard is in flight is False, expected True.*no overlap in backward
+CLASS: overlap
 WORLD_SIZES: 2
 ONLY: Linear
 

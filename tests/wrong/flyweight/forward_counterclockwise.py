@@ -1,6 +1,7 @@
 r"""Rotates counterclockwise in forward while indexing the shards as if they came clockwise.
 
 EXPECT: flyweight\.Linear .*forward/output max abs error.*CLOCKWISE, from rank r-1
+CLASS: 3-4-ranks direction
 WORLD_SIZES: 3
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 """Gradient accumulators never travel: each shard's grad is only its owner's contribution / N.
 
 EXPECT: backward/grad weight shard max abs error.*accumulator of shard s travels COUNTERCLOCKWISE
+CLASS: forgotten-collective
 WORLD_SIZES: 2
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 r"""Keeps every received gradient accumulator on the module ("for debugging"): buffers never freed.
 
 EXPECT: backward/received bytes still held after backward is \d+, expected at most 0.*drop each as soon as it is used
+CLASS: memory
 WORLD_SIZES: 2
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 r"""Keeps every received shard in a list (a rank ends up holding all N shards).
 
 EXPECT: forward/received bytes still held after forward is \d+, expected at most 0.*drop each received shard
+CLASS: memory
 WORLD_SIZES: 2
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 """Shards each rank's own initial weights instead of rank 0's (ranks start from different models).
 
 EXPECT: init/weight shard max abs error.*start from rank 0's weights: broadcast
+CLASS: values
 WORLD_SIZES: 2
 ONLY: Linear
 

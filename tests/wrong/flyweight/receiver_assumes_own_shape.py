@@ -1,6 +1,7 @@
 r"""Receivers allocate incoming shards with their own shard's shape (breaks with uneven shards).
 
 EXPECT: flyweight\.Conv2d .*phase full_state_dict: rank \d (raised RuntimeError.*recv_shape|crashed.*the shape of the shard that arrives)
+CLASS: uneven
 WORLD_SIZES: 3
 ONLY: Conv2d
 

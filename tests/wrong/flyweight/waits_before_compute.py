@@ -1,6 +1,7 @@
 """Waits for the next shard to arrive before computing with the one in hand (no overlap).
 
 EXPECT: forward/compute while the next shard is in flight is False, expected True.*no overlap
+CLASS: overlap
 WORLD_SIZES: 2
 ONLY: Linear
 

@@ -1,6 +1,7 @@
 """Takes the shard index from the world rank (dist.get_rank()) instead of the rank in `group`.
 
 EXPECT: Linear_subgroup.*GROUP rank and size
+CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: Linear_subgroup
 

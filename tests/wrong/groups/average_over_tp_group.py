@@ -5,6 +5,7 @@ other's batches.
 
 WORLD_SIZES: 4
 EXPECT: train_2d_bert.*sync/grad.*hint:.*MEAN over groups\.dp_group.*never on tp_group
+CLASS: values
 ONLY: train_2d_bert
 """
 

@@ -5,6 +5,7 @@ everywhere: the groups get mismatched (a hang, or ranks wired to the wrong peers
 
 WORLD_SIZES: 4
 EXPECT: groups\.build_groups.*(deadlock.*'build_groups'|new_group calls, the same on every rank is 'no: rank).*hint: dist\.new_group is collective over the WHOLE job
+CLASS: deadlock
 ONLY: build_groups
 """
 

@@ -5,6 +5,7 @@ communication rule sees the extra all-reduce per replicated parameter.
 
 WORLD_SIZES: 4
 EXPECT: train_2d_bert.*phase sync.*collective call\(s\), expected at most.*hint:.*rule 'Communication'.*nothing goes over tp_group
+CLASS: traffic
 ONLY: train_2d_bert
 """
 

@@ -5,6 +5,7 @@ so they must be averaged over the DP group too.
 
 WORLD_SIZES: 4
 EXPECT: train_2d_bert.*sync/grad blocks\.0\.ln1\.weight.*hint:.*replicated LayerNorms
+CLASS: forgotten-collective
 ONLY: train_2d_bert
 """
 

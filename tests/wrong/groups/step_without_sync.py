@@ -4,6 +4,7 @@ The replicas drift apart from the first step on (sync_gradients itself is right)
 
 WORLD_SIZES: 4
 EXPECT: train_2d_bert.*step1 adam/.*hint: train_step_2d:.*sync_gradients\(model, groups\)
+CLASS: forgotten-collective
 ONLY: train_2d_bert
 """
 

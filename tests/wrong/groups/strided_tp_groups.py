@@ -6,6 +6,7 @@ the wrong replica.
 
 WORLD_SIZES: 4
 EXPECT: build_groups.*structure/tp_group ranks is \[0, 2\], expected \[0, 1\].*hint:.*consecutive ranks
+CLASS: values
 ONLY: build_groups
 """
 

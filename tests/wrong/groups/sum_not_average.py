@@ -4,6 +4,7 @@ Gradients are D times too large (SGD steps D times too far; Adam hides part of i
 
 WORLD_SIZES: 4
 EXPECT: train_2d_bert.*sync/grad.*every entry is 2 x the expected value.*hint:.*divide by dp_size
+CLASS: values
 ONLY: train_2d_bert
 """
 

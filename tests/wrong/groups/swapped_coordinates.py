@@ -5,6 +5,7 @@ gets the wrong one.
 
 WORLD_SIZES: 4
 EXPECT: build_groups.*\(tp_rank, dp_rank\) is \[0, 1\], expected \[1, 0\].*hint:.*tp_rank = rank % T
+CLASS: values
 ONLY: build_groups
 """
 

@@ -1,6 +1,7 @@
 """ring_all_gather concatenates the pieces in arrival order instead of rank order.
 
 EXPECT: ring_all_gather dim=0/output max abs error.*concatenate in RANK order
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ring_all_gather
 

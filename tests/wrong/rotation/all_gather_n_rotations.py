@@ -1,6 +1,7 @@
 r"""ring_all_gather does N rotations: the last one only brings back the rank's own tensor.
 
 EXPECT: ring_all_gather dim=0: 2 recv\|irecv call\(s\), expected exactly 1.*an N-th only brings back its own
+CLASS: traffic
 WORLD_SIZES: 2
 ONLY: ring_all_gather
 

@@ -1,6 +1,7 @@
 r"""rotate_async waits for the transfer before returning (nothing can overlap it).
 
 EXPECT: rotate_async/returned before the transfer was done \(ranks 1\.\.N-1\) is False, expected True.*Do not wait\(\) inside rotate_async
+CLASS: overlap
 WORLD_SIZES: 2
 ONLY: rotate_async
 

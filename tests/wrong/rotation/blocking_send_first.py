@@ -1,6 +1,7 @@
 r"""Every rank does a blocking send before its receive: the ring deadlocks.
 
 EXPECT: HANG +\[E4.2\] rotation\.rotate .*deadlock.*rank \d waited in send called from rotation\.py:\d+ in rotate_async.*Post the receive and the send together
+CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: rotate
 

@@ -1,6 +1,7 @@
 r"""Computes the neighbour as 1 - r: right for two ranks only.
 
 EXPECT: rotation\.rotate .*phase clockwise: rank \d raised ValueError.*hint: clockwise: rank r sends to \(r \+ 1\) % N
+CLASS: 3-4-ranks
 WORLD_SIZES: 3
 ONLY: rotate
 

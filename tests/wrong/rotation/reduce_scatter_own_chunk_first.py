@@ -1,6 +1,7 @@
 r"""ring_reduce_scatter starts the sum with the rank's own chunk: rank r ends with chunk r+1.
 
 EXPECT: ring_reduce_scatter dim=0/output max abs error.*starts the sum of chunk \(r-1\) % N
+CLASS: off-by-one
 WORLD_SIZES: 2
 ONLY: ring_reduce_scatter
 

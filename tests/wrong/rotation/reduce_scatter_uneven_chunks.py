@@ -2,6 +2,7 @@ r"""ring_reduce_scatter cuts torch.chunk's uneven chunks when N does not divide 
 of refusing: the ranks then send partial sums of different sizes (a crash, or wrong sums).
 
 EXPECT: ring_reduce_scatter_uneven_size.*(raises is '\w+', expected 'ValueError'.*otherwise raise ValueError|crashed.*another size than the buffer)
+CLASS: uneven
 WORLD_SIZES: 3
 ONLY: ring_reduce_scatter_uneven_size
 HIDDEN: yes

@@ -1,6 +1,7 @@
 r"""Swaps the directions: 'clockwise' sends to rank r-1 (invisible with two ranks).
 
 EXPECT: rotation\.rotate .*clockwise/received max abs error.*hint: clockwise: rank r sends to \(r \+ 1\) % N
+CLASS: 3-4-ranks direction
 WORLD_SIZES: 3
 ONLY: rotate
 

@@ -1,6 +1,7 @@
 r"""Uses group ranks as global ranks for the peers (wrong in a subgroup).
 
 EXPECT: rotation\.subgroup .*dist\.get_global_rank\(group, peer\)
+CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: subgroup
 

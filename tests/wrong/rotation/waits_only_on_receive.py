@@ -1,10 +1,12 @@
 r"""wait() waits only on the receive's work (the last of the batch) and drops the send's.
 
-On gloo the send has long finished, so the values are right; on NCCL the send buffer
-can be reused while the send still reads it. Only the rule that every work is waited
-catches it.
+When the values come out right, the rule that every work is waited catches it; on gloo
+a send whose work is dropped is sometimes never delivered, and the hang is named by its
+cause (on NCCL the send buffer could be reused while the send still reads it).
 
 EXPECT: \[E4.2\] rotation\.rotate .*(clockwise/transfers never waited is \[.isend at rotation\.py.*expected \[\].*hint:.*rule .Wait on EVERY work.|rank \d waits to receive from rank \d, which posted the send but never waited on its work)
+CLASS: unwaited
+WORLD_SIZES: 2
 ONLY: rotate rotate_async
 """
 

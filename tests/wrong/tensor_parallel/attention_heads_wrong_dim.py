@@ -3,6 +3,7 @@ r"""ParallelSelfAttention splits q/k/v into heads along the wrong dimension: vie
 Each "head" then mixes one feature of every head: wrong even with one rank.
 
 EXPECT: ParallelSelfAttention  .*forward/output.*hint:.*\[B, S, H/N, d\] \(heads first\)
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelSelfAttention
 """

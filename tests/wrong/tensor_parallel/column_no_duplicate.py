@@ -4,6 +4,7 @@ Forward is right; backward gives each rank only its own shard's share of dL/dx
 (the MLP's input gradient too), unless N == 1.
 
 EXPECT: ColumnParallelLinear  .*backward/grad input.*hint:.*SUM over ranks.*comm\.duplicate
+CLASS: forgotten-collective
 WORLD_SIZES: 2
 ONLY: ColumnParallelLinear
 """

@@ -1,6 +1,7 @@
 r"""A fresh ParallelEmbedding's shard is allocated with torch.empty and never initialised.
 
 EXPECT: fresh_layers.*init/embedding weight std.*N\(0, 1\), like nn.Embedding
+CLASS: init
 WORLD_SIZES: 2
 ONLY: fresh_layers
 HIDDEN: yes

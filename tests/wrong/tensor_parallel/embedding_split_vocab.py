@@ -4,6 +4,7 @@ Right with one rank; from two on the shard has the wrong shape ([num/N, dim] ins
 [num, dim/N]) and the lookup of ids past num/N fails.
 
 EXPECT: ParallelEmbedding  .*structure/weight has shape \(48, 48\), expected \(96, 24\).*embedding dim is split, not the vocabulary
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelEmbedding
 """

@@ -4,6 +4,7 @@ The column/row pair needs no communication in between; this extra all-reduce add
 N different slices of act(fc1(x)) together: right only with one rank.
 
 EXPECT: ParallelMLP  .*forward/output.*hint:.*no communication between fc1 and fc2
+CLASS: traffic
 WORLD_SIZES: 2
 ONLY: ParallelMLP
 """

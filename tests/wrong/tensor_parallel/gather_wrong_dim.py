@@ -3,6 +3,7 @@ r"""ColumnParallelLinear with gather_output=True all-gathers along dim 0 (the ba
 The output has shape [N*B, ..., out/N] instead of [B, ..., out]; right only with one rank.
 
 EXPECT: gather_output.*forward/output has shape \(4, 4, 48\), expected \(2, 4, 96\).*hint:.*LAST dim
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ColumnParallelLinear_gather_output
 """

@@ -4,6 +4,7 @@ On the group of ranks 1..N-1, global rank 1 takes group rank 1's slice, and the 
 rank's slice runs past the end.
 
 EXPECT: ParallelMLP_subgroup.*rank 2 raised.*hint: on a subgroup.*dist\.get_rank\(group\)
+CLASS: subgroup 3-4-ranks
 WORLD_SIZES: 3
 ONLY: ParallelMLP_subgroup
 """

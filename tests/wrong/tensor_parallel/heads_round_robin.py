@@ -4,6 +4,7 @@ The output and input gradients are right (the heads are just dealt out different
 but every rank holds the wrong rows of Wq/Wk/Wv and columns of Wo: a shard check fails.
 
 EXPECT: ParallelSelfAttention  .*structure/q_proj\.weight.*hint: rank r owns heads \[r\*H/N, \(r\+1\)\*H/N\)
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelSelfAttention
 """

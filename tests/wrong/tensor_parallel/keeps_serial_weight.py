@@ -2,6 +2,7 @@ r"""ColumnParallelLinear.from_tensors keeps the serial weight in a plain dict (t
 later, say): the parameters are shards, but every rank still holds the whole layer.
 
 EXPECT: ColumnParallelLinear.*memory/bytes held besides parameters and buffers is \d+, expected at most .*keep only your shards
+CLASS: memory
 WORLD_SIZES: 2
 """
 

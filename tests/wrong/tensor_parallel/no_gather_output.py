@@ -3,6 +3,7 @@ r"""ColumnParallelLinear ignores gather_output=True and returns the local shard 
 Right with one rank; from two on the output has the wrong shape.
 
 EXPECT: gather_output.*forward/output has shape \(2, 4, 48\), expected \(2, 4, 96\).*hint:.*all-gather
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ColumnParallelLinear_gather_output
 """

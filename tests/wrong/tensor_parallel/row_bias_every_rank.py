@@ -4,6 +4,7 @@ Right with one rank; from two ranks on the forward output (of the row layer, the
 the attention) is off by (N-1) * bias and the bias gradient is still the full one.
 
 EXPECT: RowParallelLinear  .*forward/output.*hint:.*bias ONCE, after the all-reduce
+CLASS: bias-every-rank
 WORLD_SIZES: 2
 ONLY: RowParallelLinear
 """

@@ -4,6 +4,7 @@ The replicated bias then differs between ranks after the first optimizer step
 (rank 0 moved it, the others did not).
 
 EXPECT: RowParallelLinear  .*rank 1, backward/grad bias is None.*hint:.*bias ONCE, after the all-reduce
+CLASS: values
 WORLD_SIZES: 2
 ONLY: RowParallelLinear
 """

@@ -3,6 +3,7 @@ r"""ParallelSelfAttention scales the scores by 1/sqrt(hidden/N), the local q wid
 Wrong with any number of ranks (hidden/N != hidden/H unless N == H).
 
 EXPECT: ParallelSelfAttention  .*forward/output.*hint:.*with d = E/H the serial head dim \(NOT E/N\)
+CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelSelfAttention
 """

@@ -3,6 +3,7 @@ r"""Sharding ignores the rank: every rank copies rank 0's slice [0, size) of eac
 Right with one rank; from two on every rank computes with the same shard.
 
 EXPECT: RowParallelLinear  .*rank 1, structure/weight.*hint: a row layer keeps weight COLUMNS \[r\*in/N
+CLASS: values
 WORLD_SIZES: 2
 ONLY: RowParallelLinear
 """
