@@ -5,6 +5,7 @@ from pathlib import Path
 # Worker processes are spawned: keep them from oversubscribing the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("RTP_COURSE_WARM", "0")   # no warm check server from a test, unless it asks (test_warm.py)
 sys.path.insert(0, str(Path(__file__).parent))
 
 # The suite runs on two workers (pytest-xdist, `-n 2` in pyproject.toml). Tests are handed out

@@ -29,9 +29,9 @@ from rtp_course.runtime import commlog, sandbox
 from rtp_course.runtime.launcher import device_for
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
-# Bound before any code under test runs: patching torch.save or os._exit later changes
-# what that code sees, not how the harness saves its results or leaves.
-_save, _exit = torch.save, os._exit
+# Bound before any code under test runs: patching torch.save, os._exit or dist.new_group
+# later changes what that code sees, not how the harness saves, leaves or makes its groups.
+_save, _exit, _new_group = torch.save, os._exit, dist.new_group
 
 
 class ExitCalled(BaseException):
@@ -111,7 +111,7 @@ class Ctx:
 
     def new_group(self, ranks):
         """dist.new_group: every rank must call it, in the same order."""
-        return dist.new_group(ranks)
+        return _new_group(ranks)
 
 
 def _student_frames(exc: BaseException, code_dir: str) -> str:
@@ -202,7 +202,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             check = checks[cid]
             status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
                           sent_to={}, recv_from={}, unwaited_to={})
-            group = dist.new_group(list(range(world_size)))
+            group = _new_group(list(range(world_size)))
             dtype = getattr(torch, job.get("dtype") or check.dtype)
             ctx = Ctx(rank, world_size, group, device, dtype, status,
                       dist.PrefixStore(f"check{i}/", store))

@@ -163,6 +163,13 @@ def _bench_args(b):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"] and not {"-h", "--help"} & set(argv):
+        from rtp_course.cli import warm
+        if warm.wanted():
+            code = warm.run_check(argv)
+            if code is not None:
+                return code
     args = build_parser(argv).parse_args(argv)
     from rtp_course.runtime import quiet
     quiet.torch_warnings()

@@ -50,3 +50,46 @@ def start() -> None:
     while the server imports."""
     if method() == "forkserver":
         forkserver.ensure_running()
+
+
+def start_forked(close=()) -> bool:
+    """Start the ranks' forkserver as a FORK of this process, which must have imported what
+    PRELOAD lists and run nothing with torch yet (the warm check server's children): no new
+    interpreter, so no import. It serves multiprocessing's own protocol, and exits, as a
+    spawned one does, when this process and the ranks it forked are gone. Call it before
+    this process starts any thread. `close`: descriptors the forkserver must not keep.
+    False (nothing started) where multiprocessing's forkserver differs from Python 3.11's
+    (3.13 authenticates its clients): start() then spawns one as usual."""
+    import inspect
+    import socket
+    from multiprocessing import connection, resource_tracker
+    if method() != "forkserver" or list(inspect.signature(forkserver.main).parameters) != [
+            "listener_fd", "alive_r", "preload", "main_path", "sys_path"]:
+        return False
+    reaper.ensure_guardian()           # before the fork: the ranks inherit the owner mark
+    config = process.current_process()._config
+    config["tempdir"] = None           # a server's would not be this process's
+    method()
+    resource_tracker.ensure_running()
+    server = forkserver._forkserver
+    listener = socket.socket(socket.AF_UNIX)
+    address = connection.arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(alive_w)
+            for fd in [*close, reaper.guardian_fd()]:
+                if fd is not None:
+                    os.close(fd)
+            forkserver.main(listener.fileno(), alive_r, [])
+        finally:
+            os._exit(0)
+    os.close(alive_r)
+    listener.close()
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = (
+        address, alive_w, pid)
+    return True

@@ -176,13 +176,23 @@ def ensure_guardian() -> None:
     import tempfile
     read_end, write_end = os.pipe()
     env = {k: v for k, v in os.environ.items() if k not in (OWNER_ENV, MARK_ENV)}
-    subprocess.Popen([sys.executable, "-m", "rtp_course.runtime.reaper", str(os.getpid()),
-                      str(read_end), tempfile.gettempdir()],
-                     pass_fds=(read_end,), env=env, start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    guardian = subprocess.Popen([sys.executable, "-m", "rtp_course.runtime.reaper",
+                                 str(os.getpid()), str(read_end), tempfile.gettempdir()],
+                                pass_fds=(read_end,), env=env, start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     os.close(read_end)
     os.set_inheritable(write_end, False)
-    _GUARDIAN = (os.getpid(), write_end)   # held open for the life of this process
+    _GUARDIAN = (os.getpid(), write_end, guardian.pid)   # held open for the life of this process
+
+
+def guardian_pid() -> int | None:
+    return _GUARDIAN[2] if _GUARDIAN is not None and _GUARDIAN[0] == os.getpid() else None
+
+
+def guardian_fd() -> int | None:
+    """This process's end of its guardian's pipe (a forked helper must close its copy)."""
+    return _GUARDIAN[1] if _GUARDIAN is not None and _GUARDIAN[0] == os.getpid() else None
 
 
 def clean_up_after(owner: int, tmp: str) -> None:

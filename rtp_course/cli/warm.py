@@ -1,0 +1,291 @@
+"""A warm `rtp-course check`: a per-user server that imported torch once runs later checks.
+
+Before its first rank starts, a check spends about 4 s importing torch (and dynamo, which
+the first optimizer step pulls in), in the checker and in the forkserver of its ranks. So
+an interactive `rtp-course check` (a terminal on stdin or stdout) starts, once, a server
+that does those imports and then waits on a Unix socket in a directory only its user can
+open. Each later `rtp-course check` connects and passes its arguments, working directory,
+environment and its stdin, stdout and stderr (SCM_RIGHTS); the server forks a child that
+runs the check exactly as the command would have, writing to the user's terminal, and
+sends back the exit status.
+
+* Stale code never runs: the socket is named by a fingerprint of the interpreter, the
+  torch installation, every file of the course package except the six exercise files,
+  and the environment variables read at import time. Change any of them and another
+  server starts; a server ends after IDLE seconds without a request. The exercise files
+  are not in the fingerprint because neither the server nor the child ever imports them:
+  the ranks do, fresh on every run.
+* Runs share nothing but the imports: the server never runs a check, and each run is a
+  fresh fork of it with its own forkserver for the ranks, forked from that child before it
+  starts any thread (forking a process that computed with torch is not safe).
+* Nothing outlives the command: when it ends (Ctrl-C, kill), its connection closes and
+  the run's child kills its descendants and exits; its guardian covers a SIGKILL.
+* Only `rtp-course check` in a terminal uses it: batch jobs, grading and notebooks never
+  do. RTP_COURSE_WARM=0 turns it off, =1 forces it on (tests).
+* Code under test cannot use it: Landlock does not stop a confined rank from connecting
+  to a socket by its path, so the server serves only a peer of its own user whose
+  process may still gain privileges (confinement sets no_new_privs, for good), and only
+  `check`. A refused command runs the check itself.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import rtp_course
+from rtp_course.course import EXERCISES
+
+IDLE = float(os.environ.get("RTP_COURSE_WARM_IDLE", 900))   # s without a request before exit
+START_TIMEOUT = 60.0    # s a command waits for a server it started to be ready
+REFUSED = -(2 ** 31)    # the exit status a server sends to a peer it does not serve
+ENV_AT_IMPORT = ("RTP_COURSE_", "OMP_", "MKL_", "TORCH_", "CUDA_", "PYTHON", "LD_LIBRARY_PATH")
+PRELOAD = ["rtp_course.checker.engine", "rtp_course.checker.report", "rtp_course.cli.progress"]
+
+
+def wanted() -> bool:
+    setting = os.environ.get("RTP_COURSE_WARM", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    return hasattr(socket, "AF_UNIX") and (sys.stdin.isatty() or sys.stdout.isatty())
+
+
+def fingerprint() -> str:
+    """What the server's imports depend on (stat only: a command pays about a millisecond)."""
+    package = Path(rtp_course.__file__).resolve().parent
+    exercises = {package / f"{ex}.py" for ex in EXERCISES}
+    h = hashlib.sha256(f"{sys.executable}\0{sys.version}\0{package}\0{os.getuid()}".encode())
+    try:
+        import importlib.util
+        torch_init = Path(importlib.util.find_spec("torch").origin)
+        st = torch_init.stat()
+        h.update(f"{torch_init}\0{st.st_mtime_ns}\0{st.st_size}".encode())
+    except (AttributeError, OSError, TypeError):
+        pass
+    for path in sorted(package.rglob("*.py")):
+        if path not in exercises:
+            st = path.stat()
+            h.update(f"{path}\0{st.st_mtime_ns}\0{st.st_size}\0".encode())
+    for k in sorted(os.environ):
+        if k.startswith(ENV_AT_IMPORT) and k not in ("RTP_COURSE_WARM", "RTP_COURSE_WARM_IDLE"):
+            h.update(f"{k}={os.environ[k]}\0".encode())
+    return h.hexdigest()[:20]
+
+
+def runtime_dir() -> Path | None:
+    """The user's private directory for the sockets, or None if it is not private."""
+    base = os.environ.get("RTP_COURSE_WARM_DIR") or (
+        os.path.join(os.environ["XDG_RUNTIME_DIR"], "rtp-course") if os.environ.get("XDG_RUNTIME_DIR")
+        else f"/tmp/rtp-course-{os.getuid()}")
+    path = Path(base)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return None              # someone else's, or open to others: never trust it
+    return path
+
+
+# ---- the command's side ----------------------------------------------------------------------
+
+def run_check(argv: list[str]) -> int | None:
+    """Run `rtp-course check argv` in the warm server (starting it if needed); its exit status,
+    or None if no server could be used (the caller then runs the check itself)."""
+    where = runtime_dir()
+    if where is None:
+        return None
+    fp = fingerprint()
+    sock_path = where / f"{fp}.sock"
+    conn = _connect(sock_path)
+    if conn is None:
+        _start_server(where, fp)
+        deadline = time.monotonic() + START_TIMEOUT
+        while conn is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            conn = _connect(sock_path)
+    if conn is None:
+        return None
+    with conn:
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+        try:
+            socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+            reply = _recv_exactly(conn, 4)
+        except OSError:
+            reply = b""
+        if len(reply) != 4:
+            print("rtp-course check: the warm check server stopped; run again, or set "
+                  "RTP_COURSE_WARM=0", file=sys.stderr)
+            return 2
+        code = struct.unpack("!i", reply)[0]
+        return None if code == REFUSED else code
+
+
+def _connect(path: Path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _recv_exactly(conn, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _start_server(where: Path, fp: str) -> None:
+    subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm", str(where), fp],
+                     start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# ---- the server --------------------------------------------------------------------------------
+
+def serve(where: Path, fp: str) -> None:
+    lock = open(where / f"{fp}.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return                                   # another server for this fingerprint runs
+    import importlib
+    from rtp_course.runtime import forkserver
+    for name in forkserver.PRELOAD + PRELOAD:
+        importlib.import_module(name)
+    leaked = [ex for ex in EXERCISES if f"rtp_course.{ex}" in sys.modules]
+    assert not leaked, f"the warm server must never import exercise code: {leaked}"
+    sock_path = where / f"{fp}.sock"
+    sock_path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    listener.listen(16)
+    listener.settimeout(5.0)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))   # `kill`: remove the socket first
+    last, served = time.monotonic(), 0
+    state = where / f"{fp}.json"          # for people and tests: which process, how many runs
+    state.write_text(json.dumps({"pid": os.getpid(), "served": served}))
+    try:
+        while time.monotonic() - last < IDLE and sock_path.exists():
+            _reap()
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            if not _trusted(conn):
+                with conn:
+                    conn.sendall(struct.pack("!i", REFUSED))
+                continue
+            last, served = time.monotonic(), served + 1
+            state.write_text(json.dumps({"pid": os.getpid(), "served": served}))
+            if os.fork() == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                listener.close()
+                os._exit(_serve_one(conn))
+            conn.close()
+    finally:
+        sock_path.unlink(missing_ok=True)   # ours: no other server holds the lock
+        state.unlink(missing_ok=True)
+
+
+def _trusted(conn) -> bool:
+    """A process of this user that is not confined (no no_new_privs: see the docstring)."""
+    try:
+        pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                          struct.calcsize("3i")))
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (OSError, struct.error):
+        return False
+    return uid == os.getuid() and "\nNoNewPrivs:\t0" in status
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _serve_one(conn) -> int:
+    """The run's child: becomes the command (its fds, directory, environment) and checks."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)   # the fds come with the first bytes
+        size = struct.unpack("!I", msg[:4])[0]
+        while len(msg) < 4 + size:
+            more = conn.recv(4 + size - len(msg))
+            if not more:
+                return 1
+            msg += more
+        request = json.loads(msg[4:4 + size])
+        if request["argv"][:1] != ["check"]:
+            return 2
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()
+        code = _check(request["argv"], conn)
+    except BaseException as e:  # noqa: BLE001 - tell the command, never hang it
+        print(f"rtp-course check (warm server): {type(e).__name__}: {e}", file=sys.stderr)
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        conn.sendall(struct.pack("!i", code))
+    except OSError:
+        pass
+    return code   # os._exit: the server's exit handlers are not this run's; the guardian
+                  # removes the run's temporary directories when this process is gone
+
+
+def _check(argv, conn) -> int:
+    from rtp_course import cli
+    from rtp_course.runtime import forkserver
+    os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
+    if not forkserver.start_forked(close=[conn.fileno()]):
+        forkserver.start()
+    try:
+        return cli.main(argv)
+    except SystemExit as e:            # argparse: its message is already on the user's stderr
+        return e.code if isinstance(e.code, int) else 1
+
+
+def _end_with_the_command(conn) -> None:
+    """The command went away (Ctrl-C, killed): end this run and everything it started."""
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    from rtp_course.runtime import reaper
+    for pid in reaper.descendants() - {reaper.guardian_pid()}:   # it removes the run's dirs
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(130)
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]), sys.argv[2])

@@ -1,0 +1,141 @@
+"""The warm check server: a later `rtp-course check` is served by a process that imported torch
+once, says exactly what a cold run says, sees the student's edits, and leaves nothing behind."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import rtp_course
+from rtp_course.cli import warm
+from rtp_course.runtime import reaper
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "rtp_course.cli", "check", "comm", "--world-size", "2",
+       "--only", "Duplication", "AllReduce"]
+
+
+@pytest.fixture
+def server_dir(tmp_path):
+    where = tmp_path / "warm"
+    where.mkdir(mode=0o700)
+    yield where
+    for pid in subprocess.run(["pgrep", "-f", f"rtp_course.cli.warm {where}"], capture_output=True,
+                              text=True).stdout.split():   # stop the servers this test started
+        try:
+            os.kill(int(pid), signal.SIGTERM)
+        except OSError:
+            pass
+
+
+def check(server_dir, *extra, warm_on=True, **kw):
+    env = dict(os.environ, RTP_COURSE_WARM="1" if warm_on else "0",
+               RTP_COURSE_WARM_DIR=str(server_dir), RTP_COURSE_WARM_IDLE="60")
+    return subprocess.run(CLI + list(extra), env=env, capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+def report(r) -> str:
+    """The report less its wall-time line."""
+    return "\n".join(line for line in r.stdout.splitlines() if not line.startswith("  ("))
+
+
+def served(server_dir) -> dict:
+    [state] = server_dir.glob("*.json")
+    return json.loads(state.read_text())
+
+
+def impl_with_bug(tmp_path) -> Path:
+    impl = tmp_path / "impl"
+    shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
+    path = impl / "comm.py"
+    path.write_text(path.read_text().replace("        dist.all_reduce(grad, group=ctx.group)\n",
+                                             "        pass\n", 1))
+    return impl
+
+
+def test_a_warm_run_says_what_a_cold_run_says_and_sees_the_students_edits(server_dir, tmp_path):
+    impl = impl_with_bug(tmp_path)
+    cold = check(server_dir, "--impl", str(impl), warm_on=False)
+    first = check(server_dir, "--impl", str(impl))
+    assert cold.returncode == first.returncode == 1, first.stderr
+    assert report(first) == report(cold) and "FAIL" in report(first), first.stdout
+    pid = served(server_dir)["pid"]
+    fixed = impl / "comm.py"
+    fixed.write_text((ROOT / "solutions" / "comm.py").read_text())
+    second = check(server_dir, "--impl", str(impl))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert served(server_dir) == {"pid": pid, "served": 2}, "the second run was not served warm"
+    bad = check(server_dir, "--no-such-option")
+    assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr, bad.stderr
+
+
+def test_the_fingerprint_follows_the_course_files_but_not_the_exercises(tmp_path, monkeypatch):
+    package = tmp_path / "rtp_course"
+    shutil.copytree(Path(rtp_course.__file__).parent, package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(rtp_course, "__file__", str(package / "__init__.py"))
+    before = warm.fingerprint()
+    (package / "comm.py").write_text("# the student's edit\n")
+    assert warm.fingerprint() == before
+    with open(package / "checker" / "verdict.py", "a") as fh:
+        fh.write("# a changed grader\n")
+    after = warm.fingerprint()
+    assert after != before
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert warm.fingerprint() != after
+
+
+def test_a_directory_others_can_open_is_not_used(tmp_path, monkeypatch):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o755)
+    monkeypatch.setenv("RTP_COURSE_WARM_DIR", str(open_dir))
+    assert warm.runtime_dir() is None and warm.run_check(["check"]) is None
+
+
+def test_ending_the_command_ends_its_run(server_dir, tmp_path):
+    impl = tmp_path / "impl"
+    shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
+    path = impl / "comm.py"
+    path.write_text(path.read_text().replace(
+        "        return x.view_as(x)\n", "        import time\n        time.sleep(1000)\n", 1))
+    env = dict(os.environ, RTP_COURSE_WARM="1", RTP_COURSE_WARM_DIR=str(server_dir),
+               RTP_COURSE_WARM_IDLE="60")
+    assert "checks passed" in check(server_dir).stdout         # the server is up
+    server = served(server_dir)["pid"]
+    command = subprocess.Popen(CLI + ["--impl", str(impl)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(reaper.descendants(server)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)        # the run's child, its forkserver and guardian, the ranks ...
+    run = reaper.descendants(server)
+    assert len(run) >= 4, "the run never started"
+    command.send_signal(signal.SIGKILL)
+    command.wait()
+    deadline = time.monotonic() + 15
+    while reaper.descendants(server) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not reaper.descendants(server), "the run outlived its command"
+    os.kill(server, 0)                           # the server itself serves on
+
+
+def test_a_confined_process_is_not_served(server_dir):
+    """Landlock lets a confined rank connect to the socket by its path: the server refuses it
+    (no_new_privs is set for good by confinement), and the command runs the check itself."""
+    assert "checks passed" in check(server_dir).stdout         # the server is up
+    pid = served(server_dir)["pid"]
+    probe = ("import ctypes, sys\n"
+             "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS, as confinement does\n"
+             "from rtp_course.cli import warm\n"
+             "sys.exit(0 if warm.run_check(['check', 'comm', '--only', 'Duplication']) is None else 1)")
+    env = dict(os.environ, RTP_COURSE_WARM="1", RTP_COURSE_WARM_DIR=str(server_dir))
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, "a process with no_new_privs was served: " + r.stdout + r.stderr
+    assert served(server_dir) == {"pid": pid, "served": 1}
