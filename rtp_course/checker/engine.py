@@ -47,10 +47,12 @@ def _read_json(path: Path):
         return None
 
 
-def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float, tick=None):
+def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float, tick=None,
+              on_change=None):
     """Stop the group when a check runs past its limit, or at once when it is a plain deadlock:
     every rank waits in a communication call (or for the others, done) and no status has
-    changed for `stall` seconds. A rank that computes (no call in progress) waits for the limit."""
+    changed for `stall` seconds. A rank that computes (no call in progress) waits for the limit.
+    `on_change(statuses)` is called whenever a rank's status changed."""
     seen = {"text": None, "since": time.time()}
 
     def stuck(check_id, statuses, processes, why):
@@ -71,6 +73,8 @@ def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: floa
             first = statuses.get(0) or {}
             if tick and "index" in first:  # rank 0's place in this launch's list of checks
                 tick(first["index"] + (first.get("phase") == "done"))
+            if on_change:
+                on_change(statuses)
         running = [st for st in statuses.values()
                    if st and st.get("check") in checks and st.get("phase") != "done"]
         if running and now - seen["since"] > stall and all(
@@ -239,6 +243,26 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
             reference.annotate(r, outcomes.get(c.id), reference.load(c, ws, dtype))
 
 
+def _judging(todo, ws, rundir: Path, expect, judged: dict):
+    """Judge each check as soon as every rank has written its result (its status says "done"
+    or a later check), while the ranks go on: reading and comparing results took the parent
+    4 s of the public suite with the ranks idle. `judged`: {check id: (outcomes, Result)}."""
+    def on_change(statuses):
+        finished = min(((st or {}).get("index", -1) + ((st or {}).get("phase") == "done")
+                        for st in statuses.values()), default=0)
+        for check in todo[:max(finished, 0)]:
+            if check.id in judged:
+                continue
+            try:
+                outcomes = _load_outcomes(rundir, check.id, ws)
+                if outcomes is None:
+                    return
+                judged[check.id] = (outcomes, _judge(check, ws, outcomes, expect))
+            except Exception:  # noqa: BLE001 - judged again, and reported, after the launch
+                return
+    return on_change
+
+
 def _over_budget(check, ws, timeout_scale) -> Result:
     return Result(check.exercise, check.name, ws, "deadlock",
                   message=f"not run: checks of {check.exercise} already hung for "
@@ -261,11 +285,12 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
                    check_ids=[c.id for c in todo], dtype=dtype,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
         budget = sum(limit_of(c) for c in todo) + 60
-        failure = None
+        failure, judged = None, {}
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
                    on_poll=_watchdog(rundir, ws, by_id, limit_of, stall,
-                                     tick and (lambda i, base=len(results): tick(base + i))))
+                                     tick and (lambda i, base=len(results): tick(base + i)),
+                                     _judging(todo, ws, rundir, expect, judged)))
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
             if isinstance(e, _Stuck):
@@ -274,10 +299,14 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
             raise
         done = 0
         for check in todo:
-            outcomes = _load_outcomes(rundir, check.id, ws)
-            if outcomes is None:
-                break
-            results.append(_judge(check, ws, outcomes, expect))
+            if check.id in judged:
+                outcomes, result = judged[check.id]
+            else:
+                outcomes = _load_outcomes(rundir, check.id, ws)
+                if outcomes is None:
+                    break
+                result = _judge(check, ws, outcomes, expect)
+            results.append(result)
             seen[check.id] = outcomes
             done += 1
         confinement = _read_json(rundir / "confinement.0.json") or {}
