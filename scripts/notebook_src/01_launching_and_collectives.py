@@ -28,6 +28,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 
 import matplotlib.pyplot as plt
 import torch
@@ -114,8 +115,9 @@ show_source(launcher.init_from_env)
 cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
        "-m", "rtp_course.notebook.demos.hello"]
 print("$", " ".join(cmd[2:]).replace("torch.distributed.run", "torchrun", 1))
-env = {**os.environ, "OMP_NUM_THREADS": "1"}
-done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+with tempfile.TemporaryDirectory() as logs:  # torchrun leaves its log folder in $TMPDIR otherwise
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": logs}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 print("".join(sorted(line + "\n" for line in done.stdout.splitlines() if line.startswith("[")))
       or done.stderr[-2000:])
 
