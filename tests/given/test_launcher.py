@@ -91,14 +91,15 @@ def test_env_rank_info_reads_torchrun_and_slurm():
         env_rank_info({})
 
 
-def test_same_code_runs_under_torchrun():
+def test_same_code_runs_under_torchrun(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
     script = Path(__file__).with_name("launch_targets.py")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                         "--nproc-per-node", "3", str(script)], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": "1",
+                            "TMPDIR": str(tmp_path)})   # torchrun's log folder stays there
     assert p.returncode == 0, p.stderr[-2000:]
     import re  # the ranks share one pipe: their lines may interleave
     found = sorted(re.findall(r"rank \d/3 on cpu: sum \d+", p.stdout))
