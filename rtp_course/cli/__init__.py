@@ -167,7 +167,12 @@ def main(argv=None) -> int:
     if argv[:1] == ["check"] and not {"-h", "--help"} & set(argv):
         from rtp_course.cli import warm
         if warm.wanted():
-            code = warm.run_check(argv)
+            try:
+                code = warm.run_check(argv)
+            except KeyboardInterrupt:   # the server's run ends with this command
+                print("\nrtp-course check: interrupted; every process it started was stopped",
+                      file=sys.stderr)
+                return 130
             if code is not None:
                 return code
     args = build_parser(argv).parse_args(argv)

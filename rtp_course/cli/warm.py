@@ -109,9 +109,11 @@ def run_check(argv: list[str]) -> int | None:
     sock_path = where / f"{fp}.sock"
     conn = _connect(sock_path)
     if conn is None:
-        _start_server(where, fp)
+        server = _start_server(where, fp)
         deadline = time.monotonic() + START_TIMEOUT
         while conn is None and time.monotonic() < deadline:
+            if server.poll() not in (None, 0):   # it failed (0: another one is starting)
+                return None
             time.sleep(0.05)
             conn = _connect(sock_path)
     if conn is None:
@@ -120,6 +122,9 @@ def run_check(argv: list[str]) -> int | None:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
         try:
             socket.send_fds(conn, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        except OSError:           # nothing ran yet (a closed stdin, say): run it here
+            return None
+        try:
             reply = _recv_exactly(conn, 4)
         except OSError:
             reply = b""
@@ -151,15 +156,18 @@ def _recv_exactly(conn, n: int) -> bytes:
     return data
 
 
-def _start_server(where: Path, fp: str) -> None:
-    subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm", str(where), fp],
-                     start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _start_server(where: Path, fp: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm", str(where), fp,
+                             str(Path(rtp_course.__file__).resolve().parent)],
+                            start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 # ---- the server --------------------------------------------------------------------------------
 
-def serve(where: Path, fp: str) -> None:
+def serve(where: Path, fp: str, package: str) -> None:
+    if str(Path(rtp_course.__file__).resolve().parent) != package:
+        sys.exit(3)       # `-m` put another rtp_course first on the path: not the command's
     lock = open(where / f"{fp}.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -244,7 +252,6 @@ def _serve_one(conn) -> int:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()
         code = _check(request["argv"], conn)
     except BaseException as e:  # noqa: BLE001 - tell the command, never hang it
         print(f"rtp-course check (warm server): {type(e).__name__}: {e}", file=sys.stderr)
@@ -265,6 +272,7 @@ def _check(argv, conn) -> int:
     os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
     if not forkserver.start_forked(close=[conn.fileno()]):
         forkserver.start()
+    threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()  # after the fork
     try:
         return cli.main(argv)
     except SystemExit as e:            # argparse: its message is already on the user's stderr
@@ -288,4 +296,4 @@ def _end_with_the_command(conn) -> None:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]), sys.argv[2])
+    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3])
