@@ -47,10 +47,18 @@ def _unmatched(r: int, st: dict, mine: dict) -> str:
     return ""
 
 
+COMPUTING = ("no rank was inside a communication call when the time ran out: the code computed "
+             "or looped all along. An endless loop, or a loop that polls is_completed() without "
+             "ever calling wait() (gloo's point-to-point works only progress inside wait())")
+
+
 def hint_for(check_id: str, statuses: dict) -> str:
     """A hint when the ranks' statuses show the cause of the hang; empty if they do not."""
     mine = {r: st for r, st in statuses.items() if st and st.get("check") == check_id}
     blocked = {r: st for r, st in mine.items() if st.get("call") and st.get("phase") != "done"}
+    running = [st for st in mine.values() if st.get("phase") != "done"]
+    if running and not blocked and len(mine) == len(statuses):
+        return COMPUTING
     if blocked and len(blocked) == len(mine) and all(
             st.get("family") == "send" and not st.get("recv_from") for st in blocked.values()):
         return BLOCKING_SENDS
