@@ -104,8 +104,20 @@ def test_a_directory_others_can_open_is_not_used(tmp_path, monkeypatch):
     assert warm.runtime_dir() is None and warm.run_check(["check"]) is None
 
 
+def _running(pid) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:].split()[0] != b"Z"
+
+
 @needs_server
-def test_ending_the_command_ends_its_run(server_dir, tmp_path):
+@pytest.mark.parametrize("victim", ["the command", "the run's process in the server"])
+def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
+    """SIGKILL of the command (its run sees the connection close) or of the server's child that
+    runs it (its guardian takes over): the ranks, the forkserver and what they started end."""
     impl = tmp_path / "impl"
     shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
     path = impl / "comm.py"
@@ -120,14 +132,19 @@ def test_ending_the_command_ends_its_run(server_dir, tmp_path):
     deadline = time.monotonic() + 60
     while len(reaper.descendants(server)) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)        # the run's child, its forkserver and guardian, the ranks ...
-    run = reaper.descendants(server)
+    time.sleep(1.5)            # the guardian looks once a second
+    run = {p for p in reaper.descendants(server) if _running(p)}
     assert len(run) >= 4, "the run never started"
-    command.send_signal(signal.SIGKILL)
-    command.wait()
+    if victim == "the command":
+        command.send_signal(signal.SIGKILL)
+    else:
+        [child] = [p for p, parent in reaper._parents().items() if parent == server and p in run]
+        os.kill(child, signal.SIGKILL)
+    command.wait(timeout=30)
     deadline = time.monotonic() + 15
-    while reaper.descendants(server) and time.monotonic() < deadline:
+    while any(_running(p) for p in run) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not reaper.descendants(server), "the run outlived its command"
+    assert not [p for p in run if _running(p)], f"the run outlived {victim}"
     os.kill(server, 0)                           # the server itself serves on
 
 

@@ -78,11 +78,12 @@ def start_forked(close=()) -> bool:
     os.chmod(address, 0o600)
     listener.listen()
     alive_r, alive_w = os.pipe()
+    guardian = reaper.guardian_fd()   # read here: in the child, getpid() is no longer its owner
     pid = os.fork()
     if pid == 0:
         try:
             os.close(alive_w)
-            for fd in [*close, reaper.guardian_fd()]:
+            for fd in [*close, guardian]:   # the guardian acts when its pipe's last copy closes
                 if fd is not None:
                     os.close(fd)
             forkserver.main(listener.fileno(), alive_r, [])
