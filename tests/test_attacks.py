@@ -21,6 +21,7 @@ import rtp_course
 from rtp_course.checker import engine, report
 from rtp_course.runtime import reaper, sandbox
 from rtp_course.runtime.launcher import RankFailed, launch
+from processes import running
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFINED = sandbox.abi_version() >= 1
@@ -283,18 +284,9 @@ subprocess.Popen(['sh', '-c', 'sleep {tag}2'], start_new_session=True, env={{}})
 time.sleep(1000)"""
 
 
-def _running(pid) -> bool:
-    """Alive and not a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:].split()[0] != b"Z"
-
-
 def _alive(tag: str) -> list[str]:
     out = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
-    return [p for p in out.split() if _running(p)]
+    return [p for p in out.split() if running(p)]
 
 
 def test_detached_grandchildren_end_with_the_run(tmp_path):
@@ -323,10 +315,10 @@ def test_killing_the_checker_ends_its_workers_and_their_children(tmp_path):
     checker.send_signal(signal.SIGKILL)
     checker.wait()
     deadline = time.monotonic() + 15
-    while (_alive(tag) or any(_running(p) for p in workers)) and time.monotonic() < deadline:
+    while (_alive(tag) or any(running(p) for p in workers)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _alive(tag) == [], "processes the code under test detached outlived the checker"
-    assert not [p for p in workers if _running(p)], "workers outlived the checker"
+    assert not [p for p in workers if running(p)], "workers outlived the checker"
     assert not list(Path(tempfile.gettempdir()).glob(f"rtp-*-o{checker.pid}-*"))
 
 

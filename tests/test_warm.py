@@ -14,6 +14,7 @@ import pytest
 import rtp_course
 from rtp_course.cli import warm
 from rtp_course.runtime import reaper
+from processes import running
 
 ROOT = Path(__file__).resolve().parents[1]
 # A server serves no process with no_new_privs (a confined rank has it for good): where this
@@ -104,15 +105,6 @@ def test_a_directory_others_can_open_is_not_used(tmp_path, monkeypatch):
     assert warm.runtime_dir() is None and warm.run_check(["check"]) is None
 
 
-def _running(pid) -> bool:
-    """Alive and not a zombie waiting to be reaped."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:].split()[0] != b"Z"
-
-
 @needs_server
 @pytest.mark.parametrize("victim", ["the command", "the run's process in the server"])
 def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
@@ -133,7 +125,7 @@ def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
     while len(reaper.descendants(server)) < 4 and time.monotonic() < deadline:
         time.sleep(0.2)        # the run's child, its forkserver and guardian, the ranks ...
     time.sleep(1.5)            # the guardian looks once a second
-    run = {p for p in reaper.descendants(server) if _running(p)}
+    run = {p for p in reaper.descendants(server) if running(p)}
     assert len(run) >= 4, "the run never started"
     if victim == "the command":
         command.send_signal(signal.SIGKILL)
@@ -142,9 +134,9 @@ def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
         os.kill(child, signal.SIGKILL)
     command.wait(timeout=30)
     deadline = time.monotonic() + 15
-    while any(_running(p) for p in run) and time.monotonic() < deadline:
+    while any(running(p) for p in run) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in run if _running(p)], f"the run outlived {victim}"
+    assert not [p for p in run if running(p)], f"the run outlived {victim}"
     os.kill(server, 0)                           # the server itself serves on
 
 
