@@ -17,16 +17,23 @@ back to its owner after N moves (the weights need N-1). Owner's grad =
 accumulator / N: the DDP mean.
 
 What makes it fast (the stub's simpler design recomputes every shard's forward
-and waits for every transfer; both are correct):
+and waits for every transfer; both are correct; notebook 06 measures the two):
 * Linear and Embedding get d input and d shard from the saved input and the
   shard in hand (d x = g W_s, d W_s = g^T x): no forward is recomputed. Conv2d
   and attention recompute their part under autograd.
 * No transfer is waited right after it starts: an accumulator is waited only
-  when the next step adds to it (after d input is computed), and the last one,
-  coming home, at the end of the whole backward (an autograd engine callback,
-  as DDP does), so it travels during the next layers' backward. Replicated
-  parameters' gradients are all-reduced asynchronously as they become ready and
-  waited at the same point.
+  when the next step adds to it, and the last one, coming home, after the first
+  step of the next layer's backward (or at the end of the backward: an autograd
+  engine callback, as DDP does). Replicated parameters' gradients are
+  all-reduced in one bucket at that point: one call, not one per LayerNorm.
+* Prefetch: a layer's first transfer starts during the previous layer's last
+  shard, when nothing else is arriving (the layer order is learned in the
+  first forward), so it travels during a whole step of compute. Still at most
+  two received shards at once.
+* No copies: the shard's parameters are views of one flat tensor, sent as it
+  is; a Linear writes each shard's part straight into its columns of the
+  output; d input is summed in place; a new accumulator is written, not zeroed
+  and then added to.
 * Attention through scaled_dot_product_attention; shard shapes computed once.
 """
 import torch
@@ -53,9 +60,11 @@ def _split_sizes(units, world):
 # [a, b), computes that shard's part of the output from its tensors `p`, and that
 # part's gradients.
 class _Kind:
-    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
-        """d inputs of shard `index`'s part of the output (g: d part), and d shard ADDED to
-        `accumulator()` ({key: view}; called once, late: it may wait for a transfer).
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator, d_inputs):
+        """Add shard `index`'s part (g: d its output) to the gradients: its d inputs to
+        `d_inputs` (a list, None where nothing was added yet; returned), its d shard to
+        `accumulator()` -> ({key: view}, fresh) (called once, late: it may wait for a
+        transfer; a fresh one holds garbage: write, do not add).
         Generic: recompute the part under autograd."""
         with torch.enable_grad():
             xs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs)]
@@ -64,16 +73,29 @@ class _Kind:
             wanted = [x for x in xs if x.requires_grad] + list(ps.values())
             grads = torch.autograd.grad(y, wanted, g, allow_unused=True)
         n = len(wanted) - len(ps)
-        acc = accumulator()
+        acc, fresh = accumulator()
         for key, d in zip(ps, grads[n:]):
-            if d is not None:
-                acc[key].add_(d)
-        d_inputs = iter(grads[:n])
-        return [next(d_inputs) if x.requires_grad else None for x in xs]
+            _add(acc[key], fresh, d)
+        return _sum_into(d_inputs, [grads[:n][sum(needs[:i])] if need else None
+                                    for i, need in enumerate(needs)])
+
+
+def _add(acc, fresh, d):
+    """acc += d (d None: nothing); a fresh accumulator holds garbage."""
+    if fresh:
+        acc.zero_() if d is None else acc.copy_(d)
+    elif d is not None:
+        acc.add_(d)
+
+
+def _sum_into(totals, parts):
+    """totals[i] += parts[i] in place (totals are this backward's own tensors), None = 0."""
+    return [d if t is None else t if d is None else t.add_(d) for t, d in zip(totals, parts)]
 
 
 class _Linear(_Kind):
     cat_dim = -1  # output features
+    writes_into = True  # partial(..., out=its columns of the output)
 
     def units(self, m):
         return m.out_features
@@ -84,27 +106,49 @@ class _Linear(_Kind):
             out["bias"] = (0, [(a, b)])
         return out
 
-    def partial(self, m, inputs, p, index, extra):
-        return F.linear(inputs[0], p["weight"], p.get("bias"))
+    def partial(self, m, inputs, p, index, extra, out=None):
+        if out is None:
+            return F.linear(inputs[0], p["weight"], p.get("bias"))
+        # Straight into this shard's columns of the output ([tokens, out] with a row stride
+        # the BLAS accepts): no concatenation afterwards.
+        x2, out2, b = _rows(inputs[0]), _rows(out), p.get("bias")
+        if b is None:
+            torch.mm(x2, p["weight"].t(), out=out2)
+        else:
+            torch.addmm(b, x2, p["weight"].t(), out=out2)
+        return out
 
-    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator, d_inputs):
         """y = x W^T + b: d x = g W, d W = g^T x, d b = sum of g; from the saved x."""
-        d_x = g.matmul(p["weight"]) if needs[0] else None
-        _add_linear_grads(accumulator(), "weight", "bias", inputs[0], g)
+        d_x = d_inputs[0]
+        if needs[0]:
+            if d_x is None:
+                d_x = g.matmul(p["weight"])
+            else:
+                _rows(d_x).addmm_(_rows(g), p["weight"])
+        _add_linear_grads(*accumulator(), "weight", "bias", inputs[0], g)
         return [d_x]
 
 
-def _add_linear_grads(acc, weight, bias, x, g):
+def _rows(t):
+    """[..., features] as [rows, features], a view (t 1-D: one row)."""
+    return t.flatten(0, -2) if t.dim() > 1 else t[None]
+
+
+def _add_linear_grads(acc, fresh, weight, bias, x, g):
     """acc[weight] += g^T x, acc[bias] += sum of g, over every leading dimension."""
-    x2 = x.flatten(0, -2) if x.dim() > 1 else x[None]      # [tokens, in]
-    g2 = g.flatten(0, -2) if g.dim() > 1 else g[None]      # [tokens, out of this shard]
-    acc[weight].addmm_(g2.t(), x2)
+    x2, g2 = _rows(x), _rows(g)            # [tokens, in], [tokens, out of this shard]
+    acc[weight].addmm_(g2.t(), x2, beta=0 if fresh else 1)   # beta=0 ignores the garbage
     if acc.get(bias) is not None and acc[bias].numel():
-        acc[bias].add_(g2.sum(0))
+        if fresh:
+            torch.sum(g2, 0, out=acc[bias])
+        else:
+            acc[bias].add_(g2.sum(0))
 
 
 class _Conv2d(_Linear):
     cat_dim = -3  # channels of [B, C, H, W] or [C, H, W]
+    writes_into = False
     grads = _Kind.grads  # recomputed: a convolution's gradients are convolutions of their own
 
     def units(self, m):
@@ -131,16 +175,19 @@ class _Embedding(_Kind):
         return F.embedding(inputs[0], p["weight"], m.padding_idx, None, 2.0,
                            m.scale_grad_by_freq, False)
 
-    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator, d_inputs):
         """Row i of d W is the sum of g over the positions holding token i (none for padding)."""
         if m.scale_grad_by_freq:
-            return super().grads(m, inputs, needs, p, index, extra, g, accumulator)
+            return super().grads(m, inputs, needs, p, index, extra, g, accumulator, d_inputs)
         ids = inputs[0].reshape(-1)
         g2 = g.reshape(ids.shape[0], g.shape[-1])
         if m.padding_idx is not None:
             g2 = g2.masked_fill((ids == m.padding_idx).unsqueeze(1), 0)
-        accumulator()["weight"].index_add_(0, ids, g2)
-        return [None]
+        acc, fresh = accumulator()
+        if fresh:
+            acc["weight"].zero_()
+        acc["weight"].index_add_(0, ids, g2)
+        return d_inputs
 
 
 class _MultiheadAttention(_Kind):
@@ -170,7 +217,7 @@ class _MultiheadAttention(_Kind):
         bias = p.get("out_proj.bias")
         return out if bias is None or bias.numel() == 0 else out + bias
 
-    def grads(self, m, inputs, needs, p, index, extra, g, accumulator):
+    def grads(self, m, inputs, needs, p, index, extra, g, accumulator, d_inputs):
         """Recompute the heads' context under autograd; out_proj's part is a Linear's."""
         inner = {k: t for k, t in p.items() if k.startswith("in_proj")}
         with torch.enable_grad():
@@ -180,12 +227,12 @@ class _MultiheadAttention(_Kind):
             wanted = [x for x in xs if x.requires_grad] + list(ps.values())
             grads = torch.autograd.grad(context, wanted, g.matmul(p["out_proj.weight"]))
         n = len(wanted) - len(ps)
-        acc = accumulator()
+        acc, fresh = accumulator()
         for key, d in zip(ps, grads[n:]):
-            acc[key].add_(d)
-        _add_linear_grads(acc, "out_proj.weight", "out_proj.bias", context.detach(), g)
-        d_inputs = iter(grads[:n])
-        return [next(d_inputs) if x.requires_grad else None for x in xs]
+            _add(acc[key], fresh, d)
+        _add_linear_grads(acc, fresh, "out_proj.weight", "out_proj.bias", context.detach(), g)
+        return _sum_into(d_inputs, [grads[:n][sum(needs[:i])] if need else None
+                                    for i, need in enumerate(needs)])
 
     def _context(self, m, inputs, p, index, extra):
         """Attention of this shard's heads, before out_proj: [B, L, heads*d]."""
@@ -259,6 +306,24 @@ def _bring_home():
         wrapper._receive_grad(*arriving)
 
 
+# Layers whose first transfer a previous layer started (FlyweightWrapper._prefetch_next).
+_prefetched = []
+
+
+def _drop_prefetched():
+    """End of a pass: wait for (and drop) the prefetched transfers no layer used."""
+    while _prefetched:
+        wrapper = _prefetched.pop()
+        if wrapper._prefetched is not None:
+            wrapper._prefetched[1].wait()
+            wrapper._prefetched = None
+
+
+def _end_of_backward():
+    _bring_home()
+    _drop_prefetched()
+
+
 class FlyweightWrapper(nn.Module):
     """Keeps shard r of `module`'s weights (from rank 0's values) and computes the full
     layer by rotating the shards; `module` keeps its class and hyper-parameters."""
@@ -274,21 +339,31 @@ class FlyweightWrapper(nn.Module):
         self.starts = [sum(self.sizes[:s]) for s in range(self.world)]
         self.full_shapes = {k: tuple(p.shape) for k, p in module.named_parameters()}
         self.module = module
+        # Set by RotatedTensorParallel: {"forward": wrapper, "backward": wrapper}, the layer
+        # that runs next (a dict: an attribute holding a module would register it as a child).
+        self.next_layer = {}
+        self._prefetched = None  # (direction, RotationHandle) started by the previous layer
         self.keys = list(self.shard_ranges(0))  # the order of the pieces in a flat shard
         if sorted(self.keys) != sorted(self.full_shapes):
             raise ValueError(f"FlyweightWrapper: unexpected parameters {sorted(self.full_shapes)}")
         self.shapes = [self._shapes(i) for i in range(self.world)]   # shard index -> {key: shape}
-        self.numels = [sum(torch.Size(sh).numel() for sh in shapes.values())
-                       for shapes in self.shapes]
+        self.piece_numels = [[torch.Size(sh).numel() for sh in shapes.values()]
+                             for shapes in self.shapes]
+        self.numels = [sum(n) for n in self.piece_numels]
         src = _rank0(group)
         with torch.no_grad():
+            pieces, trainable = [], {}
             for key in self.keys:
                 full = module.get_parameter(key)
                 dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
-                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
+                pieces.append(self._take(full, *self.shard_ranges(self.rank)[key]).reshape(-1))
+                trainable[key] = full.requires_grad
+            # The shard's parameters are views of ONE flat tensor: it is sent as it is.
+            self._flat = torch.cat(pieces)
+            for key, view in self._unpack(self._flat, self.rank).items():
                 *path, leaf = key.split(".")
                 setattr(module.get_submodule(".".join(path)), leaf,
-                        nn.Parameter(shard, requires_grad=full.requires_grad))
+                        nn.Parameter(view, requires_grad=trainable[key]))
 
     def shard_ranges(self, index):
         """{param key: (dim, [(start, stop), ...])}: the slices of the full parameter
@@ -314,28 +389,51 @@ class FlyweightWrapper(nn.Module):
         return [self.module.get_parameter(k) for k in self.keys]
 
     def _own_flat(self):
-        return torch.cat([p.detach().reshape(-1) for p in self._shard_parameters()])
+        """This rank's shard as one flat tensor: the parameters' own storage, unless something
+        (module.to(), load_state_dict(assign=True)) replaced them; then they are packed again."""
+        params, flat = self._shard_parameters(), self._flat
+        at, size = flat.data_ptr(), flat.element_size()
+        for p, n in zip(params, self.piece_numels[self.rank]):
+            if p.data_ptr() != at or p.dtype != flat.dtype or p.device != flat.device:
+                break
+            at += n * size
+        else:
+            return flat.detach()
+        with torch.no_grad():
+            self._flat = torch.cat([p.detach().reshape(-1) for p in params])
+            for p, view in zip(params, self._unpack(self._flat, self.rank).values()):
+                p.data = view
+        return self._flat.detach()
 
     def _unpack(self, flat, index):
-        shapes = self.shapes[index]
-        pieces = flat.split([torch.Size(s).numel() for s in shapes.values()])
-        return {k: t.view(s) for (k, s), t in zip(shapes.items(), pieces)}
+        pieces = flat.split(self.piece_numels[index])
+        return {k: t.view(s) for (k, s), t in zip(self.shapes[index].items(), pieces)}
 
     def _rotating_forward(self, inputs, extra):
         world, rank, cat = self.world, self.rank, self.kind.cat_dim is not None
-        shard, parts, total = self._own_flat(), [None] * world, None
+        shard, parts, total, out = self._own_flat(), [None] * world, None, None
+        if getattr(self.kind, "writes_into", False) and inputs[0].dim() > 1:
+            out = inputs[0].new_empty(*inputs[0].shape[:-1], self.full_shapes["weight"][0])
         for i in range(world):
             s = (rank - i) % world
             incoming = None
-            if i < world - 1:  # start the transfer BEFORE computing: overlap
+            if i == 0:  # start the transfer BEFORE computing: overlap
+                incoming = self._first_rotation("clockwise")
+            elif i < world - 1:
                 incoming = rotation.rotate_async(shard, "clockwise", self.group,
                                                  recv_shape=(self.numels[(s - 1) % world],))
-            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
+            if i == world - 1:  # nothing arrives for us now: start the next layer's first
+                self._prefetch_next("forward", "clockwise")
+            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra,
+                                  **({} if out is None else
+                                     {"out": out.narrow(-1, self.starts[s], self.sizes[s])}))
             if cat:
                 parts[s] = y
             else:
                 total = y if total is None else total + y
             shard = incoming.wait() if incoming is not None else None  # drop the used shard
+        if out is not None:  # the parts are its columns
+            return out
         return torch.cat(parts, self.kind.cat_dim) if cat else total
 
     def _rotating_backward(self, inputs, needs, extra, grad_output):
@@ -345,25 +443,27 @@ class FlyweightWrapper(nn.Module):
         for k in range(world):
             s, nxt = (rank + k) % world, (rank + k + 1) % world
             incoming = None
-            if k < world - 1:
+            if k == 0:
+                incoming = self._first_rotation("counterclockwise")
+            elif k < world - 1:
                 incoming = rotation.rotate_async(shard, "counterclockwise", self.group,
                                                  recv_shape=(self.numels[nxt],))
+            if k == world - 1:
+                self._prefetch_next("backward", "counterclockwise")
             g = grad_output if cat is None else \
                 grad_output.narrow(cat, self.starts[s], self.sizes[s])
             # Our own shard's part waits here for the others' (it would go round the ring and
             # back); shard s's accumulator holds what ranks r+1..r+k-1 added, and is waited
-            # for only when this step adds to it.
+            # for only when this step adds to it. A new one is not zeroed: the kind writes it.
             acc = []
 
             def accumulator(s=s, previous=sending if k >= 2 else None):
                 acc.append(previous.wait() if previous is not None else
-                           shard.new_zeros(self.numels[s]))
-                return self._unpack(acc[0], s)
+                           shard.new_empty(self.numels[s]))
+                return self._unpack(acc[0], s), previous is None
 
-            d_inputs = self.kind.grads(self.module, inputs, needs, self._unpack(shard, s), s,
-                                       extra, g, accumulator)
-            grad_inputs = [d if t is None else t if d is None else t + d
-                           for t, d in zip(grad_inputs, d_inputs)]
+            grad_inputs = self.kind.grads(self.module, inputs, needs, self._unpack(shard, s), s,
+                                          extra, g, accumulator, grad_inputs)
             if k == 0:
                 own_part = acc.pop()
             else:  # to rank r-1, which holds shard s next; the last one goes to its owner
@@ -373,16 +473,42 @@ class FlyweightWrapper(nn.Module):
             if k == 0:
                 _bring_home()  # the previous layer's, which travelled during this step
         if not _coming_home:
-            _at_end_of_backward(_bring_home)
+            _at_end_of_backward(_end_of_backward)
         _coming_home.append((self, sending, own_part))
         return grad_inputs
 
+    # Prefetch: a layer's first transfer (its own shard, one step round the ring) is started
+    # by the layer before it, at that layer's last shard, when nothing else is arriving: it
+    # then travels during a whole step of compute. The order is the one RotatedTensorParallel
+    # saw in its first forward (backward: reversed). Every rank runs the same layers in the
+    # same order, so the messages pair up even when the predicted layer does not run next:
+    # its transfer waits, unused, until that layer runs or the pass ends (_drop_prefetched).
+    def _start_first(self, direction):
+        step = -1 if direction == "clockwise" else 1  # the rank we receive from
+        return rotation.rotate_async(self._own_flat(), direction, self.group,
+                                     recv_shape=(self.numels[(self.rank + step) % self.world],))
+
+    def _first_rotation(self, direction):
+        """This layer's first transfer: the prefetched one, or one started now."""
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None:
+            if prefetched[0] == direction:
+                return prefetched[1]
+            prefetched[1].wait()
+        return self._start_first(direction) if self.world > 1 else None
+
+    def _prefetch_next(self, phase, direction):
+        nxt = self.next_layer.get(phase)
+        if nxt is not None and nxt._prefetched is None and nxt.world > 1:
+            nxt._prefetched = (direction, nxt._start_first(direction))
+            _prefetched.append(nxt)
+
     def _receive_grad(self, sending, own_part):
         """Our shard's accumulator, home after N-1 moves, plus our own part: every rank's
-        contribution, so grad = sum / N."""
-        total = own_part if sending is None else sending.wait().add_(own_part)
-        own = total / self.world  # a new tensor: the received buffer is dropped
-        for p, g in zip(self._shard_parameters(), self._unpack(own, self.rank).values()):
+        contribution, so grad = sum / N (in our own tensor: the received one is dropped)."""
+        total = own_part if sending is None else own_part.add_(sending.wait())
+        total.div_(self.world)
+        for p, g in zip(self._shard_parameters(), self._unpack(total, self.rank).values()):
             if p.requires_grad:
                 p.grad = g if p.grad is None else p.grad.add_(g)
 
@@ -449,7 +575,7 @@ class RotatedTensorParallel(nn.Module):
 
     def __init__(self, model, group=None):
         super().__init__()
-        self.group, self._reducing = group, []
+        self.group, self._reducing, self._order_known = group, [], False
         self.module = (FlyweightWrapper(model, group) if _kind(model)
                        else _wrap_children(model, group))
         sharded = {id(p) for w in self._wrappers().values() for p in w.parameters()}
@@ -463,27 +589,48 @@ class RotatedTensorParallel(nn.Module):
                 p.register_post_accumulate_grad_hook(self._average_gradient)
 
     def _average_gradient(self, p):
-        # Replicated (small) parameters: plain DDP, each started as soon as its gradient is
-        # ready and waited once at the end of backward. Hooks fire in the same order on all ranks.
+        # Replicated (small) parameters: DDP's recipe with one bucket. Their gradients are
+        # noted as they become ready and all-reduced together, once, when the backward ends:
+        # one call instead of one per LayerNorm weight (each call costs far more than its
+        # few bytes). Hooks fire in the same order on all ranks, so the buckets match.
         if dist.get_world_size(self.group) == 1:
             return
         if not self._reducing:
             _at_end_of_backward(self._finish_averaging)
-        self._reducing.append((p, dist.all_reduce(p.grad, group=self.group, async_op=True)))
+        self._reducing.append(p)
 
     def _finish_averaging(self):
-        world = dist.get_world_size(self.group)
-        for p, work in self._reducing:
-            work.wait()
-            p.grad.div_(world)
+        grads = [p.grad for p in self._reducing]
         self._reducing.clear()
+        bucket = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(bucket, group=self.group)
+        bucket.div_(dist.get_world_size(self.group))
+        for g, mean in zip(grads, bucket.split([g.numel() for g in grads])):
+            g.copy_(mean.view_as(g))
 
     def _wrappers(self):
         return {name: m for name, m in self.module.named_modules()
                 if isinstance(m, FlyweightWrapper)}
 
     def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
+        if self._order_known:
+            try:
+                return self.module(*args, **kwargs)
+            finally:
+                _drop_prefetched()
+        order = []  # the first forward: which layer runs after which (for the prefetches)
+        hooks = [w.register_forward_pre_hook(lambda m, _: order.append(m))
+                 for w in self._wrappers().values()]
+        try:
+            out = self.module(*args, **kwargs)
+        finally:
+            for h in hooks:
+                h.remove()
+        if len(set(map(id, order))) == len(order):  # a layer called twice: no prediction
+            for a, b in zip(order, order[1:]):
+                a.next_layer["forward"], b.next_layer["backward"] = b, a
+        self._order_known = True
+        return out
 
     def full_state_dict(self):
         """The serial model's state dict (original keys, full tensors) on every rank."""

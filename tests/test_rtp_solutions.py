@@ -2,6 +2,8 @@
 parent judges against, and the overlap detector. (The solutions and the wrong implementations
 are run by the checker: `rtp-course check rotation flyweight --impl solutions --hidden` and
 tests/test_wrong_implementations.py.)"""
+import pytest
+import torch
 from torch import nn
 
 from rtp_course.checker.public.flyweight import overlapped
@@ -33,3 +35,57 @@ def test_overlap_needs_compute_between_a_receive_and_its_wait():
     assert not overlapped(posted + [("wait", 0), ("wait", 1), ("compute", "linear")])
     assert not overlapped([("recv", 0), ("compute", "linear")])   # a blocking receive
     assert overlapped([("compute", "linear")])                     # one rank: nothing to overlap
+
+
+# ------------------------------------------------------------------ the reference's prefetch
+class _Flipping(nn.Module):
+    """Two Linears called in the other order on odd steps: the layer order the reference
+    learns in its first forward (to start each layer's first transfer early) is wrong half
+    of the time, and a third layer runs only on some steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 5)
+        self.step = 0
+
+    def forward(self, x):
+        first, second = (self.a, self.b) if self.step % 2 == 0 else (self.b, self.a)
+        y = second(torch.tanh(first(x)))
+        return self.c(y) if self.step % 3 != 2 else y[..., :5]
+
+
+def _flipping_against_ddp(rank, world):
+    import copy
+
+    from rtp_course.course.impl import exercise, load_impl
+    load_impl("solutions")
+    flyweight = exercise("flyweight")
+    torch.manual_seed(0)
+    serial = _Flipping()
+    rtp = flyweight.RotatedTensorParallel(copy.deepcopy(serial))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (serial, rtp)]
+    worst = 0.0
+    for step in range(6):
+        batches = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * step + r))
+                   for r in range(world)]
+        for opt in opts:
+            opt.zero_grad()
+        serial.step = rtp.module.step = step
+        out = rtp(batches[rank])
+        out.square().mean().backward()
+        # DDP semantics: the serial model's gradient of the mean of the ranks' losses
+        serial_out = [serial(b) for b in batches]
+        sum(o.square().mean() for o in serial_out).div(world).backward()
+        worst = max(worst, (out - serial_out[rank]).abs().max().item())
+        for opt in opts:
+            opt.step()
+    full = rtp.full_state_dict()
+    worst = max([worst] + [(full[k] - v).abs().max().item() for k, v in serial.state_dict().items()])
+    return {"worst": worst}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_reference_prefetch_stays_right_when_the_layer_order_changes(world):
+    from rtp_course.runtime.launcher import launch
+    for result in launch(_flipping_against_ddp, world, timeout=120):
+        assert result["worst"] < 1e-5, result

@@ -243,7 +243,7 @@ class RTPCheck(Check):
         ctx.record(f"{fwd}/output", out if isinstance(out, torch.Tensor) else None)
         if first:
             ctx.record_value("forward/compute while the next shard is in flight", overlapped(trace))
-            record_held(ctx, "forward", base)
+        record_held(ctx, fwd, base)  # every step: some designs only prefetch once warmed up
         if not isinstance(out, torch.Tensor):
             return False  # the verdict reports the output; backward would only add noise
         grad_out = ctx.to(upstream(step, rank, out.shape, torch.float64))
@@ -254,9 +254,9 @@ class RTPCheck(Check):
         finally:
             commlog.STATE.trace = None
         del out
+        record_held(ctx, bwd, base)
         if first:
             ctx.record_value("backward/compute while a shard is in flight", some_overlap(trace))
-            record_held(ctx, "backward", base)
             for i, x in enumerate(xs):
                 if x.is_floating_point():
                     ctx.record(f"backward/grad input {i}", x.grad)
@@ -312,7 +312,7 @@ def record_held(ctx, phase, base):
     """Received bytes alive at this phase's peak and at its end, beyond those alive before."""
     ctx.record_value(f"{phase}/received bytes held at peak",
                      commlog.STATE.peak_recv.get(phase, base) - base)
-    ctx.record_value(f"{phase}/received bytes still held after {phase}",
+    ctx.record_value(f"{phase}/received bytes still held after {phase.split()[-1]}",
                      commlog.STATE.live_recv - base)
 
 

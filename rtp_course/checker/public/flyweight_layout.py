@@ -186,15 +186,17 @@ def expected_rank(check, world: int, rank: int) -> dict:
     exp["forward/output"] = tr[("output", 1, rank)]
     exp["forward/compute while the next shard is in flight"] = True
     exp["backward/compute while a shard is in flight"] = True
-    exp["forward/received bytes held at peak"] = Bound(
-        high=2 * plan["max"], what=f"2 shards: the one in hand and the arriving one; {held}")
-    exp["forward/received bytes still held after forward"] = Bound(
-        high=0, what="every received shard dropped once used")
-    exp["backward/received bytes held at peak"] = Bound(
-        high=4 * plan["max"], what=f"4 shards: weights in hand and arriving, the "
-        f"accumulator arriving and the one just added to; {held}")
-    exp["backward/received bytes still held after backward"] = Bound(
-        high=0, what="every received shard and accumulator dropped once used")
+    held_bounds = {
+        "forward/received bytes held at peak": Bound(
+            high=2 * plan["max"], what=f"2 shards: the one in hand and the arriving one; {held}"),
+        "forward/received bytes still held after forward": Bound(
+            high=0, what="every received shard dropped once used"),
+        "backward/received bytes held at peak": Bound(
+            high=4 * plan["max"], what=f"4 shards: weights in hand and arriving, the "
+            f"accumulator arriving and the one just added to; {held}"),
+        "backward/received bytes still held after backward": Bound(
+            high=0, what="every received shard and accumulator dropped once used")}
+    exp.update(held_bounds)
     for i, g in enumerate(tr[("grad inputs", rank)]):
         if g is not None:
             exp[f"backward/grad input {i}"] = g
@@ -205,6 +207,9 @@ def expected_rank(check, world: int, rank: int) -> dict:
             step += 1
             if step > 1:
                 exp[f"step{step} forward/output"] = tr[("output", step, rank)]
+                exp.update({k.replace("forward", f"step{step} forward", 1)
+                            .replace("backward", f"step{step} backward", 1): v
+                            for k, v in held_bounds.items()})
         _params(exp, f"step{step} {opt_name}/", tr, tr[("params", step, opt_name)], rank, world,
                 plan["replicated"])
     own = plan["own"] + plan["replicated_bytes"]

@@ -10,6 +10,6 @@ REPLACE = [
                                                 recv_shape=(self.numels[nxt],))""",
      """            sending = rotation.rotate_async(acc.pop(), "counterclockwise", self.group,
                                             recv_shape=(self.numels[nxt],))"""),
-    ("""        total = own_part if sending is None else sending.wait().add_(own_part)""",
-     """        total = sending.wait()"""),
+    ("""        total = own_part if sending is None else own_part.add_(sending.wait())""",
+     """        total = sending.wait().clone()  # ours: the received buffer is dropped"""),
 ]

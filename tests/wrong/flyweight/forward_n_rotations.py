@@ -10,8 +10,8 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
 REPLACE = [
-    (r'''            if i < world - 1:  # start the transfer BEFORE computing: overlap
+    (r'''            elif i < world - 1:
 ''',
-     r'''            if True:  # start the transfer BEFORE computing: overlap
+     r'''            elif True:
 '''),
 ]

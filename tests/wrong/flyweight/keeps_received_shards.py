@@ -10,12 +10,10 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
 REPLACE = [
-    (r'''        shard, parts, total = self._own_flat(), [None] * world, None
-        for i in range(world):
+    (r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
 ''',
-     r'''        shard, parts, total = self._own_flat(), [None] * world, None
+     r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
         self.received = []  # keep them around, backward may want them
-        for i in range(world):
 '''),
     (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
 ''',
