@@ -20,7 +20,7 @@ import torch
 
 from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
-from rtp_course.checker import exception_causes, hang_causes
+from rtp_course.checker import exception_causes, hang_causes, outcome_file
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
@@ -361,7 +361,7 @@ def _load_outcome(path: Path, rank: int):
     if not path.exists() or path.stat().st_size == 0:
         return None
     try:
-        outcome = torch.load(path, weights_only=True)
+        outcome = outcome_file.load(path)
         if not isinstance(outcome, dict) or outcome.get("status") not in OUTCOME_STATUSES:
             raise ValueError("not an outcome record")
         return outcome

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import io
 import json
 import os
 import time
@@ -23,15 +22,17 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import rtp_course
+from rtp_course.checker import outcome_file
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import commlog, sandbox
 from rtp_course.runtime.launcher import device_for
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
-# Bound before any code under test runs: patching torch.save, os._exit or dist.new_group
-# later changes what that code sees, not how the harness saves, leaves or makes its groups.
-_save, _exit, _new_group = torch.save, os._exit, dist.new_group
+# Bound before any code under test runs: patching os._exit or dist.new_group later changes
+# what that code sees, not how the harness leaves or makes its groups (outcome_file binds
+# torch.save likewise).
+_exit, _new_group = os._exit, dist.new_group
 
 
 class ExitCalled(BaseException):
@@ -216,9 +217,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             outcome.update(records=ctx.records, values=ctx.values,
                            events=[vars(e) for e in commlog.events()],
                            peak_recv=dict(commlog.STATE.peak_recv))
-            buf = io.BytesIO()
-            _save(outcome, buf)
-            results[cid].write(buf.getvalue())         # one write: the parent reads it whole or empty
+            # one write: the parent reads it whole or empty
+            results[cid].write(outcome_file.dumps(outcome))
             results[cid].close()
             status.update(phase="done", call="waiting for the other ranks to finish this check")
             store.set(f"done/{i}/{rank}", outcome["status"])
