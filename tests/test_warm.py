@@ -155,3 +155,25 @@ def test_a_confined_process_is_not_served(server_dir):
                        timeout=120)
     assert r.returncode == 0, "a process with no_new_privs was served: " + r.stdout + r.stderr
     assert served(server_dir) == {"pid": pid, "served": 1}
+
+
+@needs_server
+def test_a_served_rank_cannot_find_the_expected_values_in_memory(server_dir, tmp_path):
+    # The server computes the public checks' expected values once, for the runs it forks; the
+    # ranks fork from a forkserver that dropped them.
+    impl = tmp_path / "impl"
+    shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
+    path = impl / "comm.py"
+    probe = ("        from rtp_course.checker import engine\n"
+             "        raise RuntimeError(f'FOUND {len(engine._PRECOMPUTED)} EXPECTED')\n")
+    text = path.read_text()
+    start = text.index("    def forward(ctx", text.index("class Duplication"))
+    body = text.index("\n", text.index("):", start)) + 1
+    path.write_text(text[:body] + probe + text[body:])
+    check(server_dir, "--impl", str(impl))                  # starts the server
+    deadline = time.monotonic() + 60
+    while not list(server_dir.glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    r = check(server_dir, "--impl", str(impl))
+    assert served(server_dir)["served"] >= 1, "not served warm"
+    assert "FOUND 0 EXPECTED" in r.stdout, r.stdout

@@ -385,7 +385,25 @@ def _load_outcomes(rundir: Path, cid: str, ws: int):
     return outcomes
 
 
+# (check id, world size) -> (check class, (expected, rules)): the public checks', computed once
+# by the warm check server (cli/warm.py) before it forks its runs, which then only look them up.
+_PRECOMPUTED = {}
+
+
+def precompute_expectations(world_sizes=DEFAULT_WORLD_SIZES) -> None:
+    """Every public check's expected values and rules, kept for the runs forked later."""
+    for check in load_checks(check_modules(list(EXERCISES), False)):
+        for ws in world_sizes:
+            if check.applies(ws):
+                _PRECOMPUTED[(check.id, ws)] = (type(check), _compute_expectation(check, ws))
+
+
 def _expectation(check, ws):
+    cls, found = _PRECOMPUTED.get((check.id, ws), (None, None))
+    return found if cls is type(check) else _compute_expectation(check, ws)
+
+
+def _compute_expectation(check, ws):
     return check.expected(ws), check.comm_rules(ws)
 
 

@@ -177,6 +177,12 @@ def serve(where: Path, fp: str, package: str) -> None:
     from rtp_course.runtime import forkserver
     for name in forkserver.PRELOAD + PRELOAD:
         importlib.import_module(name)
+    import torch
+    from rtp_course.checker import engine
+    # Serial torch on one thread (no intra-op pool to fork), course code only: the public
+    # checks' expectations, which every run would otherwise compute again (~1 s of CPU).
+    torch.set_num_threads(1)
+    engine.precompute_expectations()
     leaked = [ex for ex in EXERCISES if f"rtp_course.{ex}" in sys.modules]
     assert not leaked, f"the warm server must never import exercise code: {leaked}"
     sock_path = where / f"{fp}.sock"
@@ -270,7 +276,9 @@ def _check(argv, conn) -> int:
     from rtp_course import cli
     from rtp_course.runtime import forkserver
     os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
-    if not forkserver.start_forked(close=[conn.fileno()]):
+    from rtp_course.checker import engine
+    # The ranks fork from the forkserver: the expected values stay out of their memory.
+    if not forkserver.start_forked(close=[conn.fileno()], forget=[engine._PRECOMPUTED.clear]):
         forkserver.start()
     threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()  # after the fork
     try:

@@ -52,12 +52,13 @@ def start() -> None:
         forkserver.ensure_running()
 
 
-def start_forked(close=()) -> bool:
+def start_forked(close=(), forget=()) -> bool:
     """Start the ranks' forkserver as a FORK of this process, which must have imported what
     PRELOAD lists and run nothing with torch yet (the warm check server's children): no new
     interpreter, so no import. It serves multiprocessing's own protocol, and exits, as a
     spawned one does, when this process and the ranks it forked are gone. Call it before
-    this process starts any thread. `close`: descriptors the forkserver must not keep.
+    this process starts any thread. `close`: descriptors the forkserver must not keep;
+    `forget`: functions the forkserver calls first, to drop what the ranks must not see.
     False (nothing started) where multiprocessing's forkserver differs from Python 3.11's
     (3.13 authenticates its clients): start() then spawns one as usual."""
     import inspect
@@ -86,6 +87,8 @@ def start_forked(close=()) -> bool:
             for fd in [*close, guardian]:   # the guardian acts when its pipe's last copy closes
                 if fd is not None:
                     os.close(fd)
+            for fn in forget:
+                fn()
             forkserver.main(listener.fileno(), alive_r, [])
         finally:
             os._exit(0)
