@@ -201,14 +201,6 @@ def test_real_checker_job_on_two_cpu_tasks(slurm_cluster, tmp_path, monkeypatch)
     assert {c["world_size"] for c in rep["exercises"]["comm"]["checks"]} == {2}
 
 
-def test_job_past_its_time_limit_ends_timeout(slurm_cluster, timeout_job):
-    # Slurm rounds limits up to whole minutes and checks them every 30 s: 60 to 90 s after the start.
-    assert timeout_job.wait(timeout=150, progress=False) == "TIMEOUT"
-    text = timeout_job.summary()
-    assert "TIMEOUT: reached its time limit (00:01:00)" in text
-    assert "DUE TO TIME LIMIT" in text  # slurmstepd's line, from the log's tail
-
-
 @pytest.fixture
 def venv_on_path(monkeypatch):
     """nbgrader's gradebook runs `alembic` from the PATH: this Python's scripts first."""
@@ -293,3 +285,13 @@ def test_merge_reports_a_student_whose_task_left_nothing(slurm_cluster, tmp_path
     assert "bob/03_tp_communication: no result from its array task" in out
     assert f"rtp-course grade {a} --student bob" in out
     assert _gradebook_scores(course, a, ["alice"]) == {"alice": 3.0}
+
+
+# Last in the module: the job has been running since the first test, so what is left to
+# wait is short.
+def test_job_past_its_time_limit_ends_timeout(slurm_cluster, timeout_job):
+    # Slurm rounds limits up to whole minutes and checks them every 30 s: 60 to 90 s after the start.
+    assert timeout_job.wait(timeout=150, progress=False) == "TIMEOUT"
+    text = timeout_job.summary()
+    assert "TIMEOUT: reached its time limit (00:01:00)" in text
+    assert "DUE TO TIME LIMIT" in text  # slurmstepd's line, from the log's tail
