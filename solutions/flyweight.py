@@ -111,7 +111,7 @@ class _Linear(_Kind):
             return F.linear(inputs[0], p["weight"], p.get("bias"))
         # Straight into this shard's columns of the output ([tokens, out] with a row stride
         # the BLAS accepts): no concatenation afterwards.
-        x2, out2, b = _rows(inputs[0]), _rows(out), p.get("bias")
+        x2, out2, b = _rows(inputs[0]), _rows_view(out), p.get("bias")
         if b is None:
             torch.mm(x2, p["weight"].t(), out=out2)
         else:
@@ -123,16 +123,21 @@ class _Linear(_Kind):
         d_x = d_inputs[0]
         if needs[0]:
             if d_x is None:
-                d_x = g.matmul(p["weight"])
+                d_x = g.matmul(p["weight"])           # a new, contiguous tensor
             else:
-                _rows(d_x).addmm_(_rows(g), p["weight"])
+                _rows_view(d_x).addmm_(_rows(g), p["weight"])
         _add_linear_grads(*accumulator(), "weight", "bias", inputs[0], g)
         return [d_x]
 
 
 def _rows(t):
-    """[..., features] as [rows, features], a view (t 1-D: one row)."""
+    """[..., features] as [rows, features] (t 1-D: one row), to read."""
     return t.flatten(0, -2) if t.dim() > 1 else t[None]
+
+
+def _rows_view(t):
+    """The same, to write into: always a view (view() raises where flatten would copy)."""
+    return t.view(t.shape[:-1].numel(), t.shape[-1]) if t.dim() > 1 else t[None]  # -1: not for 0
 
 
 def _add_linear_grads(acc, fresh, weight, bias, x, g):
@@ -307,13 +312,13 @@ def _bring_home():
 
 
 # Layers whose first transfer a previous layer started (FlyweightWrapper._prefetch_next).
-_prefetched = []
+_pending_prefetches = []
 
 
 def _drop_prefetched():
     """End of a pass: wait for (and drop) the prefetched transfers no layer used."""
-    while _prefetched:
-        wrapper = _prefetched.pop()
+    while _pending_prefetches:
+        wrapper = _pending_prefetches.pop()
         if wrapper._prefetched is not None:
             wrapper._prefetched[1].wait()
             wrapper._prefetched = None
@@ -501,7 +506,7 @@ class FlyweightWrapper(nn.Module):
         nxt = self.next_layer.get(phase)
         if nxt is not None and nxt._prefetched is None and nxt.world > 1:
             nxt._prefetched = (direction, nxt._start_first(direction))
-            _prefetched.append(nxt)
+            _pending_prefetches.append(nxt)
 
     def _receive_grad(self, sending, own_part):
         """Our shard's accumulator, home after N-1 moves, plus our own part: every rank's
