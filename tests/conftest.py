@@ -2,6 +2,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Worker processes are spawned: keep them from oversubscribing the cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
@@ -32,7 +34,22 @@ def pytest_xdist_make_scheduler(config, log):
 FIRST = ("test_nbgrader_cycle.py", "test_slurm.py", "[06_flyweight_rtp]", "test_checker.py::test_reference_")
 
 
-def pytest_collection_modifyitems(items):
+# Tests marked `slow` are end-to-end cases that each take a kernel, a cluster or a whole grading
+# cycle: `pytest -q` (the loop while you work) skips them, `pytest -q --slow` (what CI runs)
+# runs everything.
+SLOW = "end-to-end, marked slow: `pytest --slow` runs it (CI does)"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the end-to-end tests marked slow (CI does)")
+
+
+def pytest_collection_modifyitems(config, items):
     def rank(item):
         return next((i for i, part in enumerate(FIRST) if part in item.nodeid), len(FIRST))
     items.sort(key=rank)   # stable: the rest keep their order
+    if not config.getoption("--slow"):
+        for item in items:
+            if item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.skip(reason=SLOW))

@@ -2,7 +2,8 @@
 table, and they run top to bottom, with the reference solutions and with the stubs.
 
 Select with `pytest -m notebooks`. Structure tests are instant; executing a notebook takes a
-kernel and spawned ranks (tens of seconds each).
+kernel and spawned ranks (tens of seconds each); the runs with the stubs are marked slow
+(`pytest --slow` and CI run them).
 
 * with RTP_COURSE_IMPL=solutions every demo runs, every check cell passes and every
   grading cell returns the points of the course table;
@@ -228,6 +229,7 @@ def _runs_exercise_code(path) -> bool:
     return "rtp_course.course.impl" in (SOURCE_DIR / f"{path.stem}.py").read_text()
 
 
+@pytest.mark.slow   # the student's first run of each notebook: 10-40 s each
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _runs_exercise_code(p)], ids=lambda p: p.stem)
 def test_runs_with_stubs(path, monkeypatch, tmp_path):
     nb = _execute(path, None, monkeypatch, tmp_path, keep=lambda c: not _nbgrader(c).get("grade"))

@@ -241,6 +241,7 @@ def _gradebook_scores(course, a, students):
         return {s: gb.find_grade("comm-code", a, a, s).auto_score for s in students}
 
 
+@pytest.mark.slow   # a class graded twice, on the cluster and locally: about 1 minute alone
 def test_class_graded_as_a_slurm_array_matches_local_grading(slurm_cluster, tmp_path, venv_on_path):
     """One array task per student on the real cluster; the gradebook gets the same points as
     a local `rtp-course grade --jobs 2`, and each student's report."""
