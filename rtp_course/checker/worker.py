@@ -23,6 +23,7 @@ import torch.distributed.distributed_c10d as c10d
 
 import rtp_course
 from rtp_course.checker import outcome_file
+from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import commlog, sandbox
@@ -208,7 +209,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             ctx = Ctx(rank, world_size, group, device, dtype, status,
                       dist.PrefixStore(f"check{i}/", store))
             commlog.reset()
-            torch.manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
+            manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
             outcome = {"status": "ok"}
             try:
                 check.run(ctx)

@@ -40,8 +40,8 @@ def build_model(name: str, seed: Optional[int] = None, tiny: bool = False, **ove
     config = {**(TINY_CONFIGS[name] if tiny else {}), **overrides}
     if seed is None:
         return MODELS[name](**config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):   # parameters are drawn on the CPU
+        torch.random.default_generator.manual_seed(seed)
         return MODELS[name](**config)
 
 

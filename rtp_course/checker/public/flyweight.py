@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rtp_course.runtime import commlog
 from rtp_course.training import memory
-from rtp_course.checker.common import make_optimizer, randint, randn
+from rtp_course.checker.common import make_optimizer, manual_seed, randint, randn
 from rtp_course.checker.public.flyweight_layout import (expected_rank, rtp_comm_rules,
                                                          rtp_groups, sharded_layers, upstream)
 from rtp_course.checker.registry import Check
@@ -193,7 +193,7 @@ class RTPCheck(Check):
         if group is None:
             return
         rank = dist.get_rank(group)
-        torch.manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
+        manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
         model = self.build().to(device=ctx.device, dtype=ctx.dtype)
         layers, state_keys = sharded_layers(model), list(model.state_dict())
         with ctx.phase("init"):

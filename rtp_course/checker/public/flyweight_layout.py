@@ -95,7 +95,7 @@ def serial_trace(check, world: int) -> dict:
 def _train(check, world: int) -> dict:
     dtype = getattr(torch, check.dtype)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.random.default_generator.manual_seed(0)   # CPU only, as the fork
         model = check.build().to(dtype)
     tr = {"layers": sharded_layers(model), "init": _clone(model.named_parameters()),
           "state0": _clone(model.state_dict().items())}
