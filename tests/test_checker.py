@@ -1,5 +1,6 @@
 """The checker engine and CLI: verdicts, exit codes, reports, isolation."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtp_course.course import EXERCISES
+from rtp_course.course import COURSE, EXERCISES
 from rtp_course.checker import engine, report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,33 @@ def test_reference_solutions_pass_every_public_and_hidden_check_on_1_to_4_ranks(
     sizes = {c["world_size"] for ex in rep["exercises"].values() for c in ex["checks"]}
     assert sizes == {1, 2, 3, 4}
     assert len(rep["exercises"]["comm"]["checks"]) >= 20
+
+
+NO_DYNAMO = """
+import sys as _sys
+if "torch._dynamo" in _sys.modules:
+    raise ImportError("the ranks' forkserver preloaded torch._dynamo")
+class _NoDynamo:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("torch._dynamo"):
+            raise ImportError(f"a rank of an exercise that does not train imported {name}")
+_sys.meta_path.insert(0, _NoDynamo())
+"""
+
+
+def test_exercises_that_do_not_train_never_import_what_only_an_optimizer_needs(tmp_path):
+    """For them (`trains=False` in the course table) the ranks' forkserver does not preload
+    dynamo (1.3 s off a cold check); a rank that imported it would pay that time itself."""
+    light = [e.module for e in COURSE if not e.trains]
+    assert light
+    impl = tmp_path / "impl"
+    shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
+    for module in light:
+        with open(impl / f"{module}.py", "a") as fh:
+            fh.write(NO_DYNAMO)
+    p = cli("check", *light, "--impl", str(impl), "--hidden",
+            env=dict(os.environ, RTP_COURSE_WARM="0"))
+    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_stubs_report_not_implemented_without_a_traceback(tmp_path):

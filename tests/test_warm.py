@@ -55,6 +55,16 @@ def served(server_dir) -> dict:
     return json.loads(state.read_text())
 
 
+def start_server(server_dir) -> int:
+    """The first command finds no server: it runs its check itself and leaves one, which the
+    next command waits for. The server's pid."""
+    for _ in range(2):
+        r = check(server_dir)
+        assert "checks passed" in r.stdout, r.stdout + r.stderr
+    assert served(server_dir)["served"] == 1, "the second command was not served"
+    return served(server_dir)["pid"]
+
+
 def impl_with_bug(tmp_path) -> Path:
     impl = tmp_path / "impl"
     shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
@@ -68,15 +78,19 @@ def impl_with_bug(tmp_path) -> Path:
 def test_a_warm_run_says_what_a_cold_run_says_and_sees_the_students_edits(server_dir, tmp_path):
     impl = impl_with_bug(tmp_path)
     cold = check(server_dir, "--impl", str(impl), warm_on=False)
-    first = check(server_dir, "--impl", str(impl))
-    assert cold.returncode == first.returncode == 1, first.stderr
-    assert report(first) == report(cold) and "FAIL" in report(first), first.stdout
+    first = check(server_dir, "--impl", str(impl))     # runs itself, then starts a server
+    assert not list(server_dir.glob("*.json")) or served(server_dir)["served"] == 0
+    second = check(server_dir, "--impl", str(impl))    # waits for that server
+    assert cold.returncode == first.returncode == second.returncode == 1, second.stderr
+    assert report(second) == report(first) == report(cold) and "FAIL" in report(first), \
+        second.stdout
     pid = served(server_dir)["pid"]
+    assert served(server_dir) == {"pid": pid, "served": 1}, "the second run was not served warm"
     fixed = impl / "comm.py"
     fixed.write_text((ROOT / "solutions" / "comm.py").read_text())
-    second = check(server_dir, "--impl", str(impl))
-    assert second.returncode == 0, second.stdout + second.stderr
-    assert served(server_dir) == {"pid": pid, "served": 2}, "the second run was not served warm"
+    third = check(server_dir, "--impl", str(impl))
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert served(server_dir) == {"pid": pid, "served": 2}, "the third run was not served warm"
     bad = check(server_dir, "--no-such-option")
     assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr, bad.stderr
 
@@ -117,8 +131,7 @@ def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
         "        return x.view_as(x)\n", "        import time\n        time.sleep(1000)\n", 1))
     env = dict(os.environ, RTP_COURSE_WARM="1", RTP_COURSE_WARM_DIR=str(server_dir),
                RTP_COURSE_WARM_IDLE="60")
-    assert "checks passed" in check(server_dir).stdout         # the server is up
-    server = served(server_dir)["pid"]
+    server = start_server(server_dir)
     command = subprocess.Popen(CLI + ["--impl", str(impl)], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -144,8 +157,7 @@ def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
 def test_a_confined_process_is_not_served(server_dir):
     """Landlock lets a confined rank connect to the socket by its path: the server refuses it
     (no_new_privs is set for good by confinement), and the command runs the check itself."""
-    assert "checks passed" in check(server_dir).stdout         # the server is up
-    pid = served(server_dir)["pid"]
+    pid = start_server(server_dir)
     probe = ("import ctypes, sys\n"
              "ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)   # PR_SET_NO_NEW_PRIVS, as confinement does\n"
              "from rtp_course.cli import warm\n"
@@ -170,10 +182,7 @@ def test_a_served_rank_cannot_find_the_expected_values_in_memory(server_dir, tmp
     start = text.index("    def forward(ctx", text.index("class Duplication"))
     body = text.index("\n", text.index("):", start)) + 1
     path.write_text(text[:body] + probe + text[body:])
-    check(server_dir, "--impl", str(impl))                  # starts the server
-    deadline = time.monotonic() + 60
-    while not list(server_dir.glob("*.json")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    start_server(server_dir)
     r = check(server_dir, "--impl", str(impl))
-    assert served(server_dir)["served"] >= 1, "not served warm"
+    assert served(server_dir)["served"] == 2, "not served warm"
     assert "FOUND 0 EXPECTED" in r.stdout, r.stdout

@@ -1,5 +1,3 @@
-import sys
+from rtp_course.cli import entry
 
-from rtp_course.cli import main
-
-sys.exit(main())
+entry()

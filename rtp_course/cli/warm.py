@@ -1,13 +1,14 @@
 """A warm `rtp-course check`: a per-user server that imported torch once runs later checks.
 
-Before its first rank starts, a check spends about 4 s importing torch (and dynamo, which
-the first optimizer step pulls in), in the checker and in the forkserver of its ranks. So
-an interactive `rtp-course check` (a terminal on stdin or stdout) starts, once, a server
-that does those imports and then waits on a Unix socket in a directory only its user can
-open. Each later `rtp-course check` connects and passes its arguments, working directory,
-environment and its stdin, stdout and stderr (SCM_RIGHTS); the server forks a child that
-runs the check exactly as the command would have, writing to the user's terminal, and
-sends back the exit status.
+Before its first rank starts, a check spends 2-4 s importing torch (and dynamo, which the
+first optimizer step pulls in), in the checker and in the forkserver of its ranks. So an
+interactive `rtp-course check` (a terminal on stdin or stdout) that finds no server runs
+the check itself and then starts one in the background, which does those imports and
+waits on a Unix socket in a directory only its user can open. Each later `rtp-course
+check` (waiting for a server that is starting) connects and passes its arguments, working
+directory, environment and its stdin, stdout and stderr (SCM_RIGHTS); the server forks a
+child that runs the check exactly as the command would have, writing to the user's
+terminal, and sends back the exit status.
 
 * Stale code never runs: the socket is named by a fingerprint of the interpreter, the
   torch installation, every file of the course package except the six exercise files,
@@ -46,7 +47,7 @@ import rtp_course
 from rtp_course.course import EXERCISES
 
 IDLE = float(os.environ.get("RTP_COURSE_WARM_IDLE", 900))   # s without a request before exit
-START_TIMEOUT = 60.0    # s a command waits for a server it started to be ready
+START_TIMEOUT = 60.0    # s a command waits for a starting server to be ready
 REFUSED = -(2 ** 31)    # the exit status a server sends to a peer it does not serve
 ENV_AT_IMPORT = ("RTP_COURSE_", "OMP_", "MKL_", "TORCH_", "CUDA_", "PYTHON", "LD_LIBRARY_PATH")
 PRELOAD = ["rtp_course.checker.engine", "rtp_course.checker.report", "rtp_course.cli.progress"]
@@ -100,22 +101,19 @@ def runtime_dir() -> Path | None:
 # ---- the command's side ----------------------------------------------------------------------
 
 def run_check(argv: list[str]) -> int | None:
-    """Run `rtp-course check argv` in the warm server (starting it if needed); its exit status,
-    or None if no server could be used (the caller then runs the check itself)."""
+    """Run `rtp-course check argv` in the warm server (waiting for one that is starting); its
+    exit status, or None if no server is there (the caller then calls start_after_this_command()
+    and runs the check itself)."""
     where = runtime_dir()
     if where is None:
         return None
     fp = fingerprint()
     sock_path = where / f"{fp}.sock"
     conn = _connect(sock_path)
-    if conn is None:
-        server = _start_server(where, fp)
-        deadline = time.monotonic() + START_TIMEOUT
-        while conn is None and time.monotonic() < deadline:
-            if server.poll() not in (None, 0):   # it failed (0: another one is starting)
-                return None
-            time.sleep(0.05)
-            conn = _connect(sock_path)
+    deadline = time.monotonic() + START_TIMEOUT
+    while conn is None and _starting(where, fp) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        conn = _connect(sock_path)
     if conn is None:
         return None
     with conn:
@@ -134,6 +132,31 @@ def run_check(argv: list[str]) -> int | None:
             return 2
         code = struct.unpack("!i", reply)[0]
         return None if code == REFUSED else code
+
+
+_COMMAND_ENDS = []     # the pipe end whose closing (this process's exit) lets the server start
+
+
+def start_after_this_command() -> None:
+    """Start a server for the checks that follow, now, so that it predates this command's
+    launches and guardian (they spare it); it waits until this process has exited (not to
+    slow down its check), then takes the lock (a command then waits for it) and imports."""
+    where = runtime_dir()
+    if where is not None and not _COMMAND_ENDS:
+        r, w = os.pipe()      # not inheritable: only this process holds w
+        _start_server(where, fingerprint(), after=r)
+        os.close(r)
+        _COMMAND_ENDS.append(w)
+
+
+def _starting(where: Path, fp: str) -> bool:
+    """Whether a server holds the fingerprint's lock (it takes it before importing)."""
+    try:
+        with open(where / f"{fp}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released when closed
+            return False
+    except OSError:
+        return True
 
 
 def _connect(path: Path):
@@ -156,22 +179,29 @@ def _recv_exactly(conn, n: int) -> bytes:
     return data
 
 
-def _start_server(where: Path, fp: str) -> subprocess.Popen:
+def _start_server(where: Path, fp: str, after: int) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm", str(where), fp,
-                             str(Path(rtp_course.__file__).resolve().parent)],
-                            start_new_session=True, stdin=subprocess.DEVNULL,
+                             str(Path(rtp_course.__file__).resolve().parent), str(after)],
+                            start_new_session=True, stdin=subprocess.DEVNULL, pass_fds=(after,),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 # ---- the server --------------------------------------------------------------------------------
 
-def serve(where: Path, fp: str, package: str) -> None:
+def serve(where: Path, fp: str, package: str, after: int) -> None:
     if str(Path(rtp_course.__file__).resolve().parent) != package:
         sys.exit(3)       # `-m` put another rtp_course first on the path: not the command's
+    while os.read(after, 1):                     # until the command that started it exits
+        pass
+    os.close(after)
     lock = open(where / f"{fp}.lock", "w")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    for _ in range(10):                # a command's probe (_starting) holds it for an instant
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            time.sleep(0.02)
+    else:
         return                                   # another server for this fingerprint runs
     import importlib
     from rtp_course.runtime import forkserver
@@ -304,4 +334,4 @@ def _end_with_the_command(conn) -> None:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3])
+    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))

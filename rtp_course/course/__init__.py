@@ -32,6 +32,7 @@ class Exercise:
     points: int             # nbgrader points of its grading cell
     tasks: tuple
     world_sizes: tuple = (1, 2, 3, 4)   # a check may narrow these, never widen them
+    trains: bool = True     # its checks take optimizer steps (what the ranks preload follows)
 
     @property
     def notebook_number(self) -> str:
@@ -56,7 +57,7 @@ COURSE = (
         Task("E1.2", ("DataParallel",), 4))),
     Exercise("E2", "comm", "Megatron's f and g as autograd functions", "03_tp_communication", 10, (
         Task("E2.1", ("Duplication", "AllReduce", "duplicate", "all_reduce"), 2),
-        Task("E2.2", ("AllGather", "Split", "all_gather", "split"), 3))),
+        Task("E2.2", ("AllGather", "Split", "all_gather", "split"), 3)), trains=False),
     Exercise("E3", "tensor_parallel", "Megatron tensor-parallel layers", "04_tensor_parallel", 20, (
         Task("E3.1", ("ColumnParallelLinear", "ColumnParallel"), 1),
         Task("E3.2", ("RowParallelLinear", "RowParallel"), 2),
@@ -68,7 +69,7 @@ COURSE = (
         Task("E4.1", ("ring_peers",), 1),
         Task("E4.2", ("rotate_async", "RotationHandle", "rotate", "wait"), 2),
         Task("E4.3", ("ring_all_gather",), 3),
-        Task("E4.4", ("ring_reduce_scatter",), 4))),
+        Task("E4.4", ("ring_reduce_scatter",), 4)), trains=False),
     Exercise("E5", "flyweight", "Rotated Tensor Parallelism with the Flyweight pattern",
              "06_flyweight_rtp", 25, (
         Task("E5.1", ("FlyweightWrapper",), 2),

@@ -1,10 +1,11 @@
 """Ranks start as forks of a server that imported torch once: multiprocessing's forkserver.
 
-Importing torch takes about 2 s, and the first optimizer step or backward pulls in dynamo
-and sympy for 2 s more; a rank forked from a server that did both starts in about 0.1 s.
-The server never touches CUDA, so forking it is safe. `start()` launches it at once (the
-CLI calls it before importing torch itself, so that both imports run side by side); a
-launch uses it through `method()`. $RTP_COURSE_START_METHOD=spawn restores plain spawn.
+Importing torch takes about 2 s; a backward given its upstream gradient pulls in sympy
+(0.4 s more), the first optimizer dynamo (1.3 s more). A rank forked from a server that did
+those imports starts in about 0.1 s. The server never touches CUDA, so forking it is safe.
+`start()` launches it at once (the CLI calls it before importing torch itself, so that both
+imports run side by side), without dynamo when no rank will build an optimizer; a launch
+uses it through `method()`. $RTP_COURSE_START_METHOD=spawn restores plain spawn.
 
 No torch import here: that is the point of starting the server early.
 """
@@ -19,7 +20,9 @@ from multiprocessing import forkserver, process, util
 from rtp_course.runtime import reaper
 
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torch.fx.experimental.symbolic_shapes",
-           "rtp_course.runtime.launcher", "rtp_course.checker.worker"]
+           "rtp_course.runtime.launcher", "rtp_course.checker.worker",
+           "rtp_course.runtime.preloaded"]
+OPTIMIZER_ONLY = ("torch._dynamo",)    # what only an optimizer needs
 
 
 def _own_tempdir() -> None:
@@ -36,19 +39,21 @@ def _own_tempdir() -> None:
         config["tempdir"] = path
 
 
-def method() -> str:
+def method(optimizers: bool = True) -> str:
     """The start method for launched ranks: "forkserver" (configured) unless overridden."""
     name = os.environ.get("RTP_COURSE_START_METHOD", "forkserver")
     if name == "forkserver":
         _own_tempdir()
-        multiprocessing.set_forkserver_preload(PRELOAD)
+        multiprocessing.set_forkserver_preload(
+            PRELOAD if optimizers else [m for m in PRELOAD if m not in OPTIMIZER_ONLY])
     return name
 
 
-def start() -> None:
+def start(optimizers: bool = True) -> None:
     """Start the server now (no-op if it runs, or with another start method); returns at once,
-    while the server imports."""
-    if method() == "forkserver":
+    while the server imports. optimizers=False: no rank will build one (a rank that does
+    imports dynamo itself, 1.3 s)."""
+    if method(optimizers) == "forkserver":
         forkserver.ensure_running()
 
 

@@ -115,11 +115,14 @@ class ComputeMarks(TorchDispatchMode):
     """Adds ("compute", op) to commlog's trace for the aten ops that do a layer's math. A
     dispatch mode, unlike a torch-function mode, also sees the ops of a backward pass."""
     OPS = ("mm", "conv", "embedding", "softmax", "attention", "index_add", "einsum")
+    _math = {}     # op -> its name if it is one of OPS, else None (str(op) is slow)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func).lower()
-        if commlog.STATE.trace is not None and any(op in name for op in self.OPS):
-            commlog.STATE.trace.append(("compute", name))
+        if func not in self._math:
+            name = str(func).lower()
+            self._math[func] = name if any(op in name for op in self.OPS) else None
+        if commlog.STATE.trace is not None and self._math[func] is not None:
+            commlog.STATE.trace.append(("compute", self._math[func]))
         return func(*args, **(kwargs or {}))
 
 
