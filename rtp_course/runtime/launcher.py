@@ -152,6 +152,7 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         result = fn(rank, info.world_size, *args)
         torch.save(result, result_fh)
         result_fh.close()
+        _leave_together(store, info.world_size)
     except BaseException:                     # as text: the parent never unpickles a worker's words
         error_fh.write(traceback.format_exc())
         error_fh.close()
@@ -162,6 +163,21 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         # checker makes one per check): 0.5 s a process at 2 ranks, 1 s at 4.
         if info.backend == "nccl":
             dist.destroy_process_group()
+
+
+def _leave_together(store, world_size: int) -> None:
+    """A rank that has finished waits for every peer before it exits: its sockets close with
+    it, and a peer may still be in the handshake of a group this rank is done creating
+    (new_group), which would fail there with "Connection closed by peer"."""
+    if store.add("launcher/finished", 1) == world_size:
+        store.set("launcher/all finished", "")
+    store.wait(["launcher/all finished"], datetime.timedelta(days=1))  # the launch's timeout rules
+
+
+def _finished(rundir: Path, rank: int) -> bool:
+    """The rank's function returned (it may be waiting for its peers to leave together)."""
+    path = rundir / f"result.{rank}.pt"
+    return path.exists() and path.stat().st_size > 0
 
 
 def _read_stacks(rundir: Path, ranks) -> dict[int, str]:
@@ -229,7 +245,8 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
                 if on_poll is not None:
                     on_poll(ctx.processes)
                 if time.monotonic() > deadline:
-                    stuck = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
+                    stuck = [r for r, p in enumerate(ctx.processes)
+                             if p.is_alive() and not _finished(rundir, r)]
                     for r in stuck:
                         os.kill(ctx.processes[r].pid, signal.SIGUSR1)
                     time.sleep(0.3)

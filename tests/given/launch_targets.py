@@ -31,6 +31,28 @@ def skip_collective(rank, world_size, pid_dir=None):
     return rank
 
 
+def first_done_waits(rank, world_size):
+    """Rank 0 returns at once; rank 1, a second later, says whether rank 0's process is still
+    there (ranks leave together: a peer may still be using the sockets of a finished rank)."""
+    t = torch.tensor([os.getpid()])
+    dist.broadcast(t, 0)
+    if rank == 0:
+        return True
+    time.sleep(1.0)
+    try:
+        with open(f"/proc/{int(t.item())}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def done_while_a_peer_hangs(rank, world_size):
+    """Rank 0 returns at once; rank 1 waits in a collective rank 0 never joins."""
+    if rank != 0:
+        dist.all_reduce(torch.zeros(1))
+    return rank
+
+
 if __name__ == "__main__":  # run by torchrun / srun in test_launcher.py
     from rtp_course.runtime.launcher import init_from_env
     rank, world, device = init_from_env()

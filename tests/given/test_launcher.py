@@ -57,6 +57,17 @@ def test_hung_rank_is_stopped_with_its_stack(tmp_path):
     assert children() == []
 
 
+def test_a_rank_that_finished_waits_for_its_peers_before_it_exits():
+    assert launch(t.first_done_waits, 2) == [True, True], "rank 0 exited while rank 1 ran"
+
+
+def test_a_hang_names_only_the_ranks_that_had_not_finished():
+    with pytest.raises(RankHung) as info:
+        launch(t.done_while_a_peer_hangs, 2, timeout=4)
+    assert info.value.stuck == [1]
+    assert children() == []
+
+
 def test_two_launches_at_once_do_not_collide():
     results, errors = [], []
 
