@@ -36,6 +36,12 @@ Rules your code must follow (the checker tests each one):
   on a copy (x.clone()) or on a fresh buffer. The same holds for grad_output.
 * Pass `group=group` to every collective.
 * A function with group size 1 must still work (its communication is trivial).
+* Device: make every tensor on the device of the data it meets
+  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
+  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
+  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
+  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
+  CPU too.
 
 Each class is a torch.autograd.Function (see "Extending torch.autograd" in the
 PyTorch docs): forward(ctx, ...) may save what backward needs on ctx;

@@ -37,6 +37,12 @@ Rules your code must follow (the checker tests each one):
   all-reduces each gradient at most once: register the hooks once, in the
   constructor, never per forward. Fewer messages (a flat buffer) are fine.
 * Use `group` for every collective, rank and world size.
+* Device: make every tensor on the device of the data it meets
+  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
+  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
+  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
+  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
+  CPU too.
 """
 import torch
 import torch.distributed as dist

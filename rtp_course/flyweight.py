@@ -69,6 +69,12 @@ Rules your code must follow (the checker tests each one):
 * Memory: see FORWARD above; never keep received shards in a list, and no
   tensor of the weights besides your shard (no full copy in an attribute or dict).
 * Use `group` for every rank, size and communication.
+* Device: make every tensor on the device of the data it meets
+  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
+  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
+  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
+  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
+  CPU too.
 """
 import torch
 import torch.distributed as dist

@@ -33,6 +33,12 @@ Rules your code must follow (the checker tests each one):
   with a flat buffer, is fine). Replicated parameters are equal inside a TP group
   already: averaging them over tp_group too gives the same numbers and wastes a
   message per parameter.
+* Device: make every tensor on the device of the data it meets
+  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
+  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
+  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
+  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
+  CPU too.
 """
 from dataclasses import dataclass
 

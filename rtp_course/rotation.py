@@ -39,6 +39,12 @@ Rules your code must follow (the checker tests each one):
   the same shape and dtype as what they send; with uneven shards the caller
   passes recv_shape (and recv_dtype).
 * Nothing here is differentiable (send `tensor.detach()`).
+* Device: make every tensor on the device of the data it meets
+  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
+  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
+  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
+  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
+  CPU too.
 """
 import torch
 import torch.distributed as dist

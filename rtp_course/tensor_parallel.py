@@ -39,7 +39,11 @@ Rules the checker tests:
 * Memory: a layer keeps only its shards (and replicated parameters): no copy of
   the serial weights in an attribute, a dict or a list.
 * Use `group` for every collective (pass it to the comm functions).
-* Create parameters on the serial module's device and dtype (GPU runs use NCCL).
+* Device: create parameters on the serial module's device and dtype, and every
+  other tensor on the device of the data it meets (device=x.device,
+  x.new_empty(shape), torch.empty_like(x)). On a GPU run a tensor made without
+  device= is in CPU memory, where CUDA refuses to mix it with GPU tensors and
+  NCCL refuses to send it; the checker treats it so on CPU too.
 """
 import math
 

@@ -249,7 +249,7 @@ def test_a_check_that_hangs_is_not_run_again_at_larger_sizes(tmp_path):
 
 
 RECV_FROM_NEXT = """import torch.distributed as dist
-dist.recv(torch.empty(1), src=(dist.get_rank() + 1) % dist.get_world_size())"""
+dist.recv(x.new_empty(1), src=(dist.get_rank() + 1) % dist.get_world_size())"""
 
 
 def test_a_plain_deadlock_is_stopped_when_every_rank_waits(tmp_path):

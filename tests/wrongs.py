@@ -49,6 +49,7 @@ CLASSES = {
     "in-place": ("the caller's tensor changed in place", "comm rotation"),
     "unwaited": ("a work never waited", "rotation"),
     "dtype": ("a buffer in another dtype", "data_parallel"),
+    "device": ("a tensor made without device= (in CPU memory on a GPU run)", "*"),
 }
 
 

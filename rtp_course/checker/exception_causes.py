@@ -27,6 +27,11 @@ SURE = [
     (r"expected scalar type|must have the same dtype|same dtype|dtype mismatch",
      "tensors of different dtypes met: create buffers and shards in the dtype of the tensors "
      "they meet (the checks run in float64: torch.empty(..., dtype=x.dtype))"),
+    (r"made without a device",
+     "rule 'Device': create every tensor on the device of the data it meets "
+     "(torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape), "
+     "torch.empty_like(x)); the checker treats a tensor made without device= as a GPU run "
+     "would: in CPU memory"),
     (r"Expected all tensors to be on the same device|No backend type associated with device",
      "a tensor on another device than the others: create tensors on the device of your input "
      "(device=x.device)"),

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import rtp_course
-from rtp_course.checker import outcome_file
+from rtp_course.checker import gpu_placement, outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import exercise, load_impl, refuse_reference_imports
@@ -100,8 +100,9 @@ class Ctx:
     def record(self, key: str, tensor) -> None:
         if tensor is None:
             self.records[key] = None
-        else:
-            self.records[key] = tensor.detach().to("cpu", copy=True)
+        else:  # a plain tensor even if the code under test returned a host tensor
+            with torch._C.DisableTorchFunctionSubclass():
+                self.records[key] = tensor.detach().to("cpu", copy=True)
 
     def record_value(self, key: str, value) -> None:
         self.values[key] = value
@@ -193,44 +194,51 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         confinement = _confine(rank, rundir, job, code_dir)
         json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)
     os._exit = _refuse_exit
+    # On CPU, tensors the code under test makes without a device are refused where a GPU run
+    # would refuse them (from its import on: `from torch import zeros` gets the watched one).
+    # RTP_COURSE_PLACEMENT=all watches the checks' own tensors too (the harness's GPU readiness).
+    watched = [""] if os.environ.get("RTP_COURSE_PLACEMENT") == "all" else [code_dir]
+    placement = gpu_placement.host_placement(watched) if device.type == "cpu" \
+        else contextlib.nullcontext()
     try:
-        for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
-            status.update(check=f"import:{ex}", phase="import", call=None, started=time.time())
-            try:
-                exercise(ex)
-            except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
-                pass
-        for i, cid in enumerate(job["check_ids"]):
-            check = checks[cid]
-            status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
-                          sent_to={}, recv_from={}, unwaited_to={})
-            group = _new_group(list(range(world_size)))
-            dtype = getattr(torch, job.get("dtype") or check.dtype)
-            ctx = Ctx(rank, world_size, group, device, dtype, status,
-                      dist.PrefixStore(f"check{i}/", store))
-            commlog.reset()
-            manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
-            outcome = {"status": "ok"}
-            try:
-                check.run(ctx)
-            except BaseException as e:  # the student's exception or exit, with its rank and line
-                outcome = _outcome_of(e, code_dir, ctx.failed_phase or "setup")
-            outcome.update(records=ctx.records, values=ctx.values,
-                           events=[vars(e) for e in commlog.events()],
-                           peak_recv=dict(commlog.STATE.peak_recv))
-            # one write: the parent reads it whole or empty
-            results[cid].write(outcome_file.dumps(outcome))
-            results[cid].close()
-            status.update(phase="done", call="waiting for the other ranks to finish this check")
-            store.set(f"done/{i}/{rank}", outcome["status"])
-            keys = [f"done/{i}/{r}" for r in range(world_size)]
-            wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
-            try:
-                store.wait(keys, datetime.timedelta(seconds=wait))
-            except Exception:  # peers are stuck inside a call this rank abandoned
-                _exit(3)
-            if job["backend"] == "nccl":  # frees the communicator's GPU buffers; with gloo,
-                dist.destroy_process_group(group)  # ~10 ms a rank per check: the exit frees it
+        with placement:
+            for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
+                status.update(check=f"import:{ex}", phase="import", call=None, started=time.time())
+                try:
+                    exercise(ex)
+                except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
+                    pass
+            for i, cid in enumerate(job["check_ids"]):
+                check = checks[cid]
+                status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
+                              sent_to={}, recv_from={}, unwaited_to={})
+                group = _new_group(list(range(world_size)))
+                dtype = getattr(torch, job.get("dtype") or check.dtype)
+                ctx = Ctx(rank, world_size, group, device, dtype, status,
+                          dist.PrefixStore(f"check{i}/", store))
+                commlog.reset()
+                manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
+                outcome = {"status": "ok"}
+                try:
+                    check.run(ctx)
+                except BaseException as e:  # the student's exception or exit, with its rank and line
+                    outcome = _outcome_of(e, code_dir, ctx.failed_phase or "setup")
+                outcome.update(records=ctx.records, values=ctx.values,
+                               events=[vars(e) for e in commlog.events()],
+                               peak_recv=dict(commlog.STATE.peak_recv))
+                # one write: the parent reads it whole or empty
+                results[cid].write(outcome_file.dumps(outcome))
+                results[cid].close()
+                status.update(phase="done", call="waiting for the other ranks to finish this check")
+                store.set(f"done/{i}/{rank}", outcome["status"])
+                keys = [f"done/{i}/{r}" for r in range(world_size)]
+                wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
+                try:
+                    store.wait(keys, datetime.timedelta(seconds=wait))
+                except Exception:  # peers are stuck inside a call this rank abandoned
+                    _exit(3)
+                if job["backend"] == "nccl":  # frees the communicator's GPU buffers; with gloo,
+                    dist.destroy_process_group(group)  # ~10 ms a rank per check: the exit frees it
     finally:
         os._exit = _exit
     return "done"

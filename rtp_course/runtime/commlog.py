@@ -110,6 +110,7 @@ class _State:
     recv_from: dict = field(default_factory=dict)  # global peer -> receives posted from it
     unwaited_to: dict = field(default_factory=dict)  # global peer -> async sends not yet completed
     local: threading.local = field(default_factory=threading.local)
+    guard = None  # callable(kind, args, kwargs) that may refuse a call before it is made
 
 
 STATE = _State()
@@ -244,6 +245,8 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         depth = getattr(STATE.local, "depth", 0)
         if depth:  # a call made by torch itself inside another logged call
             return fn(*args, **kwargs)
+        if STATE.guard is not None:
+            STATE.guard(kind, args, kwargs)
         where = caller()
         peer = _peer(family, args, kwargs)
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),

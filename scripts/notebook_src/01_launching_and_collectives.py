@@ -53,7 +53,13 @@ from rtp_course.runtime.launcher import RankHung, launch
 # **NCCL** (NVIDIA's collective library) moves GPU tensors over NVLink and InfiniBand and is what
 # you use on a GPU cluster. **Gloo** works on CPU tensors over TCP: slower, but it runs
 # everywhere, which is why this course's checkers default to it on machines without GPUs. The
-# same program runs on both; only the backend name and the tensors' device change.
+# same program runs on both; only the backend name and the tensors' device change. That is
+# why every tensor your code makes must be made on the device of the data it meets
+# (`torch.empty(shape, dtype=x.dtype, device=x.device)`, `x.new_empty(shape)`,
+# `torch.empty_like(x)`): on a GPU run, a tensor made without `device=` sits in CPU memory, and
+# CUDA refuses to mix it with GPU tensors, NCCL to send it. On a CPU everything is on one device,
+# so the checkers treat such tensors as a GPU run would (the rule 'Device' in every exercise):
+# the bug shows on your laptop, not first on the cluster.
 #
 # Every process runs the same code. It decides what to do from its rank: which slice of the
 # data to read, which shard of the weights to hold, whom to send to.

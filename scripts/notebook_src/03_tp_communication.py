@@ -111,12 +111,14 @@ plt.show()
 # ### Your task
 #
 # In **`rtp_course/comm.py`**, implement `Duplication` and `AllReduce` as
-# `torch.autograd.Function`s (the docstrings give the signatures). Three rules the checker enforces:
+# `torch.autograd.Function`s (the docstrings give the signatures). Four rules the checker enforces:
 #
 # * **Never modify the caller's tensor.** `dist.all_reduce` works in place: reduce a *copy*
 #   (`x.clone()`), in forward and in backward (the incoming gradient may be used elsewhere).
 # * **Use `group`** for every collective; save it on `ctx` in forward for backward to use.
 # * `backward` returns one value per input of `forward`: the gradient of `x`, then `None` for `group`.
+# * **Make buffers on the device of the data** (`torch.empty_like(x)`, or `device=x.device`): on a
+#   GPU run a tensor made without a device is in CPU memory, and NCCL refuses it.
 #
 # The functions `duplicate(x, group)` and `all_reduce(x, group)` at the bottom of the file are the
 # forms the rest of the course calls. The next cells run each on 2 ranks and show, for each rank,

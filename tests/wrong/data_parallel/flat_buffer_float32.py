@@ -1,5 +1,5 @@
-"""average_gradients packs the gradients into a flat buffer made with torch.zeros(n): float32,
-while the gradients are float64, so the averages come back with float32 precision.
+"""average_gradients packs the gradients into a flat buffer made with torch.zeros(n, device=...):
+float32, while the gradients are float64, so the averages come back with float32 precision.
 
 EXPECT: only to float32 precision.*hint: keep the dtype of the tensors you are given
 CLASS: dtype
@@ -13,7 +13,7 @@ REPLACE = [
             dist.all_reduce(p.grad, group=group)
             p.grad /= world""",
      """    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    flat = torch.zeros(sum(g.numel() for g in grads))
+    flat = torch.zeros(sum(g.numel() for g in grads), device=grads[0].device)
     offset = 0
     for g in grads:
         flat[offset:offset + g.numel()] = g.reshape(-1)

@@ -1,0 +1,266 @@
+"""A GPU run's device placement, seen on a machine without a GPU.
+
+On a GPU (NCCL) run, a tensor made without `device=` lives in CPU ("host")
+memory while the data it meets is on the GPU: CUDA refuses an op that mixes
+them, and NCCL refuses a host tensor. On a CPU run every tensor is on the same
+device, so such code would pass every CPU check and fail the first GPU run, or
+a grade computed on GPUs. While checks run on CPU, `host_placement()` makes
+the tensors that the code under test creates without a device `HostTensor`s
+and raises HostTensorError where CUDA or NCCL would refuse them.
+
+Host tensors: made by a factory (torch.empty, zeros, randn, tensor, the
+parameters of an nn.Linear built without device= ...) called from the code
+under test without a device or with device="cpu", or computed only from host
+tensors. Hostness belongs to the storage: views and nn.Parameter share it, and
+`Module.to(device)` gives a parameter a copy, which is not host (the parameter
+gets its own class back; the registry, not the class, says what is host).
+Allowed, as CUDA allows them: a 0-dim host tensor (a CPU scalar) in any op,
+copy_ in either direction, host index tensors, .item() / .tolist(), empty
+tensors. Refused: any other op that mixes a host tensor with a non-empty device
+tensor, and a host tensor given to a torch.distributed call.
+
+Only ops that touch a HostTensor pay for this (its __torch_function__); a
+TorchFunctionMode would tax every op of every check (it made the public suite
+20% slower). The price: a device tensor moved to the host by .cpu() or
+.to("cpu") is not seen, since no host tensor takes part.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import sys
+import weakref
+
+import torch
+from torch import nn
+
+from rtp_course.runtime import commlog
+
+try:  # the factories torch itself gives a default device (`with torch.device("cuda"):`)
+    from torch.utils._device import _device_constructors
+    FACTORIES = tuple(f for f in _device_constructors() if getattr(torch, f.__name__, None) is f)
+except ImportError:  # pragma: no cover - older torch
+    FACTORIES = tuple(getattr(torch, n) for n in (
+        "empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint",
+        "randperm", "arange", "linspace", "logspace", "eye", "tensor", "as_tensor",
+        "scalar_tensor", "tril_indices", "triu_indices"))
+
+RULE = "rule 'Device'"   # each stub's Rules state it; exception_causes gives the fix as the hint
+
+# CUDA takes these with host tensors in them; what they return lives where `self` does.
+_MIXING_ALLOWED = frozenset({torch.Tensor.copy_, torch.Tensor.__setitem__, torch.Tensor.__getitem__,
+                             torch.Tensor.index_put_, torch.Tensor.index_put})
+_MOVES = frozenset({torch.Tensor.to, torch.Tensor.type_as, torch.Tensor.cpu})
+
+
+class HostTensorError(RuntimeError):
+    """What CUDA or NCCL would have refused on a GPU run."""
+
+
+_HOST: dict[int, str] = {}   # id(storage) -> where it was made; removed when the storage dies
+
+
+def _storage(t: torch.Tensor):
+    try:
+        return t.untyped_storage()
+    except Exception:  # noqa: BLE001 - wrapper subclasses (funcol's AsyncCollectiveTensor) have none
+        return None
+
+
+def made_at(t) -> str | None:
+    """Where host tensor `t` was made, or None if `t` is not a host tensor."""
+    if not isinstance(t, HostTensor) or not _HOST:
+        return None
+    s = _storage(t)
+    return _HOST.get(id(s)) if s is not None else None
+
+
+def _host(t: torch.Tensor, where: str) -> torch.Tensor:
+    """`t` as a host tensor (same storage, same autograd history)."""
+    s = _storage(t)
+    if s is not None and id(s) not in _HOST:
+        _HOST[id(s)] = where
+        weakref.finalize(s, _HOST.pop, id(s), None)
+    if isinstance(t, HostTensor):
+        return t
+    if t.is_leaf:
+        return torch.Tensor._make_subclass(HostTensor, t, t.requires_grad)
+    return t.as_subclass(HostTensor)
+
+
+def _unhost(t: torch.Tensor) -> None:
+    """`t` was moved off the host in place (its .data swapped): its own class again, so that
+    nothing (deepcopy, an optimizer's type checks) sees a HostTensor that is not one."""
+    if isinstance(t, HostTensor):
+        t.__class__ = nn.Parameter if getattr(t, "_is_param", False) else torch.Tensor
+
+
+def _hosted(out, where: str):
+    if isinstance(out, torch.Tensor):
+        return _host(out, where)
+    if isinstance(out, (list, tuple)) and out and all(isinstance(t, torch.Tensor) for t in out):
+        return type(out)(_host(t, where) for t in out)
+    return out
+
+
+def _tensors_in(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            if isinstance(y, torch.Tensor):
+                yield y
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"a {list(t.shape)} {str(t.dtype).replace('torch.', '')} tensor"
+
+
+def _name(func) -> str:
+    name = getattr(func, "__name__", str(func))
+    method = getattr(func, "__qualname__", "").startswith(("Tensor.", "TensorBase."))
+    return f"Tensor.{name}" if method else f"torch.{name}"
+
+
+def _is_cpu(device) -> bool:
+    return isinstance(device, str) and device.split(":")[0] == "cpu"
+
+
+def _move_target(func, args, kwargs):
+    """Tensor.to / type_as / cpu: the device (or tensor) moved to; None for a dtype change."""
+    if func is torch.Tensor.cpu:
+        return "cpu"
+    if func is torch.Tensor.type_as:
+        return args[1] if len(args) > 1 else kwargs.get("other")
+    if kwargs.get("device") is not None:
+        return kwargs["device"]
+    return next((a for a in args[1:] if isinstance(a, (torch.device, str, int, torch.Tensor))), None)
+
+
+class HostTensor(torch.Tensor):
+    """A tensor a GPU run would hold in CPU memory (when `made_at` says so)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        with torch._C.DisableTorchFunctionSubclass():
+            if name in ("__get__", "__set__") or func is torch._has_compatible_shallow_copy_type:
+                out = func(*args, **kwargs)   # attributes: `param.data = moved` is how Module.to moves
+                if name == "__set__" and made_at(args[0]) is None:
+                    _unhost(args[0])
+                return out
+            if func in _MOVES:
+                return _move(func, args, kwargs)
+            if func is torch.Tensor.__deepcopy__:
+                return _deepcopy(args[0], args[1] if len(args) > 1 else kwargs["memo"])
+            if func in _MIXING_ALLOWED:
+                out, src = func(*args, **kwargs), made_at(args[0])
+                return _hosted(out, src) if src is not None and out is not args[0] else out
+            inputs = [t for a in (*args, *kwargs.values()) for t in _tensors_in(a)]
+            marks = [(t, made_at(t)) for t in inputs]
+            host = [(t, w) for t, w in marks if w is not None]
+            on_device = [t for t, w in marks if w is None and t.numel() > 0]
+            if host:
+                big = [(t, w) for t, w in host if t.dim() > 0 and t.numel() > 0]
+                device_big = [t for t in on_device if t.dim() > 0]
+                if big and device_big:
+                    (t, where), d = big[0], device_big[0]
+                    raise HostTensorError(
+                        f"{_name(func)} mixes {_describe(t)} made without a device (at {where}) "
+                        f"with {_describe(d)} on the device: {RULE} (a GPU run keeps the first "
+                        f"in CPU memory, and CUDA refuses the mix)")
+            out = func(*args, **kwargs)
+        if host and not on_device and out is not None:
+            return _hosted(out, host[0][1])
+        return out
+
+
+def _move(func, args, kwargs):
+    """Where .to() / .type_as() / .cpu() leave the result: on a CPU run a move between
+    "devices" may return the tensor itself, so a copy stands for the moved tensor."""
+    out, target, src = func(*args, **kwargs), _move_target(func, args, kwargs), made_at(args[0])
+    to_host = (src is not None if target is None else
+               _is_cpu(target) or (isinstance(target, torch.Tensor) and made_at(target) is not None))
+    same = _storage(out) is _storage(args[0])
+    if to_host:
+        return _host(out.clone() if same and src is None else out, src or commlog.caller())
+    return out.clone() if src is not None and same else out   # host -> device: a device copy
+
+
+def _deepcopy(t: torch.Tensor, memo: dict) -> torch.Tensor:
+    """copy.deepcopy of a HostTensor: where it lives, a parameter if it was one, its attributes.
+    (torch's own asks new_empty for the subclass, which a disabled __torch_function__ cannot give.)"""
+    if id(t) in memo:
+        return memo[id(t)]
+    with torch.no_grad():
+        new = t.detach().clone().requires_grad_(t.requires_grad)
+    src = made_at(t)
+    if src is not None:
+        new = _host(new, src)
+    elif getattr(t, "_is_param", False):
+        new = nn.Parameter(new, t.requires_grad)
+    memo[id(t)] = new
+    for key, value in t.__dict__.items():
+        setattr(new, key, copy.deepcopy(value, memo))
+    return new
+
+
+def _code_under_test_made_it() -> bool:
+    f = sys._getframe(2)
+    while f is not None:
+        if f.f_code.co_filename.startswith(_CODE_DIRS):
+            return True
+        f = f.f_back
+    return False
+
+
+_CODE_DIRS: tuple = ()
+
+
+def _factory(fn):
+    @functools.wraps(fn)
+    def factory(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        device = kwargs.get("device")
+        if (device is None or _is_cpu(device)) and isinstance(out, torch.Tensor) \
+                and not any(True for a in args for _ in _tensors_in(a)) \
+                and _code_under_test_made_it():
+            return _host(out, commlog.caller())
+        return out
+    factory.__rtp_original__ = fn
+    return factory
+
+
+def refuse_host_tensors(kind: str, args, kwargs) -> None:
+    """commlog's guard: NCCL takes device tensors only."""
+    if not _HOST:
+        return
+    for a in (*args, *kwargs.values()):
+        items = [a] if isinstance(a, torch.Tensor) else \
+            [getattr(op, "tensor", op) for op in a] if isinstance(a, (list, tuple)) else []
+        for t in items:
+            where = made_at(t)
+            if where is not None:
+                raise HostTensorError(
+                    f"{kind} was given {_describe(t)} made without a device (at {where}): "
+                    f"{RULE} (a GPU run keeps it in CPU memory, and NCCL refuses it)")
+
+
+@contextlib.contextmanager
+def host_placement(code_dirs=("",)):
+    """While inside, tensors that code in `code_dirs` (default: any code) makes without a
+    device are host tensors, refused where a GPU run would refuse them."""
+    global _CODE_DIRS
+    saved = {f.__name__: getattr(torch, f.__name__) for f in FACTORIES}
+    _CODE_DIRS = tuple(str(d) for d in code_dirs)
+    for name, fn in saved.items():
+        setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn)))
+    guard, commlog.STATE.guard = commlog.STATE.guard, refuse_host_tensors
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+        commlog.STATE.guard = guard
