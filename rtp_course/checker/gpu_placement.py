@@ -250,8 +250,8 @@ def refuse_host_tensors(kind: str, args, kwargs) -> None:
 
 @contextlib.contextmanager
 def host_placement(code_dirs=("",)):
-    """While inside, tensors that code in `code_dirs` (default: any code) makes without a
-    device are host tensors, refused where a GPU run would refuse them."""
+    """While inside, tensors that code in `code_dirs` (paths or path prefixes; default: any
+    code) makes without a device are host tensors, refused where a GPU run would refuse them."""
     global _CODE_DIRS
     saved = {f.__name__: getattr(torch, f.__name__) for f in FACTORIES}
     _CODE_DIRS = tuple(str(d) for d in code_dirs)

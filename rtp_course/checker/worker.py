@@ -25,7 +25,7 @@ import rtp_course
 from rtp_course.checker import gpu_placement, outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
-from rtp_course.course.impl import exercise, load_impl, refuse_reference_imports
+from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import commlog, sandbox
 from rtp_course.runtime.launcher import device_for
 
@@ -117,9 +117,9 @@ class Ctx:
         return _new_group(ranks)
 
 
-def _student_frames(exc: BaseException, code_dir: str) -> str:
+def _student_frames(exc: BaseException, files: tuple) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if f.filename.startswith(code_dir)]
+    mine = [f for f in frames if f.filename in files]
     if mine:
         return "".join(traceback.format_list(mine[-3:]))
     return ("(raised inside torch, not in your code; the check called it with what your code "
@@ -142,11 +142,11 @@ def syntax_error_outcome(e: SyntaxError) -> dict:
                     "(`python -m py_compile` on the file shows the same error)"}
 
 
-def _outcome_of(e: BaseException, code_dir: str, phase: str) -> dict:
+def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
     """What the report says about an exception (or an exit) raised by the code under test."""
-    if isinstance(e, SyntaxError) and str(e.filename or "").startswith(code_dir):
+    if isinstance(e, SyntaxError) and str(e.filename or "") in files:
         return syntax_error_outcome(e)
-    where = _student_frames(e, code_dir)
+    where = _student_frames(e, files)
     if isinstance(e, NotImplementedError):
         return {"status": "notimpl", "message": str(e) or "not implemented yet", "where": where,
                 "phase": phase}
@@ -180,8 +180,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     rundir = Path(job["rundir"])
     impl_pkg = load_impl(job["impl"])
     refuse_reference_imports()
-    code_dir = str(impl_pkg.IMPL_DIR)
-    commlog.install(code_dirs=[code_dir])
+    code_dir, files = str(impl_pkg.IMPL_DIR), code_files(impl_pkg)
+    commlog.install(code_dirs=files)
     status = Status(rundir / f"status.{rank}.json")
     commlog.STATE.on_status = lambda call, family=None, peer=None: status.update(
         call=call, family=family, peer=peer, sent_to=commlog.STATE.sent_to,
@@ -197,13 +197,14 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     # On CPU, tensors the code under test makes without a device are refused where a GPU run
     # would refuse them (from its import on: `from torch import zeros` gets the watched one).
     # RTP_COURSE_PLACEMENT=all watches the checks' own tensors too (the harness's GPU readiness).
-    watched = [""] if os.environ.get("RTP_COURSE_PLACEMENT") == "all" else [code_dir]
+    watched = [""] if os.environ.get("RTP_COURSE_PLACEMENT") == "all" else files
     placement = gpu_placement.host_placement(watched) if device.type == "cpu" \
         else contextlib.nullcontext()
     try:
         with placement:
             for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
-                status.update(check=f"import:{ex}", phase="import", call=None, started=time.time())
+                status.update(check=f"import:{ex}", phase="import", call=None,
+                              started=time.time())
                 try:
                     exercise(ex)
                 except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
@@ -217,12 +218,12 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 ctx = Ctx(rank, world_size, group, device, dtype, status,
                           dist.PrefixStore(f"check{i}/", store))
                 commlog.reset()
-                manual_seed(1234 + rank)  # code under test that draws random numbers stays repeatable
+                manual_seed(1234 + rank)  # code under test drawing random numbers stays repeatable
                 outcome = {"status": "ok"}
                 try:
                     check.run(ctx)
-                except BaseException as e:  # the student's exception or exit, with its rank and line
-                    outcome = _outcome_of(e, code_dir, ctx.failed_phase or "setup")
+                except BaseException as e:  # the student's exception or exit, its rank and line
+                    outcome = _outcome_of(e, files, ctx.failed_phase or "setup")
                 outcome.update(records=ctx.records, values=ctx.values,
                                events=[vars(e) for e in commlog.events()],
                                peak_recv=dict(commlog.STATE.peak_recv))

@@ -92,6 +92,12 @@ def load_impl(path: str | Path) -> types.ModuleType:
     return pkg
 
 
+def code_files(pkg: types.ModuleType) -> tuple[str, ...]:
+    """The files of the code under test: the exercise modules of `pkg` (from load_impl), not
+    their directory, which for the default implementation (rtp_course/) holds the given code too."""
+    return tuple(str(Path(pkg.IMPL_DIR) / f"{name}.py") for name in EXERCISES)
+
+
 def exercise(name: str) -> types.ModuleType:
     """Import exercise module `name` from the loaded implementation."""
     if name not in EXERCISES:

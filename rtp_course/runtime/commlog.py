@@ -101,7 +101,7 @@ class Event:
 class _State:
     phase: str = "setup"
     events: list = field(default_factory=list)
-    code_dirs: tuple = ()
+    code_dirs: tuple = ()  # files (or directories) of the code under test: path prefixes
     on_status=None  # callable(text or None), set by the checker worker
     live_recv: int = 0
     peak_recv: dict = field(default_factory=dict)  # phase -> peak live received bytes
