@@ -13,13 +13,17 @@ a folder with the notebooks and rtp_course/ side by side). For each assignment
 
 and nothing else: the rest of the course (launcher, checker, models) always comes
 from the instructor's installation, so a submission cannot change how it is graded.
+Only regular files are copied: a symlink (to the reference solutions, say) or a special
+file, at any level of the student's folder, is refused and named, and counts as missing.
 A git clone's last commit time becomes nbgrader's timestamp (late penalties).
 Modules that mention the reference solutions or the hidden checks are flagged: the
 grading machine has both, and autograde runs student code with your permissions.
 """
 import argparse
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +43,32 @@ def commit_time(folder: Path):
 SUSPICIOUS = re.compile(r"\bsolutions\b|tests[/.]hidden|RTP_COURSE_HIDDEN_CHECKS")
 
 
+def refusal(path: Path, root: Path) -> str | None:
+    """Why `path` (under `root`) is not copied, or None for a regular file reached through
+    real directories only. None of its components may be a symlink: a link to the reference
+    would be graded as the student's own work."""
+    current = root
+    for part in path.relative_to(root).parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            return "missing"
+        if stat.S_ISLNK(mode):
+            return f"{current.relative_to(root)} is a symlink"
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def copy_regular(src: Path, dest: Path) -> None:
+    """Copy without following a symlink swapped in after the check (O_NOFOLLOW)."""
+    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as fin, open(dest, "wb") as fout:
+        if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
+            raise OSError(f"{src} is not a regular file")
+        shutil.copyfileobj(fin, fout)
+    shutil.copystat(src, dest, follow_symlinks=False)
+
+
 def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
     """Copy one student's files for one assignment; return what was missing."""
     source = course / "source" / assignment
@@ -47,23 +77,34 @@ def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
         shutil.rmtree(dest)
     (dest / "rtp_course").mkdir(parents=True)
     missing = []
+    def refused(path: Path, why: str) -> None:
+        print(f"REFUSED: {path}: {why}; only regular files are collected", file=sys.stderr)
+        missing.append(f"{path.relative_to(student_dir)} (refused: {why})")
+
     for nb in sorted(source.glob("*.ipynb")):
-        for cand in (student_dir / "notebooks" / nb.name, student_dir / nb.name,
-                     student_dir / assignment / nb.name):
-            if cand.is_file():
-                shutil.copy2(cand, dest / nb.name)
-                break
+        candidates = (student_dir / "notebooks" / nb.name, student_dir / nb.name,
+                      student_dir / assignment / nb.name)
+        why = {c: refusal(c, student_dir) for c in candidates}
+        found = next((c for c in candidates if why[c] is None), None)
+        if found:
+            copy_regular(found, dest / nb.name)
+        elif any(w != "missing" for w in why.values()):
+            refused(next(c for c in candidates if why[c] != "missing"),
+                    next(w for w in why.values() if w != "missing"))
         else:
             missing.append(nb.name)
     for ex in EXERCISES:
         src = student_dir / "rtp_course" / f"{ex}.py"
-        if src.is_file():
-            shutil.copy2(src, dest / "rtp_course" / src.name)
-            if SUSPICIOUS.search(src.read_text(errors="replace")):
+        why = refusal(src, student_dir)
+        if why is None:
+            copy_regular(src, dest / "rtp_course" / src.name)
+            if SUSPICIOUS.search((dest / "rtp_course" / src.name).read_text(errors="replace")):
                 print(f"WARNING: {src} mentions the solutions or hidden checks: read it before "
                       f"trusting its grade", file=sys.stderr)
-        else:
+        elif why == "missing":
             missing.append(f"rtp_course/{ex}.py")
+        else:
+            refused(src, why)
     stamp = commit_time(student_dir)
     if stamp:
         (dest / "timestamp.txt").write_text(stamp)
@@ -82,7 +123,11 @@ def main(argv=None) -> int:
         print(f"no assignments in {course / 'source'}: run scripts/make_nbgrader_source.py first",
               file=sys.stderr)
         return 2
-    students = sorted(d for d in args.submissions.iterdir() if d.is_dir() and not d.name.startswith("."))
+    entries = sorted(d for d in args.submissions.iterdir() if not d.name.startswith("."))
+    for d in [d for d in entries if d.is_symlink()]:
+        print(f"REFUSED: {d}: a student's folder that is a symlink is not collected",
+              file=sys.stderr)
+    students = [d for d in entries if d.is_dir() and not d.is_symlink()]
     for student in students:
         for a in assignments:
             missing = collect(student, course, a)

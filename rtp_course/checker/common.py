@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rtp_course.runtime import devices
+
 DTYPE = torch.float64
 
 
@@ -24,8 +26,9 @@ def randint(seed: int, high: int, *shape) -> torch.Tensor:
 
 def manual_seed(seed: int) -> None:
     """torch.manual_seed, minus its cost where CUDA cannot be used: there it also queues a CUDA
-    seed with the formatted call stack, ~0.4 ms a call for nothing (a check run makes ~1000)."""
-    if torch.cuda.is_available():
+    seed with the formatted call stack, ~0.4 ms a call for nothing (a check run makes ~1000).
+    GPUs are counted without initialising CUDA: the warm server seeds, then forks the ranks."""
+    if devices.gpu_count() > 0:
         torch.manual_seed(seed)
     else:
         torch.random.default_generator.manual_seed(seed)

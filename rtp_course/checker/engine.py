@@ -27,11 +27,15 @@ from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import reaper
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
-                                         died_how, launch, stderr_tail)
+                                         died_how, launch, stderr_tail, validate)
 
 DEFAULT_WORLD_SIZES = tuple(sorted({n for ex in COURSE for n in ex.world_sizes}))
 IMPORT_TIMEOUT = 10.0   # s to import the exercise modules under test, before any check
 STALL = 6.0             # s with every rank blocked in a communication call and no rank moving
+# NCCL's wait() only makes the stream wait; blocking wait makes it block the host, as gloo's
+# does, so a stuck transfer is seen in the wait() that the status names, and hang diagnosis
+# and budgets are the same on GPU and CPU.
+NCCL_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}
 HANG_BUDGET = 20.0      # s an exercise's checks may spend hung, in all, before the rest are not run
 
 
@@ -164,6 +168,11 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         checks = [c for c in checks if c.name in only or c.id in only]
     world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
     _refuse_world_sizes(checks, world_sizes, exercises)
+    # One backend for every world size: a run whose small sizes went to NCCL and large ones
+    # to gloo would grade one submission by two sets of rules. Asked-for NCCL with fewer
+    # GPUs than ranks refuses here, before anything starts.
+    backend = backend or default_backend(max(world_sizes))
+    validate(max(world_sizes), backend)
     results: list[Result] = []
     unreadable = _syntax_errors(exercises, impl_dir)
     for c in [c for c in checks if c.exercise in unreadable]:
@@ -209,7 +218,7 @@ def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, back
         finished = len(results)
         tick = (lambda i, ws=ws, base=finished: progress(base + i, total, f"world size {ws}")) \
             if progress else None
-        backend_ws = backend or default_backend(ws)
+        backend_ws = backend
         res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
                                    STALL * timeout_scale, hang_left, timeout_scale, tick, expect)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
@@ -288,6 +297,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
         failure, judged = None, {}
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
+                   env=NCCL_ENV if backend == "nccl" else None,
                    on_poll=_watchdog(rundir, ws, by_id, limit_of, stall,
                                      tick and (lambda i, base=len(results): tick(base + i)),
                                      _judging(todo, ws, rundir, expect, judged)))
@@ -366,9 +376,11 @@ def _load_outcome(path: Path, rank: int):
             raise ValueError("not an outcome record")
         return outcome
     except Exception as e:
+        why = str(e).splitlines()[0][:200] if isinstance(e, ValueError) and str(e) \
+            else type(e).__name__
         return {"status": "error", "type": "MalformedResult", "phase": "",
-                "message": f"rank {rank}'s result file is not a result the checker wrote "
-                           f"({type(e).__name__}); it is not graded", "where": "",
+                "message": f"rank {rank}'s result file is not a result the checker can judge "
+                           f"({why}); it is not graded", "where": "",
                 "records": {}, "values": {}, "events": [], "peak_recv": {}}
 
 
@@ -434,7 +446,13 @@ def _judge(check, ws, outcomes, expect=None) -> Result:
         return Result(check.exercise, check.name, ws, "error",
                       f"internal error in the check itself ({type(e).__name__}: {e}); "
                       f"please report it to the course staff")
-    return judge(check, ws, outcomes, expected, rules)
+    try:
+        return judge(check, ws, outcomes, expected, rules)
+    except Exception as e:  # noqa: BLE001 - what a rank wrote never crashes the grader
+        return Result(check.exercise, check.name, ws, "error",
+                      f"the checker could not compare what the ranks recorded "
+                      f"({type(e).__name__}): the check fails; if your code returns plain "
+                      f"dense tensors, please report it to the course staff")
 
 
 MISMATCH_HINT = ("a process killed by the communication library usually means the ranks' "

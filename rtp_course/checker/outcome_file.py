@@ -58,32 +58,84 @@ def dumps(outcome: dict) -> bytes:
     return buf.getvalue()
 
 
+MAX_BYTES = 256 << 20     # a check records kilobytes to a few megabytes
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _validate_value(value, where: str, depth: int = 0) -> None:
+    """Small values are data: numbers, strings, lists, str-keyed dicts, dense CPU tensors."""
+    if depth > 20:
+        raise ValueError(f"{where} is nested too deeply")
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, torch.Tensor):
+        _validate_tensor(value, where)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _validate_value(v, f"{where}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, (str, int)):
+                raise ValueError(f"{where} has a key of type {type(k).__name__}")
+            _validate_value(v, f"{where}[{k!r}]", depth + 1)
+    else:
+        raise ValueError(f"{where} is a {type(value).__name__}, not plain data")
+
+
+def _validate_tensor(t, where: str) -> None:
+    if not _plain(t):
+        raise ValueError(f"{where} is a {t.layout} tensor, not a dense one: the checker compares "
+                         f"dense tensors (.to_dense() gives one)")
+    if t.device.type != "cpu":
+        raise ValueError(f"{where} is on {t.device}, not a tensor the worker recorded")
+
+
 def load(path) -> dict:
     """The outcome dict back, records as views of the blobs; ValueError if the file is not
-    one this module wrote (a forged or truncated file fails here, without running code)."""
+    one this module wrote (a forged or truncated file fails here, without running code), or
+    holds anything but data the verdict can compare: dense CPU tensors, small values."""
+    import os
+    if os.path.getsize(path) > MAX_BYTES:
+        raise ValueError(f"it is over {MAX_BYTES >> 20} MB")
     raw = _torch_load(path, weights_only=True)
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise ValueError("not an outcome file")
     blobs, other = raw.get("blobs"), raw.get("other")
     if not isinstance(blobs, dict) or not isinstance(other, dict):
         raise ValueError("no records")
+    for name, blob in blobs.items():
+        _validate_tensor(blob, f"blob {name}")
+        if blob.dim() != 1:
+            raise ValueError(f"blob {name} is not flat")
     records = {}
     for entry in _loads(raw["records"]):
+        if not isinstance(entry, list) or not entry or not isinstance(entry[0], str):
+            raise ValueError("a record index entry is not [key, ...]")
         key = entry[0]
         if len(entry) == 1:
             records[key] = None
         elif entry[1] == "other":
+            if not isinstance(other.get(key), torch.Tensor):
+                raise ValueError(f"record {key!r} is not a tensor")
+            _validate_tensor(other[key], key)
             records[key] = other[key]
         else:
             _, name, shape, offset = entry
             blob = blobs[name]
+            if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+                raise ValueError(f"record {key!r} has no shape")
             n = torch.Size(shape).numel()
             if not (isinstance(offset, int) and 0 <= offset and offset + n <= blob.numel()):
                 raise ValueError(f"record {key!r} lies outside its blob")
             records[key] = blob[offset:offset + n].view(shape)
     events = _loads(raw["events"])
-    if not isinstance(events, list):
-        raise ValueError("events are not a list")
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ValueError("events are not a list of records")
+    for field in ("values", "peak_recv"):
+        _validate_value(raw.get(field, {}), field)
+    for field in ("status", "type", "message", "where", "phase", "hint"):
+        if not isinstance(raw.get(field, ""), (str, type(None))):
+            raise ValueError(f"its {field} is not text")
     out = {k: v for k, v in raw.items() if k not in ("format", "blobs", "other")}
     out.update(records=records, events=events)
     return out

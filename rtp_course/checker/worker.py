@@ -27,7 +27,7 @@ from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import commlog, sandbox
-from rtp_course.runtime.launcher import device_for
+from rtp_course.runtime.launcher import rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
 # Bound before any code under test runs: patching os._exit or dist.new_group later changes
@@ -166,9 +166,19 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
         return sandbox.Confinement(False, 0, "disabled (RTP_COURSE_CONFINE=0)")
     private = rundir / f"tmp.{rank}"
     os.environ["HOME"] = os.environ["MPLCONFIGDIR"] = str(private)
-    write = [str(private)] + (["/dev/shm"] if job["backend"] == "nccl" else [])  # NCCL's SHM transport
+    gpu = job["backend"] == "nccl"
+    # NCCL's shared-memory transport creates its segments in /dev/shm; gloo needs none of it.
+    write = [str(private)] + (["/dev/shm"] if gpu else [])
     package = str(Path(rtp_course.__file__).resolve().parent)
-    return sandbox.confine(read=[package, impl_dir], write=write)
+    return sandbox.confine(read=[package, impl_dir], write=write,
+                           devices=sandbox.gpu_devices() if gpu else ())
+
+
+def _destroy_groups_since(before: set) -> None:
+    """Destroy every process group made since `before` (the check's and the code under test's)."""
+    for pg in [pg for pg in c10d._world.pg_map if pg not in before]:
+        with contextlib.suppress(Exception):     # a group the code under test broke
+            dist.destroy_process_group(pg)
 
 
 def run_checks(rank: int, world_size: int, job: dict) -> str:
@@ -187,7 +197,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         call=call, family=family, peer=peer, sent_to=commlog.STATE.sent_to,
         recv_from=commlog.STATE.recv_from, unwaited_to=commlog.STATE.unwaited_to)
     store = c10d._get_default_store()
-    device = device_for(job["backend"], rank)
+    device = rank_device()
     checks = {c.id: c for c in load_checks(job["modules"], side="run")}
     results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
     with open(rundir / f"confinement.{rank}.json", "w") as fh:
@@ -213,6 +223,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 check = checks[cid]
                 status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
                               sent_to={}, recv_from={}, unwaited_to={})
+                groups_before = set(c10d._world.pg_map)
                 group = _new_group(list(range(world_size)))
                 dtype = getattr(torch, job.get("dtype") or check.dtype)
                 ctx = Ctx(rank, world_size, group, device, dtype, status,
@@ -238,8 +249,9 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                     store.wait(keys, datetime.timedelta(seconds=wait))
                 except Exception:  # peers are stuck inside a call this rank abandoned
                     _exit(3)
-                if job["backend"] == "nccl":  # frees the communicator's GPU buffers; with gloo,
-                    dist.destroy_process_group(group)  # ~10 ms a rank per check: the exit frees it
+                if job["backend"] == "nccl":  # frees the communicators' GPU buffers: the
+                    _destroy_groups_since(groups_before)  # check's and the code's own; with
+                    # gloo, ~10 ms a rank per check for nothing: the exit frees them
     finally:
         os._exit = _exit
     return "done"

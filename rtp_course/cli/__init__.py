@@ -44,8 +44,9 @@ def cmd_check(args) -> int:
 def cmd_info(args) -> int:
     import torch
     import torch.distributed as dist
+    from rtp_course.runtime.devices import gpu_count
     from rtp_course.runtime.launcher import default_backend
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     rows = [("rtp-course", __version__), ("python", sys.version.split()[0]),
             ("torch", torch.__version__),
             ("backends", ", ".join(b for b, ok in (("gloo", dist.is_gloo_available()),

@@ -209,6 +209,8 @@ def serve(where: Path, fp: str, package: str, after: int) -> None:
         importlib.import_module(name)
     import torch
     from rtp_course.checker import engine
+    from rtp_course.runtime import devices
+    devices.forbid_cuda("the warm check server")     # it forks every run's ranks' forkserver
     # Serial torch on one thread (no intra-op pool to fork), course code only: the public
     # checks' expectations, which every run would otherwise compute again (~1 s of CPU).
     torch.set_num_threads(1)

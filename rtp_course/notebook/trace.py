@@ -54,7 +54,7 @@ class Trace:
         self._pending: dict[int, tuple] = {}   # id(handle) -> (kind, label, start, done event)
 
     def __enter__(self):
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_initialized() else [])
         self._prof = profile(activities=activities)
         self._prof.__enter__()
         with record_function(PREFIX + "clock"):     # the profiler's clock against perf_counter

@@ -11,6 +11,7 @@ No torch import here: that is the point of starting the server early.
 """
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import shutil
@@ -37,6 +38,38 @@ def _own_tempdir() -> None:
         path = tempfile.mkdtemp(prefix=reaper.temp_prefix("mp"), dir=base)
         util.Finalize(None, shutil.rmtree, args=(path, True), exitpriority=-100)
         config["tempdir"] = path
+
+
+def serve_only(client_pid: int) -> None:
+    """In the forkserver: accept fork requests from `client_pid` only (the launcher that started
+    it), checked by the kernel's SO_PEERCRED. Its socket is a path, and Landlock does not govern
+    connect() on a path socket: without this, a confined rank could connect and have the
+    unconfined server unpickle what it sends, in a process of its own outside the sandbox.
+    A refused connection is closed before a byte is read."""
+    import socket as socket_module
+    import struct
+    server_pid, accept = os.getpid(), socket_module.socket.accept
+
+    def accept_from_client(self):
+        conn, address = accept(self)
+        if os.getpid() != server_pid or self.family != socket_module.AF_UNIX:
+            return conn, address           # a rank's own sockets, forked with this patch
+        try:
+            pid = struct.unpack("3i", conn.getsockopt(socket_module.SOL_SOCKET,
+                                                      socket_module.SO_PEERCRED, 12))[0]
+        except OSError:
+            pid = -1
+        if pid != client_pid:
+            conn.close()
+            raise ConnectionAbortedError(errno.ECONNABORTED, "not the launcher")  # the loop goes on
+        return conn, address
+    socket_module.socket.accept = accept_from_client
+
+
+def in_spawned_forkserver() -> bool:
+    """Whether this process is a forkserver that multiprocessing started (its preloads run here)."""
+    import sys
+    return any("multiprocessing.forkserver import main" in a for a in sys.orig_argv)
 
 
 def method(optimizers: bool = True) -> str:
@@ -94,6 +127,7 @@ def start_forked(close=(), forget=()) -> bool:
                     os.close(fd)
             for fn in forget:
                 fn()
+            serve_only(os.getppid())
             forkserver.main(listener.fileno(), alive_r, [])
         finally:
             os._exit(0)

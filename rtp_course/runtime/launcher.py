@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import forkserver, quiet, reaper
+from rtp_course.runtime import devices, forkserver, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -71,18 +71,21 @@ class WorkerInfo:
     pg_timeout: float
     mark: str = ""
     stderr_to_file: bool = True
-    course_env: dict | None = None  # the parent's RTP_COURSE_* now: a forkserver's are stale
+    course_env: dict | None = None  # the parent's RTP_COURSE_* now (a forkserver's are stale),
+                                    # and the launch's own variables
 
 
 def default_backend(world_size: int = 1) -> str:
-    """NCCL when every rank can have its own GPU, gloo otherwise."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
+    """NCCL when every rank can have its own GPU, gloo otherwise (counted without initialising
+    CUDA: this process forks ranks)."""
+    return "nccl" if devices.gpu_count() >= world_size else "gloo"
 
 
-def device_for(backend: str, local_rank: int) -> torch.device:
-    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+def device_for(backend: str, local_rank: int, ranks_on_node: int | None = None) -> torch.device:
+    """The rank's device: its GPU under NCCL (mapped onto what this process sees), else the CPU."""
+    if backend == "nccl":
+        return devices.local_device(local_rank, ranks_on_node)
+    return torch.device("cpu")
 
 
 def validate(world_size, backend: str) -> None:
@@ -91,10 +94,12 @@ def validate(world_size, backend: str) -> None:
     if backend not in BACKENDS:
         raise LaunchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if backend == "nccl":
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpus = devices.gpu_count()
         if world_size > gpus:
-            raise LaunchError(f"NCCL needs one GPU per rank: asked for {world_size} ranks but "
-                              f"{gpus} GPU(s) are visible; use backend='gloo' (CPU) or fewer ranks")
+            raise LaunchError(f"NCCL needs one GPU per rank: {world_size} rank(s) asked for, "
+                              f"{gpus} GPU(s) visible (CUDA_VISIBLE_DEVICES="
+                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); ask for one GPU "
+                              f"per rank (Slurm: --gpus-per-task=1), or run on CPU with gloo")
 
 
 def _dump_stack_on_sigusr1(rundir: str, rank: int) -> None:
@@ -123,9 +128,28 @@ def stderr_tail(rundir: Path, rank: int, lines: int = 4) -> str:
     return "\n".join(kept[-lines:])
 
 
+def _drop_helpers() -> None:
+    """Close this rank's copies of the launcher's helper channels. multiprocessing hands every
+    child the resource tracker's pipe (the tracker, unconfined, unlinks at exit whatever
+    shared-memory name it is told was registered) and the forkserver's liveness pipe (a byte
+    written there crashes the forkserver). A rank that needs a tracker (shared_memory)
+    starts its own, inside its sandbox."""
+    from multiprocessing import forkserver as mp_forkserver, resource_tracker
+    tracker, server = resource_tracker._resource_tracker, mp_forkserver._forkserver
+    for holder, attr in ((tracker, "_fd"), (server, "_forkserver_alive_fd")):
+        fd = getattr(holder, attr, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            setattr(holder, attr, None)
+    tracker._pid = None
+    server._forkserver_address = server._forkserver_pid = None
+
+
 def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
+    _drop_helpers()
     os.environ[reaper.MARK_ENV] = info.mark
     for key in [k for k in os.environ if k.startswith("RTP_COURSE_")]:
         del os.environ[key]
@@ -144,10 +168,9 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     error_fh = open(rundir / f"error.{rank}.txt", "w")
     store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,
                           timeout=datetime.timedelta(seconds=60))
-    if info.backend == "nccl":
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(info.backend, store=store, rank=rank, world_size=info.world_size,
-                            timeout=datetime.timedelta(seconds=info.pg_timeout))
+    global _DEVICE
+    _DEVICE = _init_group(info.backend, store, rank, info.world_size, local_rank,
+                          info.pg_timeout, ranks_on_node=info.world_size)
     try:
         result = fn(rank, info.world_size, *args)
         torch.save(result, result_fh)
@@ -163,6 +186,31 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         # checker makes one per check): 0.5 s a process at 2 ranks, 1 s at 4.
         if info.backend == "nccl":
             dist.destroy_process_group()
+
+
+_DEVICE: torch.device | None = None
+
+
+def rank_device() -> torch.device:
+    """This launched rank's device (its GPU under NCCL, else the CPU)."""
+    return _DEVICE if _DEVICE is not None else torch.device("cpu")
+
+
+def _init_group(backend: str, store, rank: int, world_size: int, local_rank: int,
+                timeout: float, ranks_on_node: int | None = None) -> torch.device:
+    """init_process_group on the rank's device. Under NCCL the communicator is created now
+    (device_id), and so is every later new_group's: a lazy one is built at its group's first
+    operation, while the peers already wait in it (a check that holds one rank back then sees
+    the others' transfers 'done' before they started), and point-to-point on a lazy group
+    builds a 2-rank communicator per pair."""
+    device = device_for(backend, local_rank, ranks_on_node)
+    kwargs = {}
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    return device
 
 
 def _leave_together(store, world_size: int) -> None:
@@ -203,7 +251,7 @@ def _end(processes) -> None:
 
 def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
            timeout: float = 120.0, rundir: str | os.PathLike | None = None,
-           on_poll=None, results: str = "data") -> list:
+           on_poll=None, results: str = "data", env: dict | None = None) -> list:
     """Run `fn(rank, world_size, *args)` on `world_size` local processes.
 
     `fn` must be importable (defined in a module, not a notebook cell: spawn
@@ -215,6 +263,7 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     is ended before this returns, with whatever they started, and a temporary
     run directory is removed. `on_poll(processes)` is called about every 0.1 s
     while waiting; it may raise to stop the launch (the checker's watchdog).
+    `env`: variables set in each rank before its process group starts.
     """
     backend = backend or default_backend(world_size)
     validate(world_size, backend)
@@ -223,16 +272,19 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix("launch")) if own_dir else rundir)
     rundir.mkdir(parents=True, exist_ok=True)
     with reaper.subreaping():
-        return _launch(fn, world_size, args, backend, timeout, rundir, own_dir, on_poll, results)
+        return _launch(fn, world_size, args, backend, timeout, rundir, own_dir, on_poll, results,
+                       env or {})
 
 
-def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results):
+def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results,
+            env: dict):
     mark, before = uuid.uuid4().hex, reaper.descendants()
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
                       pg_timeout=timeout + 60, mark=mark,
-                      course_env={k: v for k, v in os.environ.items() if k.startswith("RTP_COURSE_")})
+                      course_env={**{k: v for k, v in os.environ.items()
+                                     if k.startswith("RTP_COURSE_")}, **env})
     ctx = None
     try:
         with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
@@ -338,18 +390,25 @@ def _slurm_master(env) -> tuple[str, str]:
 
 
 def init_from_env(backend: str | None = None, timeout: float = 600.0) -> tuple[int, int, torch.device]:
-    """Join the job's process group; returns (rank, world_size, device)."""
+    """Join the job's process group; returns (rank, world_size, device). Under srun each task
+    may see only its own GPU: the local rank is mapped onto the visible devices."""
     rank, world_size, local_rank = env_rank_info()
     if "MASTER_ADDR" not in os.environ:
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = _slurm_master(os.environ)
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = backend or ("nccl" if devices.gpu_count() > 0 else "gloo")
     if backend not in BACKENDS:
         raise LaunchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
+    try:
+        device = device_for(backend, local_rank)
+    except RuntimeError as e:
+        raise LaunchError(str(e)) from None
+    kwargs = {}
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
     dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
-    return rank, world_size, device_for(backend, local_rank)
+                            timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    return rank, world_size, device
 
 
 def free_port() -> int:

@@ -34,7 +34,7 @@ EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
 MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 9, 1 << 10, 1 << 11, 1 << 12
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-SCOPE_SIGNAL = 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 READ = EXECUTE | READ_FILE | READ_DIR
 FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV   # rights a rule on a file may hold
@@ -55,6 +55,16 @@ WRITE = (1 << 13) - 1 | REFER | TRUNCATE        # everything, inside the private
 
 # The system's own read-only parts: shared libraries, certificates, /proc and /sys for torch.
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+# Of /dev, only the character devices every program may use: not /dev as a whole, which holds
+# /dev/shm (another process's shared memory, and the grader's) and /dev/mqueue.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+
+
+def gpu_devices() -> list[str]:
+    """What a CUDA/NCCL rank opens in /dev: the NVIDIA driver's nodes, and InfiniBand's verbs."""
+    found = [os.path.join("/dev", n) for n in sorted(os.listdir("/dev")) if n.startswith("nvidia")] \
+        if os.path.isdir("/dev") else []
+    return found + [p for p in ("/dev/infiniband", "/dev/dri") if os.path.exists(p)]
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -100,23 +110,29 @@ def python_dirs() -> list[str]:
     return sorted(d for d in dirs if d and os.path.isdir(d))
 
 
-def confine(read, write, scope_signals: bool = True) -> Confinement:
+def confine(read, write, scope_signals: bool = True, devices=()) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs) and writing
-    under `write`. Irreversible. Returns what was done; never raises for a missing Landlock."""
+    under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's).
+    From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
+    an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
+    done; never raises for a missing Landlock."""
     abi = abi_version()
     if abi < 1:
         return Confinement(False, 0, "this kernel offers no Landlock (Linux 5.13+ with landlock "
                                      "in its lsm= list)")
     libc = _libc()
     handled = _abi_rights(abi)
-    attr = _RulesetAttr(handled, 0, SCOPE_SIGNAL if (scope_signals and abi >= 6) else 0)
+    scoped = (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if (scope_signals and abi >= 6) else 0
+    attr = _RulesetAttr(handled, 0, scoped)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16
     fd = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
         rules = [(p, READ) for p in (*SYSTEM_READ, *python_dirs(), *read)]
-        rules += [("/dev", READ | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0))]
+        device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
+        rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
+                  for p in (*DEVICES, *devices)]
         rules += [(p, WRITE | READ) for p in write]
         for path, rights in rules:
             _add_rule(libc, fd, path, rights & handled)

@@ -1,0 +1,121 @@
+"""Which GPUs a process may use, found without initialising CUDA; which one a rank takes.
+
+A process that has initialised CUDA cannot fork: a forked child dies in its first CUDA
+call ("CUDA error: initialization error"). The course forks its ranks (from a forkserver,
+itself forked from the warm check server's run), so every process on that path must
+count GPUs without touching the driver. `torch.cuda.is_available()` initialises it
+(cudaGetDeviceCount); `gpu_count()` asks NVML, as torch's own `device_count()` does, and
+only where NVML cannot answer does it ask the driver, in a child process.
+
+`forbid_cuda(role)` makes that a rule, not a habit: in a process that forks ranks, a call
+that would initialise CUDA raises and names the process. It is installed on every
+machine, GPU or not, so a CPU test run catches what would break the first GPU run.
+
+Under srun and torchrun each task may see only its own GPU (`--gpus-per-task=1` sets
+CUDA_VISIBLE_DEVICES to one device per task) or all of the node's: `local_device` maps a
+local rank onto what is visible.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import torch
+
+EMULATE = "RTP_COURSE_EMULATE"
+
+
+class CudaInForkingProcess(RuntimeError):
+    """A process that forks ranks was about to initialise CUDA."""
+
+
+def emulating_nccl() -> bool:
+    """RTP_COURSE_EMULATE=nccl: on CPU, enforce what NCCL and CUDA would refuse."""
+    return os.environ.get(EMULATE, "").strip().lower() == "nccl"
+
+
+_COUNT_IN_CHILD = """
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    n = ctypes.c_int(0)
+    ok = cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(n)) == 0
+    print(n.value if ok else 0)
+except OSError:
+    print(0)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _count(visible: str | None) -> int:
+    if not torch.cuda._is_compiled():          # a CPU build of torch
+        return 0
+    if torch.cuda.is_initialized():            # nothing left to protect in this process
+        return torch.cuda.device_count()
+    n = torch.cuda._device_count_nvml()        # NVML: no CUDA context (-1: NVML failed)
+    if n >= 0:
+        return n
+    try:                                        # the driver, in a process of its own
+        out = subprocess.run([sys.executable, "-c", _COUNT_IN_CHILD], capture_output=True,
+                             text=True, timeout=60).stdout
+        return int(out.strip() or 0)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0
+
+
+def gpu_count() -> int:
+    """GPUs visible to this process (CUDA_VISIBLE_DEVICES applied), without initialising CUDA."""
+    return _count(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def local_device(local_rank: int, ranks_on_node: int | None = None) -> torch.device:
+    """The GPU of a rank on this node: its own index when the process sees every GPU of the
+    node, device 0 when it sees one (srun --gpus-per-task=1, or a job that set
+    CUDA_VISIBLE_DEVICES per task). Raises with what to do when it sees too few."""
+    n = gpu_count()
+    if n == 1:
+        return torch.device("cuda", 0)
+    if local_rank < n and (ranks_on_node is None or ranks_on_node <= n):
+        return torch.device("cuda", local_rank)
+    raise RuntimeError(
+        f"local rank {local_rank} has no GPU of its own: this process sees {n} GPU(s) "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}); ask Slurm "
+        f"for one GPU per task (--gpus-per-task=1) or for every GPU of the node")
+
+
+# --- no CUDA in a process that forks ranks ---
+
+_GUARDED = ("is_available", "init", "_lazy_init", "set_device", "current_device",
+            "synchronize", "mem_get_info", "get_device_properties", "get_device_name")
+_role: str | None = None
+
+
+def forbid_cuda(role: str) -> None:
+    """From now on, a call that would initialise CUDA in this process raises. `role` says which
+    process this is, for the message. Idempotent; the first role is kept."""
+    global _role
+    if _role is not None:
+        return
+    _role = role
+    for name in _GUARDED:
+        original = getattr(torch.cuda, name, None)
+        if original is not None:
+            setattr(torch.cuda, name, _refusing(name, original))
+
+
+def cuda_forbidden() -> str | None:
+    """The role given to forbid_cuda, or None where CUDA is allowed."""
+    return _role
+
+
+def _refusing(name, original):
+    @functools.wraps(original)
+    def refuse(*args, **kwargs):
+        raise CudaInForkingProcess(
+            f"torch.cuda.{name}() was called in {_role}, which forks the ranks: a process that "
+            f"initialised CUDA cannot fork (its children die in their first CUDA call); count "
+            f"GPUs with rtp_course.runtime.devices.gpu_count(), and use CUDA only in a rank")
+    refuse.__rtp_guarded__ = original
+    return refuse

@@ -1,0 +1,126 @@
+"""GPUs counted without initialising CUDA, no CUDA in a process that forks ranks, and a rank's
+GPU under srun/torchrun: the first GPU run must work, so these are proven on CPU."""
+import datetime
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rtp_course.runtime import devices, launcher
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_process_that_forks_ranks_cannot_initialise_cuda():
+    out = run_python("""
+        import torch
+        from rtp_course.runtime import devices
+        devices.forbid_cuda("the test's forking process")
+        for call in (torch.cuda.is_available, torch.cuda.init, lambda: torch.cuda.set_device(0),
+                     lambda: torch.zeros(1, device="cuda")):
+            try:
+                call()
+            except devices.CudaInForkingProcess as e:
+                print("refused:", e)
+            except (RuntimeError, AssertionError) as e:   # the CPU build's own refusal
+                print("cpu build:", type(e).__name__)
+        print("count", devices.gpu_count())
+    """)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert sum(line.startswith("refused:") for line in lines) >= 3, out.stdout
+    assert "the test's forking process, which forks the ranks" in out.stdout
+    assert "gpu_count()" in out.stdout
+    assert lines[-1] == "count 0"
+
+
+def test_the_warm_servers_work_touches_no_cuda():
+    """The warm server computes every public check's expectations (serial torch, seeded), then
+    forks the ranks' forkserver: a CUDA call there kills every rank on a GPU node."""
+    out = run_python("""
+        import torch
+        from rtp_course.runtime import devices
+        devices.forbid_cuda("the warm check server")
+        from rtp_course.checker import common, engine
+        common.manual_seed(3)
+        engine.precompute_expectations()
+        print("ok", len(engine._PRECOMPUTED))
+    """)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
+
+
+def test_gpu_count_on_a_cpu_build_is_zero_without_touching_cuda():
+    assert devices.gpu_count() == 0
+    assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.parametrize("visible, local_rank, on_node, expected", [
+    (1, 0, None, 0), (1, 3, None, 0),          # srun --gpus-per-task=1: every task sees one GPU
+    (4, 3, 4, 3), (4, 0, None, 0),             # the node's GPUs: the local rank's own
+])
+def test_a_local_rank_maps_onto_the_visible_gpus(monkeypatch, visible, local_rank, on_node,
+                                                 expected):
+    monkeypatch.setattr(devices, "gpu_count", lambda: visible)
+    assert devices.local_device(local_rank, on_node) == torch.device("cuda", expected)
+
+
+def test_a_rank_without_a_gpu_of_its_own_is_told_what_to_ask_slurm_for(monkeypatch):
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    with pytest.raises(RuntimeError, match=r"local rank 3 has no GPU of its own: this process "
+                                           r"sees 2 GPU\(s\).*--gpus-per-task=1"):
+        devices.local_device(3)
+
+
+def test_nccl_with_fewer_gpus_than_ranks_refuses_in_one_sentence(monkeypatch):
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    with pytest.raises(launcher.LaunchError) as e:
+        launcher.validate(4, "nccl")
+    assert "NCCL needs one GPU per rank: 4 rank(s) asked for, 2 GPU(s) visible" in str(e.value)
+    assert "--gpus-per-task=1" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_default_backend_is_one_for_the_whole_run(monkeypatch):
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    assert [launcher.default_backend(n) for n in (1, 2, 3)] == ["nccl", "nccl", "gloo"]
+    from rtp_course.checker import engine
+    seen = []
+    monkeypatch.setattr(engine, "_run_sizes", lambda *a: seen.append(a[6]))
+    monkeypatch.setattr(engine, "validate", lambda *a: None)
+    engine.run(["comm"], world_sizes=(1, 2, 3, 4))
+    assert seen == ["gloo"]        # not NCCL at 1-2 ranks and gloo at 3-4
+
+
+def test_nccl_communicators_are_created_eagerly_on_the_ranks_gpu(monkeypatch):
+    """device_id makes NCCL build the communicator in init_process_group (and in every later
+    new_group), not at a group's first operation while the peers already wait in it."""
+    calls = {}
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.setdefault("set_device", d))
+    monkeypatch.setattr(launcher.dist, "init_process_group",
+                        lambda backend, **kw: calls.update(backend=backend, **kw))
+    device = launcher._init_group("nccl", None, 1, 2, 1, 30.0, ranks_on_node=2)
+    assert device == torch.device("cuda", 1) == calls["device_id"] == calls["set_device"]
+    assert calls["backend"] == "nccl" and calls["timeout"] == datetime.timedelta(seconds=30)
+
+
+def test_srun_tasks_that_see_one_gpu_each_take_device_zero(monkeypatch):
+    calls = {}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "3")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_LOCALID", "3")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setattr(devices, "gpu_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.setdefault("set_device", d))
+    monkeypatch.setattr(launcher.dist, "init_process_group",
+                        lambda backend, **kw: calls.update(backend=backend, **kw))
+    rank, world_size, device = launcher.init_from_env()
+    assert (rank, world_size, device) == (3, 4, torch.device("cuda", 0))
+    assert calls["backend"] == "nccl" and calls["device_id"] == torch.device("cuda", 0)

@@ -1,0 +1,147 @@
+"""Hostile submissions against the helpers around a rank: the forkserver it was forked from,
+multiprocessing's resource tracker, abstract Unix sockets, and /dev/shm.
+
+Each probe is found the way a student's recipe finds it (/proc/net/unix lists every Unix
+socket's path, /proc/self/fd every inherited descriptor) and runs inside a confined checker
+rank, at the import of the code under test or in a check.
+"""
+import os
+import socket
+import uuid
+from multiprocessing import forkserver as mp_forkserver, resource_tracker
+from pathlib import Path
+
+import pytest
+
+from rtp_course.runtime import forkserver, sandbox
+from test_attacks import at_forward, at_import, hostile, needs_landlock, run
+
+# Connects to every forkserver socket on the machine and asks it, as multiprocessing's own
+# client does, to fork a process; returns how many answered with a pid.
+ASK_FORKSERVERS = """
+def _ask_forkservers():
+    import os as _os, select as _select, socket as _socket
+    from multiprocessing import reduction as _reduction
+    paths = [line.split()[-1] for line in open('/proc/net/unix').read().splitlines()[1:]
+             if 'listener-' in line.split()[-1]]
+    answered = 0
+    for path in paths:
+        try:
+            with _socket.socket(_socket.AF_UNIX) as client:
+                client.connect(path)
+                parent_r, child_w = _os.pipe()
+                child_r, parent_w = _os.pipe()
+                _reduction.sendfds(client, [child_r, child_w, child_r, child_r])
+                _os.close(child_w)
+                _os.close(child_r)
+                if _select.select([parent_r], [], [], 3)[0] and _os.read(parent_r, 8):
+                    answered += 1
+                _os.close(parent_r)
+                _os.close(parent_w)
+        except OSError:
+            continue
+    return answered
+"""
+
+
+def test_the_probe_reaches_a_forkserver_from_its_launcher():
+    """The probe works: from the process that started it, the forkserver forks (the child
+    then finds no process to run and exits)."""
+    forkserver.start(optimizers=False)
+    mp_forkserver._forkserver.ensure_running()
+    scope = {}
+    exec(ASK_FORKSERVERS, scope)
+    assert scope["_ask_forkservers"]() >= 1
+
+
+def test_a_rank_cannot_have_the_forkserver_fork_for_it(tmp_path):
+    probe = ASK_FORKSERVERS + ("if _ask_forkservers():\n"
+                               "    raise RuntimeError('FORKSERVER FORKED FOR A RANK')\n")
+    results, text = run(hostile(tmp_path, at_import(probe)), only=("Duplication",))
+    assert "FORKSERVER" not in text and all(r.passed for r in results), text
+
+
+def _pipe_inode(fd: int) -> int:
+    return os.fstat(fd).st_ino
+
+
+def test_a_rank_holds_no_channel_to_the_resource_tracker_or_the_forkserver(tmp_path):
+    """The unconfined resource tracker unlinks at exit whatever shared-memory name a holder of
+    its pipe registers; a byte on the forkserver's liveness pipe crashes it."""
+    forkserver.start(optimizers=False)
+    mp_forkserver._forkserver.ensure_running()
+    resource_tracker.ensure_running()
+    inodes = {_pipe_inode(resource_tracker._resource_tracker._fd),
+              _pipe_inode(mp_forkserver._forkserver._forkserver_alive_fd)}
+    probe = "\n".join([
+        "import os as _os",
+        "for _fd in _os.listdir('/proc/self/fd'):",
+        "    try:",
+        "        _link = _os.readlink('/proc/self/fd/' + _fd)",
+        "    except OSError:",
+        "        continue",
+        f"    if _link in {sorted(f'pipe:[{i}]' for i in inodes)!r}:",
+        "        raise RuntimeError('HOLDS A HELPER PIPE ' + _link)",
+        "from multiprocessing import resource_tracker as _rt",
+        "if _rt._resource_tracker._fd is not None:",
+        "    raise RuntimeError('HOLDS THE TRACKER')",
+    ])
+    results, text = run(hostile(tmp_path, at_forward(probe)), only=("Duplication",))
+    assert "HOLDS" not in text and all(r.passed for r in results), text
+
+
+@needs_landlock
+@pytest.mark.skipif(sandbox.abi_version() < 6, reason="abstract sockets are scoped from ABI 6")
+def test_a_rank_cannot_connect_to_an_abstract_socket_outside_its_sandbox(tmp_path):
+    name = f"rtp-attack-{uuid.uuid4().hex}"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("\0" + name)
+        server.listen()
+        probe = "\n".join([
+            "import socket as _socket",
+            "with _socket.socket(_socket.AF_UNIX) as _s:",
+            "    try:",
+            f"        _s.connect('\\0' + {name!r})",
+            "    except OSError:",
+            "        pass",
+            "    else:",
+            "        raise RuntimeError('REACHED AN OUTSIDE ABSTRACT SOCKET')",
+        ])
+        results, text = run(hostile(tmp_path, at_forward(probe)), only=("Duplication",))
+    assert "REACHED" not in text and all(r.passed for r in results), text
+
+
+@needs_landlock
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_shared_memory_of_other_processes_is_untouchable(tmp_path):
+    victim = Path("/dev/shm") / f"rtp-attack-victim-{uuid.uuid4().hex}"
+    made = Path("/dev/shm") / f"rtp-attack-made-{uuid.uuid4().hex}"
+    victim.write_bytes(b"the grader's")
+    try:
+        probe = "\n".join([
+            "import os as _os",
+            f"_victim, _made = {str(victim)!r}, {str(made)!r}",
+            "for _what, _do in (('read', lambda: open(_victim, 'rb').read()),",
+            "                   ('wrote', lambda: open(_victim, 'ab').write(b'x')),",
+            "                   ('unlinked', lambda: _os.unlink(_victim)),",
+            "                   ('listed', lambda: _os.listdir('/dev/shm')),",
+            "                   ('created', lambda: open(_made, 'wb').write(b'x'))):",
+            "    try:",
+            "        _do()",
+            "    except OSError:",
+            "        continue",
+            "    raise RuntimeError('SHM ' + _what)",
+        ])
+        results, text = run(hostile(tmp_path, at_forward(probe)), only=("Duplication",))
+        assert "SHM" not in text and all(r.passed for r in results), text
+        assert victim.read_bytes() == b"the grader's" and not made.exists()
+    finally:
+        victim.unlink(missing_ok=True)
+        made.unlink(missing_ok=True)
+
+
+def test_a_sparse_result_is_a_failed_check_not_a_crash_of_the_grader(tmp_path):
+    edits = at_forward("return x.detach().to_sparse()")
+    results, text = run(hostile(tmp_path, edits), only=("Duplication",))
+    assert not results[0].passed and "MalformedResult" in text, text
+    assert "is a torch.sparse_coo tensor, not a dense one" in text, text

@@ -1,0 +1,57 @@
+"""Collection copies regular files only: a module symlinked to the reference is refused and
+named, not graded as the student's own work."""
+import importlib.util
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("collect_submissions",
+                                              ROOT / "scripts" / "collect_submissions.py")
+collect_submissions = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(collect_submissions)
+
+
+def _course(tmp_path):
+    course = tmp_path / "course"
+    (course / "source" / "a1").mkdir(parents=True)
+    (course / "source" / "a1" / "02_data_parallelism.ipynb").write_text("{}")
+    return course
+
+
+def test_symlinks_and_special_files_are_refused_and_named(tmp_path, capsys):
+    course, student = _course(tmp_path), tmp_path / "subs" / "alice"
+    (student / "rtp_course").mkdir(parents=True)
+    (student / "rtp_course" / "data_parallel.py").write_text("# mine\n")
+    os.symlink(ROOT / "solutions" / "comm.py", student / "rtp_course" / "comm.py")
+    os.mkfifo(student / "rtp_course" / "rotation.py")
+    os.symlink(ROOT / "notebooks" / "02_data_parallelism.ipynb",
+               student / "02_data_parallelism.ipynb")
+    missing = collect_submissions.collect(student, course, "a1")
+    dest = course / "submitted" / "alice" / "a1"
+    assert (dest / "rtp_course" / "data_parallel.py").read_text() == "# mine\n"
+    assert not (dest / "rtp_course" / "comm.py").exists()
+    assert not (dest / "rtp_course" / "rotation.py").exists()
+    assert not (dest / "02_data_parallelism.ipynb").exists()
+    said = capsys.readouterr().err
+    assert "REFUSED" in said and "rtp_course/comm.py is a symlink" in said, said
+    assert "rotation.py: not a regular file" in said, said
+    assert "02_data_parallelism.ipynb is a symlink" in said, said
+    assert any("comm.py (refused" in m for m in missing), missing
+
+
+def test_a_symlinked_folder_on_the_way_is_refused(tmp_path, capsys):
+    course, student = _course(tmp_path), tmp_path / "subs" / "bob"
+    student.mkdir(parents=True)
+    os.symlink(ROOT / "solutions", student / "rtp_course")     # every module the reference's
+    collect_submissions.collect(student, course, "a1")
+    assert list((course / "submitted" / "bob" / "a1" / "rtp_course").iterdir()) == []
+    assert "rtp_course is a symlink" in capsys.readouterr().err
+
+
+def test_a_students_folder_that_is_a_symlink_is_not_collected(tmp_path, capsys):
+    course, subs = _course(tmp_path), tmp_path / "subs"
+    (subs / "carol" / "rtp_course").mkdir(parents=True)
+    os.symlink(ROOT, subs / "mallory")
+    assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
+    assert "mallory: a student's folder that is a symlink" in capsys.readouterr().err
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == ["carol"]
