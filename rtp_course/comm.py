@@ -42,6 +42,8 @@ Rules your code must follow (the checker tests each one):
   memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
   it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
   CPU too.
+  A tensor you give a collective or a send must be contiguous: NCCL refuses a
+  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
 
 Each class is a torch.autograd.Function (see "Extending torch.autograd" in the
 PyTorch docs): forward(ctx, ...) may save what backward needs on ctx;

@@ -39,6 +39,8 @@ Rules your code must follow (the checker tests each one):
   memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
   it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
   CPU too.
+  A tensor you give a collective or a send must be contiguous: NCCL refuses a
+  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
 """
 from dataclasses import dataclass
 

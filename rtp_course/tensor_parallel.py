@@ -44,6 +44,8 @@ Rules the checker tests:
   x.new_empty(shape), torch.empty_like(x)). On a GPU run a tensor made without
   device= is in CPU memory, where CUDA refuses to mix it with GPU tensors and
   NCCL refuses to send it; the checker treats it so on CPU too.
+  A tensor you give a collective or a send must be contiguous: NCCL refuses a
+  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
 """
 import math
 

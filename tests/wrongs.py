@@ -69,12 +69,21 @@ def spec(path: Path) -> dict:
     sizes = re.search(r"^WORLD_SIZES:\s*(.+)$", body, re.M)
     only = re.search(r"^ONLY:\s*(.+)$", body, re.M)
     classes = re.search(r"^CLASS:\s*(.+)$", body, re.M)
+    requires = re.search(r"^REQUIRES:\s*(.+)$", body, re.M)
     return {"bug": body.strip().splitlines()[0],
             "classes": classes.group(1).split() if classes else [],
             "hidden": re.search(r"^HIDDEN:\s*yes\s*$", body, re.M) is not None,
             "expect": expect.group(1).strip() if expect else None,
             "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],
-            "only": only.group(1).split() if only else None}
+            "only": only.group(1).split() if only else None,
+            # torch.distributed functions the entry calls that an older torch lacks
+            "requires": requires.group(1).split() if requires else []}
+
+
+def missing_in_torch(path: Path) -> list:
+    """The functions `path` REQUIRES that this torch.distributed does not have."""
+    import torch.distributed as dist
+    return [n for n in spec(path)["requires"] if not hasattr(dist, n)]
 
 
 def build(path: Path) -> str:

@@ -32,6 +32,14 @@ SURE = [
      "(torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape), "
      "torch.empty_like(x)); the checker treats a tensor made without device= as a GPU run "
      "would: in CPU memory"),
+    (r"non-contiguous .* tensor \(at ",
+     "rule 'Device': NCCL sends only contiguous memory; a view such as x.t(), x[:, 1:] or "
+     "x.narrow(...) is not: hand the collective x.contiguous() (gloo takes the view, so the "
+     "checker refuses it on CPU too)"),
+    (r"values to unpack \(expected \d+, got 1\)",
+     "on NCCL, dist.batch_isend_irecv returns ONE handle for the whole batch (gloo one per "
+     "operation; the checker gives one on CPU too): wait on every handle in the list it "
+     "returns (for w in works: w.wait()), never unpack or index it"),
     (r"Expected all tensors to be on the same device|No backend type associated with device",
      "a tensor on another device than the others: create tensors on the device of your input "
      "(device=x.device)"),

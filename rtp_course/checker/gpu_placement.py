@@ -19,10 +19,15 @@ copy_ in either direction, host index tensors, .item() / .tolist(), empty
 tensors. Refused: any other op that mixes a host tensor with a non-empty device
 tensor, and a host tensor given to a torch.distributed call.
 
+A device tensor that the code under test moves to the host (`.cpu()`,
+`.to("cpu")`) is a host tensor too, as on a GPU. What CUDA accepts is accepted:
+a factory called inside `with torch.device(x.device):` or after
+`torch.set_default_device(x.device)` makes a device tensor (one whose context
+was entered with the literal "cpu" makes a host tensor, as it would on a GPU).
+
 Only ops that touch a HostTensor pay for this (its __torch_function__); a
 TorchFunctionMode would tax every op of every check (it made the public suite
-20% slower). The price: a device tensor moved to the host by .cpu() or
-.to("cpu") is not seen, since no host tensor takes part.
+20% slower). `.cpu()` and `.to()` pay a Python call each.
 """
 from __future__ import annotations
 
@@ -144,6 +149,7 @@ class HostTensor(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        func = getattr(func, "__rtp_original__", func)   # Tensor.cpu/.to, watched (_mover)
         name = getattr(func, "__name__", "")
         with torch._C.DisableTorchFunctionSubclass():
             if name in ("__get__", "__set__") or func is torch._has_compatible_shallow_copy_type:
@@ -219,18 +225,61 @@ def _code_under_test_made_it() -> bool:
 _CODE_DIRS: tuple = ()
 
 
+def _context_is_host() -> bool | None:
+    """Whether the innermost device context (`with torch.device(d):`,
+    torch.set_default_device(d)) makes host tensors: True where d was the literal "cpu",
+    which a GPU run keeps on the host; a device given as an object (x.device) is the data's
+    own. None when no context is active."""
+    from torch.utils._device import DeviceContext
+    modes = [m for m in torch.overrides._get_current_function_mode_stack()
+             if isinstance(m, DeviceContext)]
+    return getattr(modes[-1], "_rtp_host", False) if modes else None
+
+
 def _factory(fn):
     @functools.wraps(fn)
     def factory(*args, **kwargs):
         out = fn(*args, **kwargs)
         device = kwargs.get("device")
-        if (device is None or _is_cpu(device)) and isinstance(out, torch.Tensor) \
+        host = _is_cpu(device) if device is not None else _context_is_host() is not False
+        if host and isinstance(out, torch.Tensor) \
                 and not any(True for a in args for _ in _tensors_in(a)) \
                 and _code_under_test_made_it():
             return _host(out, commlog.caller())
         return out
     factory.__rtp_original__ = fn
     return factory
+
+
+def _mover(fn, to_host):
+    """Tensor.cpu / Tensor.to of a device tensor: what the code under test moves to the host
+    is a host tensor (a copy, where a CPU run returns the tensor itself)."""
+    @functools.wraps(fn)
+    def move(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        if isinstance(out, torch.Tensor) and type(self) is not HostTensor \
+                and to_host(args, kwargs) and _code_under_test_made_it():
+            return _host(out.clone() if _storage(out) is _storage(self) else out,
+                         commlog.caller())
+        return out
+    move.__rtp_original__ = fn
+    return move
+
+
+def _to_cpu(args, kwargs) -> bool:
+    target = kwargs.get("device", args[0] if args else None)
+    return _is_cpu(target)
+
+
+def _context_init():
+    """DeviceContext.__init__ that remembers whether its device was the literal "cpu"."""
+    from torch.utils._device import DeviceContext
+    init = DeviceContext.__init__
+
+    def __init__(self, device):
+        init(self, device)
+        self._rtp_host = _is_cpu(device)
+    return DeviceContext, init, __init__
 
 
 def refuse_host_tensors(kind: str, args, kwargs) -> None:
@@ -257,10 +306,18 @@ def host_placement(code_dirs=("",)):
     _CODE_DIRS = tuple(str(d) for d in code_dirs)
     for name, fn in saved.items():
         setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn)))
+    moves = {"cpu": (torch.Tensor.cpu, lambda args, kwargs: True), "to": (torch.Tensor.to, _to_cpu)}
+    for name, (fn, to_host) in moves.items():
+        setattr(torch.Tensor, name, _mover(getattr(fn, "__rtp_original__", fn), to_host))
+    context_cls, init, watched_init = _context_init()
+    context_cls.__init__ = watched_init
     guard, commlog.STATE.guard = commlog.STATE.guard, refuse_host_tensors
     try:
         yield
     finally:
         for name, fn in saved.items():
             setattr(torch, name, fn)
+        for name, (fn, _) in moves.items():
+            setattr(torch.Tensor, name, fn)
+        context_cls.__init__ = init
         commlog.STATE.guard = guard

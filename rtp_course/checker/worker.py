@@ -101,8 +101,8 @@ class Ctx:
         if tensor is None:
             self.records[key] = None
         else:  # a plain tensor even if the code under test returned a host tensor
-            with torch._C.DisableTorchFunctionSubclass():
-                self.records[key] = tensor.detach().to("cpu", copy=True)
+            with torch._C.DisableTorchFunctionSubclass():   # a GPU run copies it to the host
+                self.records[key] = tensor.detach().to("cpu", copy=True).as_subclass(torch.Tensor)
 
     def record_value(self, key: str, value) -> None:
         self.values[key] = value
@@ -210,6 +210,9 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     watched = [""] if os.environ.get("RTP_COURSE_PLACEMENT") == "all" else files
     placement = gpu_placement.host_placement(watched) if device.type == "cpu" \
         else contextlib.nullcontext()
+    # and gloo behaves as NCCL where a grade depends on it (one coalesced batch handle,
+    # contiguous tensors only, ReduceOp.AVG): one grade on CPU and GPU
+    commlog.STATE.nccl_rules = device.type == "cpu"
     try:
         with placement:
             for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):

@@ -14,6 +14,12 @@ shows whether compute happened while a transfer was in flight. An event's
 is_completed()), and `STATE.sent_to` / `recv_from` count the sends and receives
 posted to and from each peer: the watchdog names a transfer whose peer never
 posted its half.
+
+`STATE.nccl_rules` (set by a checker rank on CPU) makes gloo behave as NCCL where the two
+differ in what decides a grade: batch_isend_irecv returns ONE coalesced handle, a
+non-contiguous tensor given to a call is refused (NCCLRuleError), and ReduceOp.AVG works
+(a sum, then a division: gloo has no AVG). So a grade computed on CPU is the grade a GPU
+run gives.
 """
 from __future__ import annotations
 
@@ -46,6 +52,8 @@ C10D = {
     "reduce_scatter_single": ("reduce_scatter", 1, "input"),
     "_reduce_scatter_base": ("reduce_scatter", 1, "input"),
     "gather": ("gather", 0, "tensor"), "gather_object": ("gather", None, None),
+    "gather_single": ("gather", 0, "tensor"),                   # torch 2.14
+    "gather_into_tensor": ("gather", 0, "tensor"),              # torch 2.14
     "scatter": ("scatter", 0, "tensor"), "scatter_object_list": ("scatter", None, None),
     "all_to_all": ("all_to_all", 1, "input_tensor_list"),
     "all_to_all_single": ("all_to_all", 0, "output"),
@@ -69,6 +77,8 @@ FUNCOL = {
     "reduce_scatter_tensor_coalesced": ("reduce_scatter", 0),
     "reduce_scatter_single_coalesced": ("reduce_scatter", 0),
     "reduce_scatter_tensor_inplace": ("reduce_scatter", 1),
+    "reduce_scatter_inplace": ("reduce_scatter", 1),            # torch 2.14
+    "legacy_reduce_scatter": ("reduce_scatter", 1),             # torch 2.14
     "all_to_all_single": ("all_to_all", 0), "all_to_all_single_autograd": ("all_to_all", 0),
     "all_to_all_inplace": ("all_to_all", 1), "broadcast": ("broadcast", 0),
     "permute_tensor": ("permute", 0), "isend_inplace": ("isend", 0), "irecv_inplace": ("irecv", 0),
@@ -80,6 +90,10 @@ FUNCOL = {
     "legacy_all_to_all_single": ("all_to_all", 1), "legacy_isend": ("isend", 0),
     "legacy_irecv": ("irecv", 0),
 }
+# Names of a newer torch than some clusters have (2.13: *_single; 2.14: the rest): install()
+# wraps what this torch has.
+NEWER_TORCH = {"all_gather_single", "reduce_scatter_single", "gather_single",
+               "gather_into_tensor", "reduce_scatter_inplace", "legacy_reduce_scatter"}
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
 P2P = ("send", "recv", "isend", "irecv")
@@ -111,10 +125,70 @@ class _State:
     unwaited_to: dict = field(default_factory=dict)  # global peer -> async sends not yet completed
     local: threading.local = field(default_factory=threading.local)
     guard = None  # callable(kind, args, kwargs) that may refuse a call before it is made
+    nccl_rules: bool = False  # gloo behaves as NCCL where a grade depends on it (see top)
 
 
 STATE = _State()
 _ORIGINAL: dict = {}
+RULE = "rule 'Device'"   # what the stubs call the GPU run's rules; exception_causes' hint
+
+# Calls that take a reduce op: its positional index (keyword "op").
+_OP_AT = {"all_reduce": 1, "all_reduce_coalesced": 1, "reduce": 2, "reduce_scatter": 2,
+          "reduce_scatter_tensor": 2, "reduce_scatter_single": 2, "_reduce_scatter_base": 2}
+
+
+class NCCLRuleError(RuntimeError):
+    """What NCCL would refuse on a GPU run, refused on CPU too."""
+
+
+def _refuse_non_contiguous(kind, position, keyword, args, kwargs, where) -> None:
+    arg = args[position] if position is not None and len(args) > position else \
+        kwargs.get(keyword) if keyword else None
+    if isinstance(arg, torch.Tensor) and arg.numel() > 1 and not arg.is_contiguous():
+        raise NCCLRuleError(
+            f"{kind} was given a non-contiguous {list(arg.shape)} "
+            f"{str(arg.dtype).replace('torch.', '')} tensor (at {where}): {RULE} (NCCL refuses "
+            f"a non-contiguous tensor, which gloo takes; communicate x.contiguous())")
+
+
+def _average_by_sum(kind, args, kwargs):
+    """ReduceOp.AVG on gloo, which lacks it: (args, kwargs) asking for SUM, and the function
+    that divides the result by the group's size once it is there; None if not AVG."""
+    pos = _OP_AT.get(kind)
+    if pos is None:
+        return None
+    op = args[pos] if len(args) > pos else kwargs.get("op")
+    if op is None or op != dist.ReduceOp.AVG:
+        return None
+    group = kwargs.get("group", args[pos + 1] if len(args) > pos + 1 else None)
+    size = dist.get_world_size(group)
+    if len(args) > pos:
+        args = (*args[:pos], dist.ReduceOp.SUM, *args[pos + 1:])
+    else:
+        kwargs = {**kwargs, "op": dist.ReduceOp.SUM}
+    out = args[0] if args else kwargs.get("tensor", kwargs.get("output", kwargs.get("tensors")))
+    outs = out if isinstance(out, (list, tuple)) else [out]
+
+    def divide():
+        for t in outs:
+            if isinstance(t, torch.Tensor) and t.is_floating_point():
+                t.div_(size)
+    return args, kwargs, divide
+
+
+class _Coalesced:
+    """NCCL's one handle for a batch of point-to-point operations (gloo returns one each)."""
+
+    def __init__(self, works):
+        self._works = list(works)
+
+    def wait(self, *a, **k):
+        for w in self._works:
+            w.wait(*a, **k)
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
 
 
 def _nbytes(position, keyword, args, kwargs) -> int:
@@ -184,9 +258,10 @@ class _Work:
     """Wraps an async handle: a wait() that blocks forever is reported with its peer, and the
     events it covers (one call, or all of a coalesced batch) are marked completed."""
 
-    def __init__(self, work, kind, where, indices=()):
+    def __init__(self, work, kind, where, indices=(), after=None):
         self._work, self._kind, self._where, self._indices = work, kind, where, list(indices)
         self._events = STATE.events   # the check's list: a handle kept into the next check
+        self._after = after           # what finishes the result once it is there (AVG's division)
 
     def _mark_completed(self):
         if self._events is STATE.events:
@@ -205,6 +280,9 @@ class _Work:
         try:
             out = self._work.wait(*a, **k)
             self._mark_completed()
+            if self._after is not None:
+                self._after, after = None, self._after
+                after()
         finally:
             _status(None)
         return out
@@ -248,6 +326,12 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         if STATE.guard is not None:
             STATE.guard(kind, args, kwargs)
         where = caller()
+        averaged = None
+        if STATE.nccl_rules:
+            _refuse_non_contiguous(kind, position, keyword, args, kwargs, where)
+            averaged = _average_by_sum(kind, args, kwargs)
+            if averaged is not None:
+                args, kwargs, _ = averaged
         peer = _peer(family, args, kwargs)
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
                                   peer, where, family))
@@ -266,9 +350,12 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         finally:
             STATE.local.depth = 0
             _status(None)
+        after = averaged[2] if averaged is not None else None
         if handles and out is not None and (family in ("isend", "irecv") or kwargs.get("async_op")):
             _pending(STATE.events[index])
-            return _Work(out, kind, where, [index])
+            return _Work(out, kind, where, [index], after)
+        if after is not None:
+            after()
         return out
     wrapper.__rtp_wrapped__ = True
     return wrapper
@@ -287,6 +374,8 @@ def _wrap_batch(fn):
         for i in indices:
             _pending(STATE.events[i])
         where = STATE.events[start].where if len(STATE.events) > start else caller()
+        if STATE.nccl_rules:
+            return [_Work(_Coalesced(works), "batch_isend_irecv", where, indices)]
         return [w if isinstance(w, _Work) else _Work(w, "batch_isend_irecv", where, indices)
                 for w in works]
     wrapper.__rtp_wrapped__ = True

@@ -105,6 +105,17 @@ def forbid_cuda(role: str) -> None:
             setattr(torch.cuda, name, _refusing(name, original))
 
 
+def allow_cuda() -> None:
+    """Lift forbid_cuda: a rank, forked from a process that forbade CUDA, uses its GPU."""
+    global _role
+    for name in _GUARDED:
+        fn = getattr(torch.cuda, name, None)
+        original = getattr(fn, "__rtp_guarded__", None)
+        if original is not None:
+            setattr(torch.cuda, name, original)
+    _role = None
+
+
 def cuda_forbidden() -> str | None:
     """The role given to forbid_cuda, or None where CUDA is allowed."""
     return _role

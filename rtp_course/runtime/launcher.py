@@ -150,6 +150,7 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
     _drop_helpers()
+    devices.allow_cuda()                      # the forkserver forbade it for itself
     os.environ[reaper.MARK_ENV] = info.mark
     for key in [k for k in os.environ if k.startswith("RTP_COURSE_")]:
         del os.environ[key]

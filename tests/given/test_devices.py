@@ -124,3 +124,11 @@ def test_srun_tasks_that_see_one_gpu_each_take_device_zero(monkeypatch):
     rank, world_size, device = launcher.init_from_env()
     assert (rank, world_size, device) == (3, 4, torch.device("cuda", 0))
     assert calls["backend"] == "nccl" and calls["device_id"] == torch.device("cuda", 0)
+
+
+def _cuda_in_a_rank(rank, world_size):
+    return [torch.cuda.is_available(), devices.cuda_forbidden()]
+
+
+def test_a_rank_may_use_cuda_although_its_forkserver_may_not():
+    assert launcher.launch(_cuda_in_a_rank, 1, timeout=60) == [[False, None]]

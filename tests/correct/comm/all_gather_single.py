@@ -1,5 +1,7 @@
 """AllGather and Split's backward through dist.all_gather_single (torch 2.13's recommended API):
-one flat buffer gathered along dim 0, then cut and joined along `dim`."""
+one flat buffer gathered along dim 0, then cut and joined along `dim`.
+REQUIRES: all_gather_single
+"""
 REPLACE = [
     ("""        parts = [torch.empty_like(x) for _ in range(world)]
         dist.all_gather(parts, x.contiguous(), group=group)
