@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from rtp_course.checker import gpu_placement
+from rtp_course.runtime import gpu_placement
 from rtp_course.course import EXERCISES
 from wrongs import ROOT
 

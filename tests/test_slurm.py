@@ -5,6 +5,7 @@ so its minute (Slurm's smallest limit, enforced every 30 s) overlaps the others.
 """
 import argparse
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -199,6 +200,24 @@ def test_real_checker_job_on_two_cpu_tasks(slurm_cluster, tmp_path, monkeypatch)
     rep = job.report()
     assert rep["passed"] and "comm" in rep["exercises"], job.summary()
     assert {c["world_size"] for c in rep["exercises"]["comm"]["checks"]} == {2}
+
+
+def test_doctor_job_on_two_cpu_tasks(slurm_cluster, tmp_path):
+    """slurm/doctor.sbatch on the real cluster: every part of the stack, one line each."""
+    course = real_course_command()
+    if course is None:
+        pytest.skip("the rtp-course CLI is not installed (pip install -e .)")
+    env = dict(os.environ, RTP_COURSE=course)
+    out = subprocess.run(["sbatch", "--parsable", "--ntasks=2", "--gpus-per-task=0", "--time=5",
+                          f"--output={tmp_path}/doctor-%j.out", str(ROOT / "slurm" / "doctor.sbatch")],
+                         env=env, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    job_id = out.strip().split(";")[0]
+    job = slurm.Job(job_id, log=tmp_path / f"doctor-{job_id}.out")
+    assert job.wait(timeout=240, progress=False) == "COMPLETED", job.summary()
+    log = (tmp_path / f"doctor-{job_id}.out").read_text()
+    for part in ("torch", "GPUs", "confined ranks", "reference", "benchmark"):
+        assert re.search(rf"^  ok +{part} ", log, re.M), log
+    assert "every part works" in log, log
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import rtp_course
-from rtp_course.checker import gpu_placement, outcome_file
+from rtp_course.checker import outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
-from rtp_course.runtime import commlog, sandbox
+from rtp_course.runtime import commlog, devices, gpu_placement, sandbox
 from rtp_course.runtime.launcher import rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
@@ -206,8 +206,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     os._exit = _refuse_exit
     # On CPU, tensors the code under test makes without a device are refused where a GPU run
     # would refuse them (from its import on: `from torch import zeros` gets the watched one).
-    # RTP_COURSE_PLACEMENT=all watches the checks' own tensors too (the harness's GPU readiness).
-    watched = [""] if os.environ.get("RTP_COURSE_PLACEMENT") == "all" else files
+    # RTP_COURSE_EMULATE=nccl watches the checks' own tensors too (the harness's GPU readiness).
+    watched = [""] if devices.emulating_nccl() else files
     placement = gpu_placement.host_placement(watched) if device.type == "cpu" \
         else contextlib.nullcontext()
     # and gloo behaves as NCCL where a grade depends on it (one coalesced batch handle,

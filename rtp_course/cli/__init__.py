@@ -1,4 +1,4 @@
-"""`rtp-course`: check, info, submit, bench, release, seal, grade."""
+"""`rtp-course`: check, info, doctor, submit, bench, release, seal, grade."""
 from __future__ import annotations
 
 import argparse
@@ -104,6 +104,11 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="torch version, backend, GPUs, Slurm")
     i.set_defaults(func=cmd_info)
+
+    d = sub.add_parser("doctor", help="does this node run the course? torch, GPUs, confined ranks, "
+                                      "NCCL/gloo, the reference, a benchmark step")
+    d.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if 2+ GPUs, else gloo")
+    d.set_defaults(func=_delegate("rtp_course.cli.doctor", "cli_doctor"))
 
     s = sub.add_parser("submit", help="run a checker job (or benchmark) on Slurm")
     if wanted == ["submit"]:

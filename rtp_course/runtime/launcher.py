@@ -173,8 +173,13 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     _DEVICE = _init_group(info.backend, store, rank, info.world_size, local_rank,
                           info.pg_timeout, ranks_on_node=info.world_size)
     try:
-        result = fn(rank, info.world_size, *args)
-        torch.save(result, result_fh)
+        if info.backend == "gloo" and devices.emulating_nccl():
+            from rtp_course.runtime.gpu_placement import nccl_semantics
+            with nccl_semantics():            # every tensor of the run watched, as on a GPU
+                result = fn(rank, info.world_size, *args)
+        else:
+            result = fn(rank, info.world_size, *args)
+        torch.save(_on_host(result), result_fh)
         result_fh.close()
         _leave_together(store, info.world_size)
     except BaseException:                     # as text: the parent never unpickles a worker's words
@@ -212,6 +217,20 @@ def _init_group(backend: str, store, rank: int, world_size: int, local_rank: int
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout), **kwargs)
     return device
+
+
+def _on_host(result):
+    """A rank's return value with every tensor a plain CPU tensor: the caller (a notebook
+    plotting it, the checker comparing it) neither initialises CUDA to read a GPU tensor nor
+    unpickles a tensor subclass."""
+    if isinstance(result, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return result.detach().to("cpu").as_subclass(torch.Tensor)
+    if isinstance(result, dict):
+        return {k: _on_host(v) for k, v in result.items()}
+    if isinstance(result, (list, tuple)) and type(result) in (list, tuple):
+        return type(result)(_on_host(v) for v in result)
+    return result
 
 
 def _leave_together(store, world_size: int) -> None:
@@ -409,6 +428,8 @@ def init_from_env(backend: str | None = None, timeout: float = 600.0) -> tuple[i
         kwargs["device_id"] = device
     dist.init_process_group(backend, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    global _DEVICE
+    _DEVICE = device
     return rank, world_size, device
 
 

@@ -24,8 +24,13 @@ _FONT = {
     8: [" ### ", "#   #", "#   #", " ### ", "#   #", "#   #", " ### "],
     9: [" ### ", "#   #", "#   #", " ####", "    #", "   # ", " ##  "],
 }
-GLYPHS = torch.tensor([[[c == "#" for c in row] for row in _FONT[d]] for d in range(10)],
-                      dtype=torch.float32)                      # [10, 7, 5]
+
+
+def glyphs() -> torch.Tensor:
+    """The ten digits' bitmaps [10, 7, 5], made where the images are (on the host: no device,
+    as every tensor here; a module-level constant would be made before a rank starts)."""
+    return torch.tensor([[[c == "#" for c in row] for row in _FONT[d]] for d in range(10)],
+                        dtype=torch.float32)
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
@@ -43,8 +48,8 @@ def synthetic_digits(n: int, seed: int = 0):
     """
     gen = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 10, (n,), generator=gen)
-    glyphs = GLYPHS[labels].unsqueeze(1)                               # [n, 1, 7, 5]
-    images = glyphs.repeat_interleave(3, dim=2).repeat_interleave(3, dim=3)  # [n, 1, 21, 15]
+    shapes = glyphs()[labels].unsqueeze(1)                             # [n, 1, 7, 5]
+    images = shapes.repeat_interleave(3, dim=2).repeat_interleave(3, dim=3)  # [n, 1, 21, 15]
     images = F.pad(images, (6, 7, 3, 4))                               # [n, 1, 28, 28]
 
     # Stroke jitter: about half of the digits get thicker strokes.

@@ -1,4 +1,4 @@
-"""The checker's rule 'Device' on CPU (rtp_course/checker/gpu_placement.py): tensors that the
+"""The checker's rule 'Device' on CPU (rtp_course/runtime/gpu_placement.py): tensors that the
 code under test makes without a device are refused where a GPU run would refuse them, and
 everything CUDA accepts still runs."""
 import copy
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from rtp_course.checker.gpu_placement import HostTensorError, host_placement, made_at, refuse_host_tensors
+from rtp_course.runtime.gpu_placement import HostTensorError, host_placement, made_at, refuse_host_tensors
 
 STUDENT = '''
 import torch

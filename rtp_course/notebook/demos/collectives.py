@@ -10,15 +10,17 @@ so in the pictures a number tells where it came from. Every demo returns
 import torch
 import torch.distributed as dist
 
+from rtp_course.runtime.launcher import rank_device   # the rank's GPU under NCCL, else the CPU
+
 
 def own_values(rank: int, n: int) -> torch.Tensor:
     """n values that say which rank they belong to: 10*(rank+1) + [0, 1, ..., n-1]."""
-    return torch.arange(n, dtype=torch.float32) + 10 * (rank + 1)
+    return torch.arange(n, dtype=torch.float32, device=rank_device()) + 10 * (rank + 1)
 
 
 def broadcast(rank, world_size):
     """Rank 0's tensor is copied into every rank's tensor (same shape everywhere)."""
-    t = own_values(0, 4) if rank == 0 else torch.zeros(4)   # receivers pass a buffer to fill
+    t = own_values(0, 4) if rank == 0 else torch.zeros(4, device=rank_device())   # receivers pass a buffer to fill
     before = t.clone()
     dist.broadcast(t, src=0)
     return before, t
@@ -35,7 +37,7 @@ def all_reduce(rank, world_size):
 def reduce_scatter(rank, world_size):
     """Sum as all_reduce does, but rank r keeps only chunk r of the sum: 1/N of the result each."""
     t = own_values(rank, 2 * world_size)               # N chunks of 2 values
-    out = torch.zeros(2)
+    out = torch.zeros(2, device=rank_device())
     dist.reduce_scatter(out, list(t.chunk(world_size)), op=dist.ReduceOp.SUM)
     return t, out
 
@@ -43,7 +45,7 @@ def reduce_scatter(rank, world_size):
 def all_gather(rank, world_size):
     """Every rank ends with every rank's tensor, in rank order."""
     t = own_values(rank, 2)
-    parts = [torch.zeros(2) for _ in range(world_size)]
+    parts = [torch.zeros(2, device=rank_device()) for _ in range(world_size)]
     dist.all_gather(parts, t)
     return t, torch.cat(parts)
 
@@ -62,7 +64,7 @@ def send_recv(rank, world_size):
 def all_to_all(rank, world_size):
     """Rank r sends its chunk j to rank j and receives chunk r of every rank: a transpose."""
     t = own_values(rank, world_size)                   # one value per destination
-    out = [torch.zeros(1) for _ in range(world_size)]
+    out = [torch.zeros(1, device=rank_device()) for _ in range(world_size)]
     dist.all_to_all(out, list(t.chunk(world_size)))
     return t, torch.cat(out)
 
@@ -84,7 +86,7 @@ def states(results, name):
 
 def deadlock(rank, world_size):
     """Both ranks first wait to receive from the other: neither ever sends. Forever."""
-    t = torch.zeros(1)
+    t = torch.zeros(1, device=rank_device())
     peer = 1 - rank
     dist.recv(t, src=peer)       # blocks until the peer sends... which it never does
     dist.send(t, dst=peer)
@@ -94,7 +96,7 @@ def deadlock(rank, world_size):
 def no_deadlock(rank, world_size):
     """The fix: the two sides agree on an order. Rank 0 sends first, rank 1 receives first."""
     t = own_values(rank, 1)
-    got = torch.zeros(1)
+    got = torch.zeros(1, device=rank_device())
     peer = 1 - rank
     if rank == 0:
         dist.send(t, dst=peer)

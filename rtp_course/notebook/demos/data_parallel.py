@@ -19,22 +19,25 @@ from torch.utils.data import DataLoader, DistributedSampler
 from rtp_course.training.data import DigitsDataset, rank_batch
 from rtp_course.course.impl import current
 from rtp_course.models import build_model
+from rtp_course.runtime.launcher import rank_device
 
 
-def tiny_problem(seed: int = 0, batch: int = 8):
-    """A linear model and a global batch of `batch` samples, the same on every rank."""
+def tiny_problem(seed: int = 0, batch: int = 8, device=None):
+    """A linear model and a global batch of `batch` samples, the same on every rank
+    (on `device`: a rank's own, rank_device(); default the CPU)."""
+    device = device or torch.device("cpu")
     gen = torch.Generator().manual_seed(seed)
     x, y = torch.randn(batch, 3, generator=gen), torch.randn(batch, 1, generator=gen)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = nn.Linear(3, 1)
-    return model, x, y
+    return model.to(device), x.to(device), y.to(device)
 
 
 def gradient_demo(rank, world_size, seed=0):
     """Local gradient on this rank's chunk, then the result of average_gradients."""
     dp = current("data_parallel")
-    model, x, y = tiny_problem(seed)
+    model, x, y = tiny_problem(seed, device=rank_device())
     x, y = rank_batch((x, y), rank, world_size)
     F.mse_loss(model(x), y).backward()
     local = model.weight.grad.clone()
@@ -47,11 +50,11 @@ def wrap_demo(rank, world_size):
     dp = current("data_parallel")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(100 + rank)            # deliberately different on every rank
-        model = nn.Linear(3, 1)
+        model = nn.Linear(3, 1).to(rank_device())
     before = model.weight.detach().clone()
     model = dp.DataParallel(model)
     after = model.module.weight.detach().clone()
-    _, x, y = tiny_problem()
+    _, x, y = tiny_problem(device=rank_device())
     x, y = rank_batch((x, y), rank, world_size)
     F.mse_loss(model(x), y).backward()           # no explicit call: the hooks average
     return {"before": before, "after": after, "grad": model.module.weight.grad.clone()}
@@ -66,7 +69,8 @@ def train(rank, world_size, steps=30, per_rank_batch=32, lr=1e-3, seed=0, parall
     shuffled order, so serial step t sees exactly the union of the ranks' batches.
     """
     dataset = DigitsDataset(steps * per_rank_batch * world_size, seed=seed)
-    model = build_model("cnn", seed=seed, tiny=True)     # tiny: dropout off, so runs are comparable
+    dev = rank_device() if parallel else torch.device("cpu")
+    model = build_model("cnn", seed=seed, tiny=True).to(dev)   # tiny: dropout off, runs comparable
     if parallel:
         model = current("data_parallel").DataParallel(model)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -76,7 +80,7 @@ def train(rank, world_size, steps=30, per_rank_batch=32, lr=1e-3, seed=0, parall
     losses = []
     for images, labels in loader:
         optimizer.zero_grad()
-        loss = F.nll_loss(model(images), labels)
+        loss = F.nll_loss(model(images.to(dev)), labels.to(dev))
         loss.backward()                  # DataParallel's hooks all-reduce the gradients here
         optimizer.step()
         losses.append(loss.item())       # this rank's loss on its own chunk
@@ -90,10 +94,11 @@ def profile_step(rank, world_size, steps=3, per_rank_batch=32):
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")    # keep the profiler's own log lines out of the notebook
     from torch.profiler import ProfilerActivity, profile, record_function
     dp = current("data_parallel")
-    model = dp.DataParallel(build_model("cnn", seed=0, tiny=True))
+    dev = rank_device()
+    model = dp.DataParallel(build_model("cnn", seed=0, tiny=True).to(dev))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     images, labels = DigitsDataset(per_rank_batch * world_size, seed=0)[:]
-    images, labels = rank_batch((images, labels), rank, world_size)
+    images, labels = rank_batch((images.to(dev), labels.to(dev)), rank, world_size)
 
     def step():
         with record_function("forward"):

@@ -19,13 +19,12 @@ import torch.distributed as dist
 from rtp_course.course.todo import needs_exercises
 from rtp_course.course.impl import current
 from rtp_course.notebook.trace import Trace
+from rtp_course.runtime.launcher import rank_device
 
 
 def _device():
-    """This rank's device: its GPU under NCCL, else the CPU (gloo)."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """This rank's device: its GPU under NCCL (mapped onto the visible ones), else the CPU."""
+    return rank_device()
 
 
 def own_values(rank, n=2):

@@ -20,6 +20,7 @@ from rtp_course.training.data import classification_tokens
 from rtp_course.course.todo import needs_exercises
 from rtp_course.course.impl import current
 from rtp_course.models import FeedForward, SelfAttention, build_model
+from rtp_course.runtime.launcher import rank_device
 
 HIDDEN, FFN, HEADS, VOCAB, BATCH, SEQ = 48, 96, 12, 96, 4, 6
 TRAIN_CONFIG = dict(num_classes=2)      # on top of the tiny BERT (48 wide, 12 heads, 2 blocks)
@@ -28,9 +29,8 @@ MEMORY_CONFIG = dict(vocab_size=1200, hidden_dim=96, num_layers=2, num_heads=12,
 
 
 def _device():
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """This rank's device: its GPU under NCCL (mapped onto the visible ones), else the CPU."""
+    return rank_device()
 
 
 def _serial(kind, device):

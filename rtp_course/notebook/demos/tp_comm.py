@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from rtp_course.course.impl import current
+from rtp_course.runtime.launcher import rank_device
 
 
 def one_op(rank, world_size, name):
@@ -17,21 +18,21 @@ def one_op(rank, world_size, name):
     The loss is sum(y * c) with a weight c that differs per rank where y is
     per-rank (so the backward shows which ranks' gradients were combined).
     """
-    comm = current("comm")
+    comm, dev = current("comm"), rank_device()
     if name == "duplicate":           # x replicated; each rank's branch uses y differently
-        x = torch.tensor([1.0, 2.0, 3.0])
+        x = torch.tensor([1.0, 2.0, 3.0], device=dev)
         run = comm.duplicate
         weight = lambda y: torch.full_like(y, float(rank + 1))      # noqa: E731
     elif name == "all_reduce":        # x_r: this rank's partial sum; y replicated
-        x = torch.tensor([1.0, 2.0, 3.0]) * (rank + 1)
+        x = torch.tensor([1.0, 2.0, 3.0], device=dev) * (rank + 1)
         run = comm.all_reduce
-        weight = lambda y: torch.tensor([1.0, 10.0, 100.0])          # noqa: E731
+        weight = lambda y: torch.tensor([1.0, 10.0, 100.0], device=dev)  # noqa: E731
     elif name == "all_gather":        # x_r: rank r's 2 columns; y the whole row, replicated
-        x = torch.tensor([1.0, 2.0]) + 10 * (rank + 1)
+        x = torch.tensor([1.0, 2.0], device=dev) + 10 * (rank + 1)
         run = lambda t: comm.all_gather(t, dim=-1)                   # noqa: E731
-        weight = lambda y: torch.arange(1.0, y.numel() + 1)          # noqa: E731
+        weight = lambda y: torch.arange(1.0, y.numel() + 1, device=dev)  # noqa: E731
     elif name == "split":             # x replicated; y_r: rank r's 2 columns
-        x = torch.arange(1.0, 2 * world_size + 1)
+        x = torch.arange(1.0, 2 * world_size + 1, device=dev)
         run = lambda t: comm.split(t, dim=-1)                        # noqa: E731
         weight = lambda y: torch.full_like(y, float(rank + 1))      # noqa: E731
     else:
@@ -72,8 +73,9 @@ def tp_mlp(rank, world_size, seed=0, use_f=True):
         y  = g(z_r) + b2                [4, d]         all-reduce; b2 added once, after the sum
     use_f=False leaves out f, to see what goes wrong.
     """
-    comm = current("comm")
+    comm, dev = current("comm"), rank_device()
     w, x, probe = mlp_weights(seed=seed)
+    w, x, probe = {k: v.to(dev) for k, v in w.items()}, x.to(dev), probe.to(dev)
     n = w["W1"].shape[0] // world_size
     mine = slice(rank * n, (rank + 1) * n)
     W1 = w["W1"][mine].clone().requires_grad_(True)           # [hidden/N, d]

@@ -15,14 +15,14 @@ from rtp_course.training.data import classification_tokens, rank_batch
 from rtp_course.course.todo import needs_exercises
 from rtp_course.course.impl import current
 from rtp_course.models import build_model
+from rtp_course.runtime.launcher import rank_device
 
 CONFIG = dict(num_classes=2)        # on top of the tiny BERT: width 48, 12 heads, 2 blocks
 
 
 def _device():
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """This rank's device: its GPU under NCCL (mapped onto the visible ones), else the CPU."""
+    return rank_device()
 
 
 @needs_exercises

@@ -242,7 +242,7 @@ def _factory(fn):
         out = fn(*args, **kwargs)
         device = kwargs.get("device")
         host = _is_cpu(device) if device is not None else _context_is_host() is not False
-        if host and isinstance(out, torch.Tensor) \
+        if host and type(out) in (torch.Tensor, nn.Parameter) \
                 and not any(True for a in args for _ in _tensors_in(a)) \
                 and _code_under_test_made_it():
             return _host(out, commlog.caller())
@@ -303,7 +303,7 @@ def host_placement(code_dirs=("",)):
     code) makes without a device are host tensors, refused where a GPU run would refuse them."""
     global _CODE_DIRS
     saved = {f.__name__: getattr(torch, f.__name__) for f in FACTORIES}
-    _CODE_DIRS = tuple(str(d) for d in code_dirs)
+    saved_dirs, _CODE_DIRS = _CODE_DIRS, tuple(str(d) for d in code_dirs)
     for name, fn in saved.items():
         setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn)))
     moves = {"cpu": (torch.Tensor.cpu, lambda args, kwargs: True), "to": (torch.Tensor.to, _to_cpu)}
@@ -315,9 +315,24 @@ def host_placement(code_dirs=("",)):
     try:
         yield
     finally:
+        _CODE_DIRS = saved_dirs
         for name, fn in saved.items():
             setattr(torch, name, fn)
         for name, (fn, _) in moves.items():
             setattr(torch.Tensor, name, fn)
         context_cls.__init__ = init
         commlog.STATE.guard = guard
+
+
+@contextlib.contextmanager
+def nccl_semantics(code_dirs=("",)):
+    """A gloo rank that behaves as an NCCL rank where the two differ: host tensors refused
+    (host_placement) and commlog's NCCL rules (one coalesced batch handle, contiguous tensors
+    only, ReduceOp.AVG). What RTP_COURSE_EMULATE=nccl runs every launched function under."""
+    commlog.install(code_dirs)
+    before, commlog.STATE.nccl_rules = commlog.STATE.nccl_rules, True
+    try:
+        with host_placement(code_dirs):
+            yield
+    finally:
+        commlog.STATE.nccl_rules = before

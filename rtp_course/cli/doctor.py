@@ -1,0 +1,195 @@
+"""`rtp-course doctor`: does this node run the course? One line per part of the stack.
+
+Run it once on a new machine or cluster node (`sbatch slurm/doctor.sbatch` on a GPU
+node). It tries, in order, what the course needs, and for each part prints `ok` with what
+it found, or `FAIL` with one sentence saying what to do:
+
+    torch           the version, and whether the course has run on it
+    GPUs            how many this process sees (counted without initialising CUDA)
+    confined ranks  ranks start, confine themselves as the checker's do, and (on GPUs)
+                    initialise CUDA on their own device
+    collectives     all_reduce, point-to-point around the ring, and a subgroup, in those ranks
+    reference       one check per exercise on the reference (instructor edition), at 2 ranks
+                    and at the node's GPU count
+    benchmark       one training step of DDP (and of RTP with the reference)
+
+Exit status 0 only if every part works.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import time
+from pathlib import Path
+
+import rtp_course
+
+TESTED_TORCH = ("2.6", "2.13", "2.14")      # the releases the course's suite has run on
+MIN_TORCH = (2, 4)
+
+
+class Failed(Exception):
+    """A part that does not work; the message says what to do, in one sentence."""
+
+
+def _torch() -> str:
+    import torch
+    version = torch.__version__.split("+")[0]
+    major_minor = tuple(int(x) for x in version.split(".")[:2])
+    if major_minor < MIN_TORCH:
+        raise Failed(f"torch {version} is older than 2.4: install a newer torch "
+                     f"(pip install 'torch>=2.4', or your cluster's module)")
+    tested = ".".join(map(str, major_minor)) in TESTED_TORCH
+    return f"{torch.__version__}" + ("" if tested else
+                                     f" (untested: the course has run on {', '.join(TESTED_TORCH)})")
+
+
+def _gpus() -> int:
+    from rtp_course.runtime import devices
+    return devices.gpu_count()
+
+
+def _probe(rank: int, world_size: int, backend: str) -> dict:
+    """In a launched rank: confine as a checker rank does, then use the device and talk."""
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+
+    from rtp_course.runtime import launcher, sandbox
+    out = {}
+    write = [tempfile.gettempdir()] + (["/dev/shm"] if backend == "nccl" else [])
+    package = str(Path(rtp_course.__file__).resolve().parent)
+    confinement = sandbox.confine(read=[package], write=write,
+                                  devices=sandbox.gpu_devices() if backend == "nccl" else ())
+    out["confinement"] = confinement.describe()
+    device = launcher.rank_device()
+    x = torch.full((4,), float(rank + 1), device=device)
+    if device.type == "cuda":
+        out["device"] = f"{device} ({torch.cuda.get_device_name(device)})"
+    dist.all_reduce(x)
+    out["all_reduce"] = x[0].item() == world_size * (world_size + 1) / 2
+    received = torch.empty_like(x)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, (rank + 1) % world_size),
+                                    dist.P2POp(dist.irecv, received, (rank - 1) % world_size)])
+    for w in works:
+        w.wait()
+    out["p2p"] = bool(torch.equal(received, x))
+    first = dist.new_group([0, 1]) if world_size > 1 else None
+    if first is not None and rank < 2:
+        y = torch.ones(2, device=device)
+        dist.all_reduce(y, group=first)
+        out["subgroup"] = y[0].item() == 2
+    else:
+        out["subgroup"] = True
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return out
+
+
+def _ranks(backend: str, world_size: int) -> str:
+    from rtp_course.runtime.launcher import LaunchError, launch
+    try:
+        results = launch(_probe, world_size, args=(backend,), backend=backend, timeout=120)
+    except LaunchError as e:
+        raise Failed(f"{world_size} {backend} ranks did not run ({str(e).splitlines()[0]}): "
+                     f"`rtp-course info` shows the backends; see docs/INSTRUCTORS.md, "
+                     f"'First time on a GPU cluster'") from None
+    bad = [k for r in results for k in ("all_reduce", "p2p", "subgroup") if not r.get(k)]
+    if bad:
+        raise Failed(f"{', '.join(sorted(set(bad)))} gave wrong values on {backend}: the "
+                     f"communication library is broken on this node; report it with the output "
+                     f"of `rtp-course info`")
+    what = results[0]["confinement"]
+    devices_seen = ", ".join(r["device"] for r in results if "device" in r)
+    return f"{world_size} {backend} ranks, {what}" + (f"; {devices_seen}" if devices_seen else "")
+
+
+def _reference(sizes: list[int], backend: str) -> str:
+    from rtp_course.checker import engine
+    from rtp_course.course import EXERCISES
+    from rtp_course.course.impl import resolve
+    try:
+        resolve("solutions")
+    except Exception:  # noqa: BLE001 - the student edition has no reference
+        return "skipped: the student edition has no reference (check your own code: rtp-course check)"
+    checks = engine.load_checks(engine.check_modules(EXERCISES, False))
+    first = {}
+    for c in checks:
+        if c.exercise not in first and any(c.applies(n) for n in sizes):
+            first[c.exercise] = c.name
+    results = engine.run(list(first), impl="solutions", world_sizes=sizes, backend=backend,
+                         only=list(first.values()))
+    failed = [f"{r.exercise}.{r.check} at {r.world_size}: {r.status}" for r in results if not r.passed]
+    if failed:
+        raise Failed(f"the reference fails {'; '.join(failed)}: the checker does not work on this "
+                     f"node; send the output of `rtp-course check --impl solutions -v` to the "
+                     f"course staff")
+    return f"{len(results)} checks ({', '.join(first)}) at world sizes {sizes}"
+
+
+def _benchmark(backend: str) -> str:
+    from rtp_course.cli import build_parser
+    from rtp_course.course.impl import resolve
+    from rtp_course.training import bench
+    strategies = ["ddp"]
+    with contextlib.suppress(Exception):
+        resolve("solutions")
+        strategies.append("rtp")
+    args = build_parser(["bench"]).parse_args(
+        ["bench", "--world-size", "2", "--steps", "1", "--warmup", "1", "--strategies",
+         *strategies, "--backend", backend, "--timeout", "300",
+         *(["--impl", "solutions"] if "rtp" in strategies else [])])
+    rows, _ = bench.run_bench(args)
+    bad = [r["strategy"] for r in rows if r.get("status", "ok") != "ok"]
+    if bad:
+        raise Failed(f"the benchmark step failed for {', '.join(bad)}: run `rtp-course bench "
+                     f"--steps 1` to see why")
+    first = {r["strategy"]: r for r in reversed(rows)}        # a row per rank: rank 0's
+    return ", ".join(f"{name} {1000 * float(r['step_time_s']):.0f} ms/step"
+                     for name, r in reversed(first.items()))
+
+
+def run(backend: str | None = None, out=sys.stdout) -> int:
+    from rtp_course.runtime.launcher import default_backend
+    failures = 0
+
+    def part(name, fn, *args):
+        nonlocal failures
+        start = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):     # what the part itself prints
+                said, mark = fn(*args), "ok"
+        except Failed as e:
+            said, mark, failures = str(e), "FAIL", failures + 1
+        except Exception as e:  # noqa: BLE001 - a doctor reports, it does not crash
+            said, mark = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", "FAIL"
+            failures += 1
+        print(f"  {mark:<4}  {name:<15} {said}  ({time.perf_counter() - start:.1f} s)", file=out,
+              flush=True)
+        return mark == "ok"
+
+    print(f"rtp-course doctor on {os.uname().nodename}", file=out)
+    part("torch", _torch)
+    gpus = _gpus()
+    part("GPUs", lambda: f"{gpus} visible" + ("" if gpus else " (the course runs on CPU with gloo)"))
+    backend = backend or default_backend(max(2, gpus))
+    sizes = sorted({2, gpus}) if backend == "nccl" and gpus >= 2 else [2]
+    if backend == "nccl" and gpus < 2:
+        part("confined ranks", lambda: (_ for _ in ()).throw(Failed(
+            f"NCCL needs a GPU per rank and this process sees {gpus}: ask Slurm for 2 or more "
+            f"(--gpus-per-task=1 --ntasks=2), or run the course on CPU with gloo")))
+        return 1
+    for n in sizes:
+        part("confined ranks", _ranks, backend, n)
+    part("reference", _reference, sizes, backend)
+    part("benchmark", _benchmark, backend)
+    print(("every part works" if not failures else f"{failures} part(s) failed: each line says "
+           f"what to do"), file=out)
+    return 0 if not failures else 1
+
+
+def cli_doctor(args) -> int:
+    return run(args.backend)
