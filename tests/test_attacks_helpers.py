@@ -5,16 +5,22 @@ Each probe is found the way a student's recipe finds it (/proc/net/unix lists ev
 socket's path, /proc/self/fd every inherited descriptor) and runs inside a confined checker
 rank, at the import of the code under test or in a check.
 """
+import contextlib
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import uuid
 from multiprocessing import forkserver as mp_forkserver, resource_tracker
 from pathlib import Path
 
 import pytest
 
+from rtp_course.checker import engine, report
 from rtp_course.runtime import forkserver, sandbox
-from test_attacks import at_forward, at_import, hostile, needs_landlock, run
+from test_attacks import _alive, at_forward, at_import, hostile, needs_landlock, run
 
 # Connects to every forkserver socket on the machine and asks it, as multiprocessing's own
 # client does, to fork a process; returns how many answered with a pid.
@@ -141,7 +147,102 @@ def test_shared_memory_of_other_processes_is_untouchable(tmp_path):
 
 
 def test_a_sparse_result_is_a_failed_check_not_a_crash_of_the_grader(tmp_path):
-    edits = at_forward("return x.detach().to_sparse()")
-    results, text = run(hostile(tmp_path, edits), only=("Duplication",))
+    edits = {"rotation": [("    return rotate_async(tensor, direction, group, recv_shape, recv_dtype).wait()",
+                           "    return rotate_async(tensor, direction, group, recv_shape, recv_dtype)"
+                           ".wait().to_sparse()")]}
+    results = engine.run(["rotation"], impl=str(hostile(tmp_path, edits)), world_sizes=(2,),
+                         only=["rotate"])
+    text = report.text(results)
     assert not results[0].passed and "MalformedResult" in text, text
     assert "is a torch.sparse_coo tensor, not a dense one" in text, text
+
+
+def test_torch_raising_not_implemented_is_an_error_not_a_todo(tmp_path):
+    """A NotImplementedError that torch raises is no stub's 'not implemented yet'."""
+    results, text = run(hostile(tmp_path, at_forward("torch.nn.Module()(x)")),
+                        only=("Duplication",))
+    assert results[0].status == "error" and "NotImplementedError" in text, text
+    assert "not implemented yet" not in text, text
+
+
+HOPPER = """
+import os, socket, sys, time
+beat = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+beat.send(b"%d;" % os.getpgid(0))   # for the test's clean-up when the run failed to end it
+while True:
+    time.sleep(0.001)
+    beat.send(b".")        # inherited across forks: the test hears it while any copy lives
+    if os.fork() != 0:
+        os._exit(0)        # the parent leaves: the process lives on under a new pid
+"""
+
+
+def test_a_process_that_keeps_reforking_does_not_outlive_the_run(tmp_path):
+    """A new pid every few hundred microseconds: a sweep that kills what one look at /proc
+    saw misses it (pgrep misses it too: the test listens to its heartbeat instead)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        probe = "\n".join([
+            "import subprocess as _sp, sys as _sys",
+            f"_sp.Popen([_sys.executable, '-c', {HOPPER!r}, '{server.getsockname()[1]}'],",
+            "          start_new_session=True, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL)",
+            "import time as _t",
+            "_t.sleep(0.5)",
+        ])
+        results, text = run(hostile(tmp_path, at_import(probe)), only=("Duplication",))
+        assert all(r.passed for r in results), text
+        server.settimeout(10)
+        beats = [server.accept()[0]]                 # one hopper per rank
+        server.settimeout(1)
+        with contextlib.suppress(OSError):
+            beats.append(server.accept()[0])
+        groups = []
+        try:
+            for beat in beats:
+                beat.settimeout(2)
+                groups.append(int(beat.recv(64).split(b";")[0]))
+                deadline, heard = time.monotonic() + 2, b"."
+                while heard and time.monotonic() < deadline:   # what was sent before the end
+                    heard = beat.recv(1 << 16)
+                assert heard == b"", "a re-forking process outlived the run (its heartbeat goes on)"
+        finally:
+            for group in groups:         # its process group, atomically, if the run failed to
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+            for beat in beats:
+                beat.close()
+
+
+def test_the_graders_environment_does_not_reach_the_code_or_its_report(tmp_path):
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    probe = "\n".join([
+        "import os as _os",
+        "_seen = repr(dict(_os.environ))",
+        "for _p in ('/proc/self/environ', f'/proc/{_os.getppid()}/environ', '/proc/1/environ'):",
+        "    try:",
+        "        _seen += open(_p, 'rb').read().decode(errors='replace')",
+        "    except OSError:",
+        "        pass",
+        "raise RuntimeError('ENV ' + _seen)",
+    ])
+    impl = hostile(tmp_path, at_forward(probe))
+    env = dict(os.environ, RTP_GRADER_SECRET=secret, RTP_COURSE_WARM="0")
+    out = subprocess.run([sys.executable, "-m", "rtp_course.cli", "check", "comm", "--impl", str(impl),
+                          "--world-size", "2", "--only", "Duplication"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert "ENV " in out.stdout, out.stdout + out.stderr
+    assert secret not in out.stdout + out.stderr
+
+
+def test_a_rank_that_floods_the_disk_is_stopped_at_its_file_cap(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTP_COURSE_RANK_FILE_MB", "8")
+    probe = "\n".join([
+        "import tempfile as _tf",
+        "with open(_tf.gettempdir() + '/flood', 'wb') as _f:",
+        "    for _ in range(40):",
+        "        _f.write(b'x' * (1 << 20))",
+    ])
+    results, text = run(hostile(tmp_path, at_import(probe)), only=("Duplication",))
+    assert not results[0].passed, text
+    assert "File too large" in text and "at most 512 MB each" in text, text

@@ -292,6 +292,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
                    check_ids=[c.id for c in todo], dtype=dtype,
+                   file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
         budget = sum(limit_of(c) for c in todo) + 60
         failure, judged = None, {}

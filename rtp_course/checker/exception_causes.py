@@ -32,6 +32,9 @@ SURE = [
      "(torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape), "
      "torch.empty_like(x)); the checker treats a tensor made without device= as a GPU run "
      "would: in CPU memory"),
+    (r"\[Errno 27\] File too large",
+     "a rank may write files of at most 512 MB each (the checker's cap on a rank's disk, "
+     "RTP_COURSE_RANK_FILE_MB): code under test has nothing to write to disk"),
     (r"non-contiguous .* tensor \(at ",
      "rule 'Device': NCCL sends only contiguous memory; a view such as x.t(), x[:, 1:] or "
      "x.narrow(...) is not: hand the collective x.contiguous() (gloo takes the view, so the "

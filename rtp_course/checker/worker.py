@@ -26,7 +26,7 @@ from rtp_course.checker import outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
-from rtp_course.runtime import commlog, devices, gpu_placement, sandbox
+from rtp_course.runtime import commlog, devices, forkserver, gpu_placement, sandbox
 from rtp_course.runtime.launcher import rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
@@ -102,7 +102,8 @@ class Ctx:
             self.records[key] = None
         else:  # a plain tensor even if the code under test returned a host tensor
             with torch._C.DisableTorchFunctionSubclass():   # a GPU run copies it to the host
-                self.records[key] = tensor.detach().to("cpu", copy=True).as_subclass(torch.Tensor)
+                t = tensor.detach().to("cpu", copy=True)
+                self.records[key] = t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
 
     def record_value(self, key: str, value) -> None:
         self.values[key] = value
@@ -147,7 +148,10 @@ def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
     if isinstance(e, SyntaxError) and str(e.filename or "") in files:
         return syntax_error_outcome(e)
     where = _student_frames(e, files)
-    if isinstance(e, NotImplementedError):
+    frames = traceback.extract_tb(e.__traceback__)
+    if isinstance(e, NotImplementedError) and frames and frames[-1].filename in files:
+        # raised by a stub (the exercise's own `raise NotImplementedError`), not by torch
+        # refusing something (a sparse tensor where a dense one goes): that is an error
         return {"status": "notimpl", "message": str(e) or "not implemented yet", "where": where,
                 "phase": phase}
     if isinstance(e, (SystemExit, ExitCalled)):
@@ -172,6 +176,20 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
     package = str(Path(rtp_course.__file__).resolve().parent)
     return sandbox.confine(read=[package, impl_dir], write=write,
                            devices=sandbox.gpu_devices() if gpu else ())
+
+
+FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
+
+
+def _cap_files(job: dict) -> None:
+    """RLIMIT_FSIZE: a write past the cap kills the rank with SIGXFSZ, and the report names the
+    cap (launcher.died_how). Set before the code under test runs; it cannot raise it again."""
+    import resource
+    cap = int(job.get("file_cap_mb") or FILE_CAP_MB) << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+    except (ValueError, OSError):
+        pass
 
 
 def _destroy_groups_since(before: set) -> None:
@@ -200,6 +218,12 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     device = rank_device()
     checks = {c.id: c for c in load_checks(job["modules"], side="run")}
     results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
+    # What the code under test may see of the environment: the rank environment (the
+    # forkserver's, with nothing of the grader's) and the course's own run settings.
+    for key in [k for k in os.environ if k not in forkserver.rank_environment(os.environ)
+                and k not in ("RTP_COURSE_EMULATE", "RTP_COURSE_IMPL", "MPLCONFIGDIR")]:
+        del os.environ[key]
+    _cap_files(job)
     with open(rundir / f"confinement.{rank}.json", "w") as fh:
         confinement = _confine(rank, rundir, job, code_dir)
         json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)
@@ -252,9 +276,12 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                     store.wait(keys, datetime.timedelta(seconds=wait))
                 except Exception:  # peers are stuck inside a call this rank abandoned
                     _exit(3)
-                if job["backend"] == "nccl":  # frees the communicators' GPU buffers: the
-                    _destroy_groups_since(groups_before)  # check's and the code's own; with
-                    # gloo, ~10 ms a rank per check for nothing: the exit frees them
+                # NCCL: free the communicators' GPU buffers (the check's and the code's own).
+                # Not after a failed check: destroying a group with an unmatched operation in
+                # flight hangs; the relaunch's exit frees them. Gloo: ~10 ms a rank per check
+                # for nothing, the exit frees them.
+                if job["backend"] == "nccl" and outcome["status"] == "ok":
+                    _destroy_groups_since(groups_before)
     finally:
         os._exit = _exit
     return "done"

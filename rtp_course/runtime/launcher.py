@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import devices, forkserver, quiet, reaper
+from rtp_course.runtime import cgroup, devices, forkserver, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -73,6 +73,7 @@ class WorkerInfo:
     stderr_to_file: bool = True
     course_env: dict | None = None  # the parent's RTP_COURSE_* now (a forkserver's are stale),
                                     # and the launch's own variables
+    cgroup: str = ""                # the launch's cgroup, which the rank joins first (or none)
 
 
 def default_backend(world_size: int = 1) -> str:
@@ -149,6 +150,7 @@ def _drop_helpers() -> None:
 def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
+    cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
     _drop_helpers()
     devices.allow_cuda()                      # the forkserver forbade it for itself
     os.environ[reaper.MARK_ENV] = info.mark
@@ -299,14 +301,17 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
 def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results,
             env: dict):
     mark, before = uuid.uuid4().hex, reaper.descendants()
+    group = cgroup.create()
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
-                      pg_timeout=timeout + 60, mark=mark,
+                      pg_timeout=timeout + 60, mark=mark, cgroup=str(group or ""),
                       course_env={**{k: v for k, v in os.environ.items()
                                      if k.startswith("RTP_COURSE_")}, **env})
     ctx = None
     try:
+        if forkserver.method() == "forkserver":
+            forkserver.start()                # with the rank environment only, if not running
         with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
             ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
                                      start_method=forkserver.method())
@@ -328,6 +333,7 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
             raise RankFailed(rank, trace, exit_code=code) from None
         return [_load_result(rundir, r, results) for r in range(world_size)]
     finally:
+        cgroup.kill(group)                    # every process of the run at once, where it can
         if ctx is not None:
             _end(ctx.processes)
             for path in ctx.error_files:      # torch's own error files, in the system temp dir
@@ -375,7 +381,9 @@ def died_how(code: int | None) -> str:
     if code is not None and code < 0:
         sig = signal.Signals(-code)
         what = {signal.SIGSEGV: "segmentation fault", signal.SIGKILL: "killed",
-                signal.SIGABRT: "aborted", signal.SIGBUS: "bus error"}.get(sig, "")
+                signal.SIGABRT: "aborted", signal.SIGBUS: "bus error",
+                signal.SIGXFSZ: "it wrote a file past a rank's cap, 512 MB unless "
+                                "RTP_COURSE_RANK_FILE_MB says otherwise"}.get(sig, "")
         return f"process killed by signal {sig.name}" + (f" ({what})" if what else "")
     return (f"process exited with code {code} before it finished (os._exit or sys.exit in "
             f"the code it ran, or killed)")

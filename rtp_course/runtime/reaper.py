@@ -134,25 +134,50 @@ def sweep(mark: str, before: set[int]) -> list[int]:
         return _sweep(mark, before)
 
 
-def _sweep(mark: str, before: set[int]) -> list[int]:
-    others = set()
-    for other, pids in ACTIVE.items():
-        if other != mark:
-            for pid in pids:
-                others |= {pid} | descendants(pid)
-    killed = []
-    for pid in descendants() - before - _helpers() - others:
-        if _mark_of(pid) in (None, mark):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except OSError:
-                pass
-    for pid in killed:                       # re-parented orphans are our children now: reap them
+SWEEP_ROUNDS = 200     # a process that forks faster than one round kills is caught in the next
+
+
+def _kill_their_sessions(victims) -> None:
+    """A victim that made a session of its own (setsid) keeps its process group through any
+    number of forks: kill the group, which the kernel does at once. Never a group of this
+    process's session: a victim may have joined one of ours (the terminal's, the grader's)."""
+    own = os.getsid(0)
+    for pid in victims:
         try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
+            if os.getsid(pid) != own:
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except OSError:
             pass
+
+
+def _sweep(mark: str, before: set[int]) -> list[int]:
+    """Rounds until a round finds nobody: a snapshot alone misses what a process that keeps
+    re-forking (a new pid every few hundred microseconds) starts between the look and the
+    kill. Each round first stops every victim (a stopped process cannot fork), then kills."""
+    killed: list[int] = []
+    for _ in range(SWEEP_ROUNDS):
+        others = set()
+        for other, pids in ACTIVE.items():
+            if other != mark:
+                for pid in pids:
+                    others |= {pid} | descendants(pid)
+        victims = [pid for pid in descendants() - before - _helpers() - others
+                   if _mark_of(pid) in (None, "", mark)]   # "": a zombie's, or unreadable
+        if not victims:
+            break
+        _kill_their_sessions(victims)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in victims:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        for pid in victims:                  # re-parented orphans are our children now: reap them
+            try:
+                os.waitpid(pid, 0)
+            except (ChildProcessError, OSError):
+                pass
+        killed += victims
     return killed
 
 

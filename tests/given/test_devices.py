@@ -132,3 +132,32 @@ def _cuda_in_a_rank(rank, world_size):
 
 def test_a_rank_may_use_cuda_although_its_forkserver_may_not():
     assert launcher.launch(_cuda_in_a_rank, 1, timeout=60) == [[False, None]]
+
+
+def _groups_made_then_destroyed(rank, world_size):
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from rtp_course.checker.worker import _destroy_groups_since
+    before = set(c10d._world.pg_map)
+    dist.new_group([0, 1])                    # the check's, and one the code under test makes
+    dist.new_group([0])
+    made = len(c10d._world.pg_map) - len(before)
+    _destroy_groups_since(before)
+    return [made, set(c10d._world.pg_map) == before]
+
+
+def test_groups_made_during_a_check_are_destroyed_with_it():
+    """What a checker rank does after each NCCL check: a communicator holds GPU memory."""
+    # rank 1 is not in [0]: new_group gives it no group to destroy
+    assert launcher.launch(_groups_made_then_destroyed, 2, timeout=60) == [[2, True], [1, True]]
+
+
+def test_checker_ranks_on_nccl_block_the_host_in_wait(monkeypatch):
+    """TORCH_NCCL_BLOCKING_WAIT=1: a stuck transfer is seen in the wait() the status names."""
+    from rtp_course.checker import engine
+    seen = {}
+    monkeypatch.setattr(devices, "gpu_count", lambda: 4)
+    monkeypatch.setattr(engine, "launch", lambda *a, **kw: seen.update(kw) or [])
+    engine.run(["comm"], world_sizes=(2,), backend="nccl", only=["Duplication"])
+    assert seen["backend"] == "nccl" and seen["env"]["TORCH_NCCL_BLOCKING_WAIT"] == "1"
