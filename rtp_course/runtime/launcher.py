@@ -193,7 +193,7 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         # the exit closes; its destroy_process_group waits on every group the run made (the
         # checker makes one per check): 0.5 s a process at 2 ranks, 1 s at 4.
         if info.backend == "nccl":
-            dist.destroy_process_group()
+            _destroy_within(10.0)
 
 
 _DEVICE: torch.device | None = None
@@ -219,6 +219,21 @@ def _init_group(backend: str, store, rank: int, world_size: int, local_rank: int
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout), **kwargs)
     return device
+
+
+def _destroy_within(seconds: float) -> None:
+    """destroy_process_group, given `seconds`: with an unmatched operation still in flight on
+    a group (a check that failed half-way) NCCL's destroy blocks for good; the process exit
+    frees what it holds then."""
+    import threading
+    done = threading.Event()
+
+    def destroy():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        done.set()
+    threading.Thread(target=destroy, daemon=True).start()
+    done.wait(seconds)
 
 
 def _on_host(result):
