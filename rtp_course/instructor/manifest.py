@@ -1,8 +1,10 @@
 """The grader's fingerprint: refuse to grade from an altered installation.
 
 Everything a verdict depends on (the course package less the six exercise
-modules, the hidden checks, the reference solutions, nbgrader_config.py) is
-hashed into `grader-manifest.json` in the grading directory when the course
+modules, the hidden checks, the reference solutions, nbgrader_config.py, and
+the Python installation's site directories: their start-up code, the .pth files
+and sitecustomize, by content, every other file by size and modification time)
+is hashed into `grader-manifest.json` in the grading directory when the course
 is released (`rtp-course release`) or sealed by hand (`rtp-course seal`, after
 an intended change). `rtp-course grade` compares the files with it first and
 refuses to grade if any was added, removed or changed since: a submission that
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import rtp_course
@@ -41,9 +44,45 @@ def grader_files() -> dict[str, Path]:
     return files
 
 
+# Files of a site directory that run at every interpreter start: hashed by content.
+STARTUP = ("sitecustomize.py", "usercustomize.py")
+
+
+def site_dirs() -> list[Path]:
+    """The site directories of the grader's Python (where pip installs torch and the rest)."""
+    import site
+    import sys
+    dirs = set(site.getsitepackages()) | {site.getusersitepackages()}
+    dirs |= {p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))}
+    return sorted(Path(d) for d in dirs if Path(d).is_dir())
+
+
+def site_fingerprint() -> dict[str, str]:
+    """{label: digest} of the site directories: start-up code by content, the rest by size and
+    mtime (stat only: some 20,000 files of torch and its kin in about a tenth of a second). A
+    .pth file written there would run in every later grading of every student."""
+    out = {}
+    for root in site_dirs():
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for name in filenames:
+                path = Path(dirpath) / name
+                label = f"site:{path}"
+                try:
+                    if name.endswith(".pth") or name in STARTUP:
+                        out[label] = hashlib.sha256(path.read_bytes()).hexdigest()
+                    else:
+                        st = path.lstat()
+                        out[label] = f"{st.st_size}:{st.st_mtime_ns}"
+                except OSError:
+                    continue
+    return out
+
+
 def fingerprint() -> dict[str, str]:
-    return {label: hashlib.sha256(path.read_bytes()).hexdigest()
-            for label, path in sorted(grader_files().items())}
+    files = {label: hashlib.sha256(path.read_bytes()).hexdigest()
+             for label, path in sorted(grader_files().items())}
+    return {**files, **site_fingerprint()}
 
 
 def seal(course: Path | None = None) -> Path:

@@ -8,7 +8,9 @@ count GPUs without touching the driver. `torch.cuda.is_available()` initialises 
 only where NVML cannot answer does it ask the driver, in a child process.
 
 `forbid_cuda(role)` makes that a rule, not a habit: in a process that forks ranks, a call
-that would initialise CUDA raises and names the process. It is installed on every
+that would initialise CUDA raises and names the process, and torch's own availability
+questions (`torch.cuda.is_available`, `device_count`: torch 2.14's optimizers ask one in
+every step) are answered from `gpu_count()` instead of the driver. It is installed on every
 machine, GPU or not, so a CPU test run catches what would break the first GPU run.
 
 Under srun and torchrun each task may see only its own GPU (`--gpus-per-task=1` sets
@@ -87,8 +89,9 @@ def local_device(local_rank: int, ranks_on_node: int | None = None) -> torch.dev
 
 # --- no CUDA in a process that forks ranks ---
 
-_GUARDED = ("is_available", "init", "_lazy_init", "set_device", "current_device",
+_GUARDED = ("init", "_lazy_init", "set_device", "current_device",
             "synchronize", "mem_get_info", "get_device_properties", "get_device_name")
+_ANSWERED = {"is_available": lambda: gpu_count() > 0, "device_count": lambda: gpu_count()}
 _role: str | None = None
 
 
@@ -99,16 +102,22 @@ def forbid_cuda(role: str) -> None:
     if _role is not None:
         return
     _role = role
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"    # torch's own fork-safe availability
     for name in _GUARDED:
         original = getattr(torch.cuda, name, None)
         if original is not None:
             setattr(torch.cuda, name, _refusing(name, original))
+    for name, answer in _ANSWERED.items():
+        original = getattr(torch.cuda, name)
+        safe = functools.wraps(original)(lambda *a, _answer=answer, **k: _answer())
+        safe.__rtp_guarded__ = original
+        setattr(torch.cuda, name, safe)
 
 
 def allow_cuda() -> None:
     """Lift forbid_cuda: a rank, forked from a process that forbade CUDA, uses its GPU."""
     global _role
-    for name in _GUARDED:
+    for name in (*_GUARDED, *_ANSWERED):
         fn = getattr(torch.cuda, name, None)
         original = getattr(fn, "__rtp_guarded__", None)
         if original is not None:

@@ -21,8 +21,9 @@ def test_a_process_that_forks_ranks_cannot_initialise_cuda():
         import torch
         from rtp_course.runtime import devices
         devices.forbid_cuda("the test's forking process")
-        for call in (torch.cuda.is_available, torch.cuda.init, lambda: torch.cuda.set_device(0),
-                     lambda: torch.zeros(1, device="cuda")):
+        print("available", torch.cuda.is_available(), torch.cuda.device_count())  # from NVML
+        for call in (torch.cuda.init, lambda: torch.cuda.set_device(0),
+                     lambda: torch.zeros(1, device="cuda"), torch.cuda.synchronize):
             try:
                 call()
             except devices.CudaInForkingProcess as e:
@@ -33,6 +34,7 @@ def test_a_process_that_forks_ranks_cannot_initialise_cuda():
     """)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
+    assert lines[0] == "available False 0", out.stdout
     assert sum(line.startswith("refused:") for line in lines) >= 3, out.stdout
     assert "the test's forking process, which forks the ranks" in out.stdout
     assert "gpu_count()" in out.stdout
