@@ -30,6 +30,6 @@ def test_an_old_torch_is_named_with_the_fix(monkeypatch):
     try:
         doctor._torch()
     except doctor.Failed as e:
-        assert "older than 2.4" in str(e) and "pip install" in str(e)
+        assert "older than 2.6" in str(e) and "pip install" in str(e)
     else:
         raise AssertionError("torch 2.1 accepted")

@@ -27,7 +27,7 @@ from pathlib import Path
 import rtp_course
 
 TESTED_TORCH = ("2.6", "2.13", "2.14")      # the releases the course's suite has run on
-MIN_TORCH = (2, 4)
+MIN_TORCH = (2, 6)
 
 
 class Failed(Exception):
@@ -39,8 +39,8 @@ def _torch() -> str:
     version = torch.__version__.split("+")[0]
     major_minor = tuple(int(x) for x in version.split(".")[:2])
     if major_minor < MIN_TORCH:
-        raise Failed(f"torch {version} is older than 2.4: install a newer torch "
-                     f"(pip install 'torch>=2.4', or your cluster's module)")
+        raise Failed(f"torch {version} is older than 2.6: install a newer torch "
+                     f"(pip install 'torch>=2.6', or your cluster's module)")
     tested = ".".join(map(str, major_minor)) in TESTED_TORCH
     return f"{torch.__version__}" + ("" if tested else
                                      f" (untested: the course has run on {', '.join(TESTED_TORCH)})")

@@ -93,7 +93,12 @@ FUNCOL = {
 # Names of a newer torch than some clusters have (2.13: *_single; 2.14: the rest): install()
 # wraps what this torch has.
 NEWER_TORCH = {"all_gather_single", "reduce_scatter_single", "gather_single",
-               "gather_into_tensor", "reduce_scatter_inplace", "legacy_reduce_scatter"}
+               "gather_into_tensor", "reduce_scatter_inplace", "legacy_reduce_scatter",
+               # functional collectives torch 2.6 lacks
+               "all_gather_single_autograd", "all_gather_single_coalesced", "irecv_inplace",
+               "isend_inplace", "legacy_allgather_single", "legacy_irecv", "legacy_isend",
+               "legacy_reducescatter_single", "reduce_scatter_single_autograd",
+               "reduce_scatter_single_coalesced"}
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
 P2P = ("send", "recv", "isend", "irecv")

@@ -38,7 +38,7 @@ def reduce_scatter(rank, world_size):
     """Sum as all_reduce does, but rank r keeps only chunk r of the sum: 1/N of the result each."""
     t = own_values(rank, 2 * world_size)               # N chunks of 2 values
     out = torch.zeros(2, device=rank_device())
-    dist.reduce_scatter(out, list(t.chunk(world_size)), op=dist.ReduceOp.SUM)
+    dist.reduce_scatter_tensor(out, t, op=dist.ReduceOp.SUM)   # gloo lacks the list form before 2.13
     return t, out
 
 
@@ -65,7 +65,17 @@ def all_to_all(rank, world_size):
     """Rank r sends its chunk j to rank j and receives chunk r of every rank: a transpose."""
     t = own_values(rank, world_size)                   # one value per destination
     out = [torch.zeros(1, device=rank_device()) for _ in range(world_size)]
-    dist.all_to_all(out, list(t.chunk(world_size)))
+    chunks = list(t.chunk(world_size))
+    try:
+        dist.all_to_all(out, chunks)
+    except RuntimeError as e:            # gloo before torch 2.13 has no alltoall: the same
+        if "does not support" not in str(e):   # exchange, as point-to-point messages
+            raise
+        ops = [dist.P2POp(op, buf, peer) for peer in range(world_size) if peer != rank
+               for op, buf in ((dist.isend, chunks[peer]), (dist.irecv, out[peer]))]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        out[rank].copy_(chunks[rank])
     return t, torch.cat(out)
 
 
