@@ -81,8 +81,16 @@ def pids(path: Path) -> list[int]:
         return []
 
 
+def _populated(path: Path) -> bool:
+    try:
+        return "populated 1" in (path / "cgroup.events").read_text()
+    except OSError:
+        return False
+
+
 def kill(path: Path | None, timeout: float = 5.0) -> None:
-    """End every process in `path`, at once, and remove the cgroup."""
+    """End every process in `path`, at once, and remove the cgroup (once the kernel says it is
+    empty: a killed process leaves cgroup.procs before the cgroup stops being populated)."""
     if path is None:
         return
     try:
@@ -90,13 +98,28 @@ def kill(path: Path | None, timeout: float = 5.0) -> None:
     except OSError:
         pass
     deadline = time.monotonic() + timeout
-    while pids(path) and time.monotonic() < deadline:
+    while (pids(path) or _populated(path)) and time.monotonic() < deadline:
         time.sleep(0.01)
-    remove(path)
+    remove(path, deadline)
 
 
-def remove(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
-        pass
+def remove(path: Path, until: float = 0.0) -> None:
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.01)
+
+
+def kill_owned_by(owner: int) -> None:
+    """The cgroups of launches of process `owner`, which was killed (the reaper's guardian)."""
+    own = _own()
+    if own is None:
+        return
+    for path in own.glob(f"rtp-*-{owner}-*"):
+        kill(path, timeout=2.0)

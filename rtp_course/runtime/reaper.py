@@ -224,6 +224,9 @@ def clean_up_after(owner: int, tmp: str) -> None:
     """Kill what a dead owner launched and remove its temporary directories."""
     import glob
     import shutil
+
+    from rtp_course.runtime import cgroup
+    cgroup.kill_owned_by(owner)                # its launches' cgroups: everything in them at once
     me = os.getpid()
     for name in os.listdir("/proc"):
         if name.isdigit() and int(name) != me and _env_of(int(name), OWNER_ENV) == str(owner):

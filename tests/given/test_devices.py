@@ -163,3 +163,22 @@ def test_checker_ranks_on_nccl_block_the_host_in_wait(monkeypatch):
     monkeypatch.setattr(engine, "launch", lambda *a, **kw: seen.update(kw) or [])
     engine.run(["comm"], world_sizes=(2,), backend="nccl", only=["Duplication"])
     assert seen["backend"] == "nccl" and seen["env"]["TORCH_NCCL_BLOCKING_WAIT"] == "1"
+
+
+def _return_rank(rank, world_size):
+    return rank
+
+
+def test_a_launch_leaves_no_cgroup_behind():
+    """Where the machine lets the course make cgroups, each launch's is removed with it."""
+    from rtp_course.runtime import cgroup
+    probe = cgroup.create("probe")
+    if probe is None:
+        pytest.skip("no cgroup can be made here: launches fall back to the sweep")
+    cgroup.kill(probe)
+    own = cgroup._own()
+    pattern = f"rtp-launch-{__import__('os').getpid()}-*"
+    before = set(own.glob(pattern))
+    assert launcher.launch(_return_rank, 2, timeout=60) == [0, 1]
+    assert set(own.glob(pattern)) - before == set()
+    assert not probe.exists()
