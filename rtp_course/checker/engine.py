@@ -307,6 +307,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
             if isinstance(e, _Stuck):
                 _charge(hang_left, e, by_id)
         except LaunchError:
+            shutil.rmtree(rundir, ignore_errors=True)    # nothing ran: nothing to keep
             raise
         done = 0
         for check in todo:

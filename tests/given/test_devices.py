@@ -182,3 +182,16 @@ def test_a_launch_leaves_no_cgroup_behind():
     assert launcher.launch(_return_rank, 2, timeout=60) == [0, 1]
     assert set(own.glob(pattern)) - before == set()
     assert not probe.exists()
+
+
+def test_a_refused_backend_leaves_no_run_directory(monkeypatch):
+    import glob
+    import os
+    import tempfile
+    from rtp_course.checker import engine
+    pattern = os.path.join(tempfile.gettempdir(), f"rtp-check-*-o{os.getpid()}-*")
+    before = set(glob.glob(pattern))
+    monkeypatch.setattr(engine, "validate", lambda *a: None)    # let it reach the launcher
+    with pytest.raises(launcher.LaunchError, match="NCCL needs one GPU per rank"):
+        engine.run(["comm"], world_sizes=(2,), backend="nccl", only=["Duplication"])
+    assert set(glob.glob(pattern)) == before
