@@ -242,7 +242,8 @@ def _on_host(result):
     unpickles a tensor subclass."""
     if isinstance(result, torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
-            return result.detach().to("cpu").as_subclass(torch.Tensor)
+            t = result.detach().to("cpu")
+            return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
     if isinstance(result, dict):
         return {k: _on_host(v) for k, v in result.items()}
     if isinstance(result, (list, tuple)) and type(result) in (list, tuple):

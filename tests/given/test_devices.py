@@ -195,3 +195,13 @@ def test_a_refused_backend_leaves_no_run_directory(monkeypatch):
     with pytest.raises(launcher.LaunchError, match="NCCL needs one GPU per rank"):
         engine.run(["comm"], world_sizes=(2,), backend="nccl", only=["Duplication"])
     assert set(glob.glob(pattern)) == before
+
+
+def _returns_sparse_and_views(rank, world_size):
+    return {"sparse": torch.eye(3).to_sparse(), "grad": torch.ones(2, requires_grad=True) * 2}
+
+
+def test_what_a_rank_returns_comes_back_on_the_cpu_whatever_its_layout():
+    out = launcher.launch(_returns_sparse_and_views, 1, timeout=60, results="objects")[0]
+    assert out["sparse"].layout == torch.sparse_coo and torch.equal(out["sparse"].to_dense(), torch.eye(3))
+    assert not out["grad"].requires_grad and type(out["grad"]) is torch.Tensor
