@@ -9,8 +9,8 @@ forbids writing any cgroup file, so nothing can leave it.
 
 Available where this process may create a child of its own cgroup: as root (a grading
 machine, CI), or in a cgroup delegated to the user (systemd's user@UID.service). Elsewhere
-`create` returns None and the launch falls back to the sweep (reaper.py); the report
-of `rtp-course doctor` and docs/INSTRUCTORS.md say which.
+`create` returns None and the launch falls back to the sweep (reaper.py), which
+docs/INSTRUCTORS.md describes.
 """
 from __future__ import annotations
 
