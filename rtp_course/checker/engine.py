@@ -25,7 +25,7 @@ from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
-from rtp_course.runtime import reaper
+from rtp_course.runtime import output, reaper
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
                                          died_how, launch, stderr_tail, validate)
 
@@ -37,11 +37,20 @@ STALL = 6.0             # s with every rank blocked in a communication call and 
 # and budgets are the same on GPU and CPU.
 NCCL_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1"}
 HANG_BUDGET = 20.0      # s an exercise's checks may spend hung, in all, before the rest are not run
+# Wall-time budgets of the checks, hung or merely slow (x timeout_scale). The slowest
+# exercise's public and hidden checks take about 10 s on a 2-core machine, 20 s with two
+# gradings at once; a run of all six, about 35 s.
+EXERCISE_BUDGET = 45.0  # s the checks of one exercise may take in all
+RUN_BUDGET = 120.0      # s the checks of one run (a submission) may take in all
+STARTUP = 30.0          # s for the ranks to start and join their group
+HARNESS = 5.0           # s for a rank to load its checks and confine itself, before imports
+SLACK = 2.0             # s the parent's clock allows over a limit (a rank reports a little late)
 
 
 class _Stuck(Exception):
-    def __init__(self, check_id, stacks, statuses, why=""):
+    def __init__(self, check_id, stacks, statuses, why="", reason="own", elapsed=0.0):
         self.check_id, self.stacks, self.statuses, self.why = check_id, stacks, statuses, why
+        self.reason, self.elapsed = reason, elapsed
 
 
 def _read_json(path: Path):
@@ -51,49 +60,168 @@ def _read_json(path: Path):
         return None
 
 
-def _watchdog(rundir: Path, world_size: int, checks: dict, limit_of, stall: float, tick=None,
-              on_change=None):
-    """Stop the group when a check runs past its limit, or at once when it is a plain deadlock:
-    every rank waits in a communication call (or for the others, done) and no status has
-    changed for `stall` seconds. A rank that computes (no call in progress) waits for the limit.
-    `on_change(statuses)` is called whenever a rank's status changed."""
-    seen = {"text": None, "since": time.time()}
+class _Watchdog:
+    """Called by launch() about every 0.1 s: stops the group when a check runs past its limit,
+    or at once when it is a plain deadlock (every rank waits in a communication call, or for
+    the others, done, and no status has changed for `stall` seconds).
 
-    def stuck(check_id, statuses, processes, why):
+    Time is the parent's own clock. A rank's status file only names the check it is in, and
+    only forward: a rank that writes nothing, nonsense or a made-up start time is stopped
+    no later than an honest one (what it writes can make it stop sooner, never later). Each
+    check's time, from the moment every rank had left the previous one, is charged to the
+    budgets. `on_change(statuses)` is called whenever a rank's status changed."""
+
+    def __init__(self, rundir: Path, world_size: int, todo: list, budgets: "_Budgets",
+                 stall: float, tick=None, on_change=None):
+        self.rundir, self.world_size, self.budgets, self.stall = rundir, world_size, budgets, stall
+        self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
+        self.imports = len({c.exercise for c in todo})
+        self.tick, self.on_change = tick, on_change
+        self.reached = {r: -1 for r in range(world_size)}  # per rank: checks it has left
+        # The group's place: -2 starting, -1 importing (from when every rank's status file
+        # exists: the harness makes it before any code under test runs), then the index of
+        # the check that some rank is still in; and since when, on this clock.
+        self.step, self.since = -2, time.monotonic()
+        self.text, self.changed = None, time.monotonic()
+
+    def __call__(self, processes):
+        now = time.monotonic()
+        statuses = {r: _read_json(self.rundir / f"status.{r}.json") for r in range(self.world_size)}
+        text = json.dumps(statuses, sort_keys=True)
+        if text != self.text:
+            self.text, self.changed = text, now
+            self._advance(statuses, now)
+            if self.on_change:
+                self.on_change(statuses)
+        self._stop_if_stuck(statuses, processes, now)
+
+    def _advance(self, statuses: dict, now: float) -> None:
+        if self.step == -2 and all((self.rundir / f"status.{r}.json").exists()
+                                   for r in range(self.world_size)):
+            self.budgets.charge_run(now - self.since)
+            self.step, self.since = -1, now
+        for r, st in statuses.items():
+            if isinstance(st, dict) and type(st.get("index")) is int \
+                    and 0 <= st["index"] < len(self.order) and st.get("check") == self.order[st["index"]]:
+                self.reached[r] = max(self.reached[r], st["index"] + (st.get("phase") == "done"))
+        step = min(self.reached.values())
+        if step > self.step and step >= 0:
+            spent = now - self.since
+            if self.step >= 0:
+                self.budgets.charge(self.by_id[self.order[self.step]], spent)
+            else:
+                self.budgets.charge_run(spent)        # starting up and importing
+            self.step, self.since = step, now
+            if self.tick:
+                self.tick(step)
+
+    def elapsed(self) -> float:
+        """Seconds the group has been in its current check (or starting up)."""
+        return time.monotonic() - self.since
+
+    def _stop_if_stuck(self, statuses, processes, now) -> None:
+        current = self.order[self.step] if 0 <= self.step < len(self.order) else None
+        if self.step == -2:
+            limit, reason = STARTUP, "own"
+        elif self.step == -1:
+            limit, reason = HARNESS + IMPORT_TIMEOUT * self.imports, "own"
+        elif current is not None:
+            limit, reason = self.budgets.limit(self.by_id[current])
+        else:
+            return                                    # all done: leaving together
+        if now - self.since > limit + SLACK:
+            who = current or self._named(statuses) or self.order[0]
+            self._stuck(who, statuses, processes, self._why(limit, reason, who), reason)
+        # What the ranks say can only stop them sooner: a plain deadlock, or a check that
+        # started (by the rank's own word) longer ago than its limit.
+        running = [st for st in statuses.values() if isinstance(st, dict)
+                   and st.get("check") in self.by_id and st.get("phase") != "done"]
+        if running and now - self.changed > self.stall and all(
+                isinstance(st, dict) and st.get("check") == running[0]["check"] and st.get("call")
+                for st in statuses.values()):
+            self._stuck(running[0]["check"], statuses, processes,
+                        f"no rank moved for {self.stall:.0f} s, each waiting in a communication call")
+        for st in statuses.values():
+            if not isinstance(st, dict) or st.get("phase") == "done":
+                continue
+            check_id, started = str(st.get("check", "")), st.get("started")
+            importing = check_id.startswith("import:")
+            if (importing or check_id in self.by_id) and isinstance(started, (int, float)):
+                limit, reason = (IMPORT_TIMEOUT, "own") if importing \
+                    else self.budgets.limit(self.by_id[check_id])
+                if time.time() - started > limit:
+                    self._stuck(check_id, statuses, processes, self._why(limit, reason, check_id), reason)
+
+    def _named(self, statuses) -> str | None:
+        """The import a rank says it is in, if any (for the report of an import hang)."""
+        for st in statuses.values():
+            if isinstance(st, dict) and str(st.get("check", "")).startswith("import:"):
+                return st["check"]
+        return None
+
+    def _why(self, limit: float, reason: str, check_id: str) -> str:
+        if reason in ("exercise", "run"):
+            return self.budgets.why(reason, check_id.split(".")[0])
+        return f"the check did not finish within {limit:.0f} s"
+
+    def _stuck(self, check_id, statuses, processes, why, reason="own"):
         for p in processes:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGUSR1)
         time.sleep(0.3)
-        stacks = {q: (rundir / f"stack.{q}.txt").read_text()
-                  for q in range(world_size) if (rundir / f"stack.{q}.txt").exists()}
-        raise _Stuck(check_id, stacks, statuses, why)
+        stacks = {q: (self.rundir / f"stack.{q}.txt").read_text()
+                  for q in range(self.world_size) if (self.rundir / f"stack.{q}.txt").exists()}
+        raise _Stuck(check_id, stacks, statuses, why, reason, self.elapsed())
 
-    def poll(processes):
-        now = time.time()
-        statuses = {r: _read_json(rundir / f"status.{r}.json") for r in range(world_size)}
-        text = json.dumps(statuses, sort_keys=True)
-        if text != seen["text"]:
-            seen.update(text=text, since=now)
-            first = statuses.get(0) or {}
-            if tick and "index" in first:  # rank 0's place in this launch's list of checks
-                tick(first["index"] + (first.get("phase") == "done"))
-            if on_change:
-                on_change(statuses)
-        running = [st for st in statuses.values()
-                   if st and st.get("check") in checks and st.get("phase") != "done"]
-        if running and now - seen["since"] > stall and all(
-                st and st.get("check") == running[0]["check"] and st.get("call")
-                for st in statuses.values()):
-            stuck(running[0]["check"], statuses, processes,
-                  f"no rank moved for {stall:.0f} s, each waiting in a communication call")
-        for r, st in statuses.items():
-            importing = st and str(st.get("check", "")).startswith("import:")
-            if st and (st.get("check") in checks or importing) and st.get("phase") != "done":
-                limit = IMPORT_TIMEOUT if importing else limit_of(checks[st["check"]])
-                if now - st["started"] > limit:
-                    stuck(st["check"], statuses, processes,
-                          f"the check did not finish within {limit:.0f} s")
-    return poll
+
+class _Budgets:
+    """The wall time checks may take, on the parent's clock, x timeout_scale: each check its
+    own timeout; an exercise's checks HANG_BUDGET s hung and EXERCISE_BUDGET s in all, at
+    every world size; the whole run RUN_BUDGET s. Slow checks are charged as well as hung
+    ones, so a submission is graded in bounded time whatever its code does. An explicit
+    --timeout (a person debugging) lifts the exercise and run budgets."""
+
+    def __init__(self, scale: float = 1.0, timeout: float | None = None):
+        self.scale, self.timeout = scale, timeout
+        lifted = float("inf") if timeout else None
+        self.hang_left = {ex: HANG_BUDGET * scale for ex in EXERCISES}
+        self.left = {ex: lifted or EXERCISE_BUDGET * scale for ex in EXERCISES}
+        self.run_left = lifted or RUN_BUDGET * scale
+
+    def limit(self, check) -> tuple[float, str]:
+        """(seconds the check may still run, which bound that is)."""
+        own = self.timeout or check.timeout * self.scale
+        hang = max(self.hang_left.get(check.exercise, own), STALL * self.scale)
+        return min((own, "own"), (hang, "hang"), (self.left.get(check.exercise, own), "exercise"),
+                   (self.run_left, "run"), key=lambda x: x[0])
+
+    def charge(self, check, seconds: float, hung: bool = False) -> None:
+        if check.exercise in self.left:
+            self.left[check.exercise] -= seconds
+        self.run_left -= seconds
+        if hung and check.exercise in self.hang_left:
+            self.hang_left[check.exercise] -= seconds
+
+    def charge_run(self, seconds: float) -> None:
+        self.run_left -= seconds
+
+    def spent(self, check) -> str | None:
+        """Why no more of the check's exercise runs ('hang', 'exercise', 'run'), or None."""
+        if self.hang_left.get(check.exercise, 1) <= 0:
+            return "hang"
+        if self.left.get(check.exercise, 1) <= 0:
+            return "exercise"
+        return "run" if self.run_left <= 0 else None
+
+    def why(self, reason: str, exercise: str = "") -> str:
+        if reason == "hang":
+            return (f"checks of {exercise} already hung for {HANG_BUDGET * self.scale:.0f} s in "
+                    f"all (the hang budget of an exercise)")
+        if reason == "exercise":
+            return (f"too slow: the checks of an exercise may take {EXERCISE_BUDGET * self.scale:.0f} s "
+                    f"in all, and {exercise or 'this exercise'}'s have used them")
+        return (f"too slow: the checks of one run may take {RUN_BUDGET * self.scale:.0f} s in all, "
+                f"and this run has used them")
 
 
 def _deadlock_message(check, statuses: dict, world_size: int,
@@ -151,12 +279,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
 
     A check that makes no progress for `timeout` seconds (default: its own
     timeout x `timeout_scale`) is stopped and reported as a deadlock."""
-    hang_left = {ex: HANG_BUDGET * timeout_scale for ex in EXERCISES}
-
-    def limit_of(check):
-        limit = timeout if timeout else check.timeout * timeout_scale
-        return min(limit, max(hang_left[check.exercise], STALL * timeout_scale))
-
+    budgets = _Budgets(timeout_scale, timeout)
     exercises = list(exercises or EXERCISES)
     for ex in exercises:
         if ex not in EXERCISES:
@@ -183,8 +306,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     total = len(results) + sum(c.applies(ws) for c in checks_run for ws in world_sizes)
     expect = _Expectations([(c, ws) for ws in world_sizes for c in checks_run if c.applies(ws)])
     try:
-        _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, backend,
-                   timeout_scale, hang_left, hung, results, total, progress, expect)
+        _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,
+                   timeout_scale, hung, results, total, progress, expect)
     finally:
         expect.close()
     order = {c.id: i for i, c in enumerate(checks)}
@@ -198,8 +321,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     return results
 
 
-def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, backend,
-               timeout_scale, hang_left, hung, results, total, progress, expect) -> None:
+def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,
+               timeout_scale, hung, results, total, progress, expect) -> None:
     """One worker group per world size, smallest first; `results` grows as they finish."""
     for ws in world_sizes:
         todo = [c for c in checks_run if c.applies(ws)]
@@ -210,24 +333,24 @@ def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, limit_of, back
                                           f"{first.world_size} ({first.message.split(';')[0]})",
                                   hint=first.hint))
         todo = [c for c in todo if c.id not in hung]
-        for c in [c for c in todo if hang_left[c.exercise] <= 0]:
-            results.append(_over_budget(c, ws, timeout_scale))
-        todo = [c for c in todo if hang_left[c.exercise] > 0]
+        for c in [c for c in todo if budgets.spent(c)]:
+            results.append(_over_budget(c, ws, budgets))
+        todo = [c for c in todo if not budgets.spent(c)]
         if not todo:
             continue
         finished = len(results)
         tick = (lambda i, ws=ws, base=finished: progress(base + i, total, f"world size {ws}")) \
             if progress else None
         backend_ws = backend
-        res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend_ws,
-                                   STALL * timeout_scale, hang_left, timeout_scale, tick, expect)
-        _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, limit_of,
+        res, outcomes = _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend_ws,
+                                   STALL * timeout_scale, tick, expect)
+        _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype,
                                 backend_ws, expect)
         hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
         results += res
 
 
-def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dtype, limit_of,
+def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dtype,
                             backend, expect=None) -> None:
     """Instructor edition: tell how the reference communicated where a check failed."""
     if edition() != "instructor":  # the student edition has no reference to compare with
@@ -241,8 +364,8 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
     wanted = [by_name[r.check] for r in failed if r.check in by_name]
     missing = [c for c in wanted if reference.load(c, ws, dtype) is None]
     if missing:
-        _, ref_outcomes = _run_world(missing, ws, str(ref_dir), modules, dtype, limit_of, backend,
-                                     expect=expect)
+        _, ref_outcomes = _run_world(missing, ws, str(ref_dir), modules, dtype, _Budgets(),
+                                     backend, expect=expect)
         for c in missing:
             if c.id in ref_outcomes:
                 reference.save(c, ws, dtype, ref_outcomes[c.id])
@@ -272,21 +395,29 @@ def _judging(todo, ws, rundir: Path, expect, judged: dict):
     return on_change
 
 
-def _over_budget(check, ws, timeout_scale) -> Result:
-    return Result(check.exercise, check.name, ws, "deadlock",
-                  message=f"not run: checks of {check.exercise} already hung for "
-                          f"{HANG_BUDGET * timeout_scale:.0f} s in all (the hang budget of an exercise)",
-                  hint="fix the hang reported above first; the checks after it then run again")
+def _over_budget(check, ws, budgets: "_Budgets") -> Result:
+    reason = budgets.spent(check) or "run"
+    if reason == "hang":
+        return Result(check.exercise, check.name, ws, "deadlock",
+                      message=f"not run: {budgets.why('hang', check.exercise)}",
+                      hint="fix the hang reported above first; the checks after it then run again")
+    return Result(check.exercise, check.name, ws, "failed",
+                  message=f"not run: {budgets.why(reason, check.exercise)}",
+                  hint=SLOW_HINT)
 
 
-def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STALL, hang_left=None,
-               timeout_scale=1.0, tick=None, expect=None):
+SLOW_HINT = ("each check computes on tensors of a few kilobytes, in well under a second: look "
+             "for a Python loop over elements, a sleep, or communication repeated in a loop; "
+             "on a slow machine, --timeout-scale gives every check and budget more time")
+
+
+def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL, tick=None,
+               expect=None):
     """Run `todo` on `ws` ranks; returns (results, {check id: per-rank outcomes}).
 
-    `hang_left` ({exercise: seconds}) is charged for every hang; an exercise that has used
-    its budget runs no further checks."""
+    `budgets` is charged for the time every check took, hung or not; an exercise that has
+    used its budget runs no further checks, and neither does any once the run has used its."""
     results, seen = [], {}
-    hang_left = hang_left if hang_left is not None else {c.exercise: float("inf") for c in todo}
     by_id = {c.id: c for c in todo}
     while todo:
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
@@ -294,21 +425,23 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
                    check_ids=[c.id for c in todo], dtype=dtype,
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
-        budget = sum(limit_of(c) for c in todo) + 60
+        deadline = sum(budgets.limit(c)[0] for c in todo) + STARTUP + 60   # the watchdog's backstop
         failure, judged = None, {}
+        watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
+                             tick and (lambda i, base=len(results): tick(base + i)),
+                             _judging(todo, ws, rundir, expect, judged))
         try:
-            launch(run_checks, ws, args=(job,), backend=backend, timeout=budget, rundir=rundir,
-                   env=NCCL_ENV if backend == "nccl" else None,
-                   on_poll=_watchdog(rundir, ws, by_id, limit_of, stall,
-                                     tick and (lambda i, base=len(results): tick(base + i)),
-                                     _judging(todo, ws, rundir, expect, judged)))
+            launch(run_checks, ws, args=(job,), backend=backend, timeout=deadline, rundir=rundir,
+                   env=NCCL_ENV if backend == "nccl" else None, on_poll=watchdog,
+                   capture_output=True)
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
-            if isinstance(e, _Stuck):
-                _charge(hang_left, e, by_id)
         except LaunchError:
             shutil.rmtree(rundir, ignore_errors=True)    # nothing ran: nothing to keep
             raise
+        if 0 <= watchdog.step < len(todo):  # the check the group ended in: its time, hung or not
+            budgets.charge(todo[watchdog.step], watchdog.elapsed(),
+                           hung=isinstance(failure, _Stuck) and failure.reason in ("own", "hang"))
         done = 0
         for check in todo:
             if check.id in judged:
@@ -333,24 +466,31 @@ def _run_world(todo, ws, impl_dir, modules, dtype, limit_of, backend, stall=STAL
             broken = todo[done]
             results.append(_diagnose(broken, ws, rundir, failure))
             done += 1
-            over = [c for c in todo[done:] if hang_left.get(c.exercise, 1) <= 0]
-            results += [_over_budget(c, ws, timeout_scale) for c in over]
+            over = [c for c in todo[done:] if budgets.spent(c)]
+            results += [_over_budget(c, ws, budgets) for c in over]
             todo = todo[:done] + [c for c in todo[done:] if c not in over]
+        printed = _printed(rundir, ws)
         for r in results:
             r.details.setdefault("confinement", confinement.get("describe", ""))
+            if printed and not r.passed:
+                r.details.setdefault("printed", printed)
         shutil.rmtree(rundir, ignore_errors=True)
         todo = todo[done:]
     return results, seen
 
 
-def _charge(hang_left: dict, stuck: "_Stuck", by_id: dict) -> None:
-    """Charge the time a hung check ran to its exercise's hang budget."""
-    check = by_id.get(stuck.check_id)
-    if check is None:
-        return
-    started = [st.get("started") for st in stuck.statuses.values()
-               if st and st.get("check") == stuck.check_id and st.get("started")]
-    hang_left[check.exercise] -= time.time() - min(started) if started else STALL
+def _printed(rundir: Path, ws: int, lines: int = 6) -> dict:
+    """{rank: the last lines it printed}, for the report of a check that failed."""
+    found = {}
+    for r in range(ws):
+        try:
+            said = output.text(rundir, "stdout", r).read_text(errors="replace")
+        except OSError:
+            continue
+        kept = [ln.rstrip() for ln in said.splitlines() if ln.strip()]
+        if kept:
+            found[r] = "\n".join(ln[:300] for ln in kept[-lines:])
+    return found
 
 
 IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
@@ -491,6 +631,12 @@ def _diagnose(check, ws, rundir: Path, failure) -> Result:
                     res.message += f" (rank(s) {stuck} were left waiting for it)"
                 return res
     base = dict(exercise=check.exercise, check=check.name, world_size=ws)
+    if isinstance(failure, _Stuck) and failure.reason in ("exercise", "run"):
+        where = _deadlock_message(check, failure.statuses, ws)[0].split("; ", 1)[-1]
+        return Result(**base, status="failed", hint=SLOW_HINT,
+                      message=f"{failure.why}: this check was stopped after "
+                              f"{failure.elapsed:.0f} s; at that moment {where}",
+                      details={"stacks": failure.stacks})
     if isinstance(failure, _Stuck):
         msg, rank = _deadlock_message(check, failure.statuses, ws, failure.why or "the check did not finish in time")
         return Result(**base, status="deadlock", message=msg, rank=rank,

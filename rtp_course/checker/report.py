@@ -70,6 +70,12 @@ def _text(results: list[Result], verbose: bool) -> str:
             lines.append(f"        read: {where_taught(first)}")
         if first.details.get("vs_reference"):
             lines.append(f"        reference: {first.details['vs_reference']}")
+        if first.details.get("printed"):
+            if verbose:
+                for r, said in sorted(first.details["printed"].items()):
+                    lines.append(f"        rank {r} printed (last lines):\n" + _indent(said, 10))
+            else:
+                lines.append("        (your code printed something: -v shows each rank's last lines)")
         if verbose and first.details.get("stacks"):
             for r, st in sorted(first.details["stacks"].items()):
                 lines.append(f"        stack of rank {r}:\n" + _indent(st, 10))

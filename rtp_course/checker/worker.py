@@ -123,8 +123,15 @@ def _student_frames(exc: BaseException, files: tuple) -> str:
     mine = [f for f in frames if f.filename in files]
     if mine:
         return "".join(traceback.format_list(mine[-3:]))
-    return ("(raised inside torch, not in your code; the check called it with what your code "
-            "returned)\n" + "".join(traceback.format_list(frames[-1:])))
+    last = frames[-1] if frames else None
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    if last is not None and last.filename.startswith(torch_dir):
+        # torch's file by its place in torch, and no source text: nothing of the grader's disk
+        return ("(raised inside torch, not in your code; the check called it with what your "
+                f"code returned)\n  torch/{last.filename[len(torch_dir):]}, line {last.lineno}, "
+                f"in {last.name}\n")
+    # raised by the check's own code: its file and text are the grader's, never quoted
+    return "(raised by the check, not in your code, on what your code returned)\n"
 
 
 def syntax_error_outcome(e: SyntaxError) -> dict:

@@ -85,7 +85,9 @@ def student_view(text: str, impl: Path) -> str:
     import rtp_course
     text = text.replace(f"{impl}{os.sep}", f"rtp_course{os.sep}")
     text = text.replace(f"{Path(rtp_course.__file__).resolve().parent.parent}{os.sep}", "")
-    return re.sub(r"/[^\s\"']*/site-packages/", "", text)
+    text = re.sub(r"/[^\s\"']*/site-packages/", "", text)
+    # any other absolute path (a run directory, the grader's home): its last part only
+    return re.sub(r"(?<![\w.~])/(?:[\w.@+-]+/)+([\w.@+-]+)", r"\1", text)
 
 
 def write_feedback(course: Path, assignment: str, student: str, cells) -> None:

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import cgroup, devices, forkserver, quiet, reaper
+from rtp_course.runtime import cgroup, devices, forkserver, output, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -71,6 +71,7 @@ class WorkerInfo:
     pg_timeout: float
     mark: str = ""
     stderr_to_file: bool = True
+    capture: bool = False           # stdout and stderr to the launcher's capped capture
     course_env: dict | None = None  # the parent's RTP_COURSE_* now (a forkserver's are stale),
                                     # and the launch's own variables
     cgroup: str = ""                # the launch's cgroup, which the rank joins first (or none)
@@ -158,7 +159,10 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         del os.environ[key]
     os.environ.update(info.course_env or {})
     rundir = Path(info.rundir)
-    if info.stderr_to_file:
+    if info.capture:
+        output.attach(info.rundir, rank)
+        quiet.torch_warnings(everywhere=True)
+    elif info.stderr_to_file:
         _quiet_stderr(rundir / f"stderr.{rank}.txt")
     private = rundir / f"tmp.{rank}"           # this rank's temp files go with the run
     private.mkdir(exist_ok=True)
@@ -289,7 +293,8 @@ def _end(processes) -> None:
 
 def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
            timeout: float = 120.0, rundir: str | os.PathLike | None = None,
-           on_poll=None, results: str = "data", env: dict | None = None) -> list:
+           on_poll=None, results: str = "data", env: dict | None = None,
+           capture_output: bool = False) -> list:
     """Run `fn(rank, world_size, *args)` on `world_size` local processes.
 
     `fn` must be importable (defined in a module, not a notebook cell: spawn
@@ -302,6 +307,9 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     run directory is removed. `on_poll(processes)` is called about every 0.1 s
     while waiting; it may raise to stop the launch (the checker's watchdog).
     `env`: variables set in each rank before its process group starts.
+    `capture_output`: each rank's stdout and stderr go to capped files of the run
+    (runtime/output.py), never to this process's streams (the checker); otherwise its
+    stdout is this process's (a notebook shows it) and its stderr a file of the run.
     """
     backend = backend or default_backend(world_size)
     validate(world_size, backend)
@@ -311,20 +319,22 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     rundir.mkdir(parents=True, exist_ok=True)
     with reaper.subreaping():
         return _launch(fn, world_size, args, backend, timeout, rundir, own_dir, on_poll, results,
-                       env or {})
+                       env or {}, capture_output)
 
 
 def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results,
-            env: dict):
+            env: dict, capture_output: bool):
     mark, before = uuid.uuid4().hex, reaper.descendants()
     group = cgroup.create()
     store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
                       pg_timeout=timeout + 60, mark=mark, cgroup=str(group or ""),
+                      capture=capture_output,
                       course_env={**{k: v for k, v in os.environ.items()
                                      if k.startswith("RTP_COURSE_")}, **env})
     ctx = None
+    captured = output.Capture(rundir, world_size) if capture_output else None
     try:
         if forkserver.method() == "forkserver":
             forkserver.start()                # with the rank environment only, if not running
@@ -345,6 +355,8 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
                     time.sleep(0.3)
                     raise RankHung(timeout, stuck, _read_stacks(rundir, stuck))
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as e:
+            if captured is not None:
+                captured.flush()              # the failed rank's last words, for the report
             rank, trace, code = _first_failure(rundir, ctx.processes, e.error_index)
             raise RankFailed(rank, trace, exit_code=code) from None
         return [_load_result(rundir, r, results) for r in range(world_size)]
@@ -357,6 +369,8 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
                     os.unlink(path)
         reaper.sweep(mark, before)
         reaper.ACTIVE.pop(mark, None)
+        if captured is not None:
+            captured.close()
         del store
         if own_dir:
             shutil.rmtree(rundir, ignore_errors=True)

@@ -1,0 +1,147 @@
+"""Hostile submissions against the checker's bounds: time (the watchdog and the budgets) and
+output (what a rank prints). Whatever the code does, its run ends in bounded time, and nothing
+it writes reaches the grader's own streams.
+"""
+import subprocess
+import sys
+
+from rtp_course.checker import engine
+from test_attacks import at_forward, at_import, hostile, run
+
+# Finds the worker's status writer (as a recipe would: through the garbage collector), writes
+# nonsense over the status file, silences it, and computes for ever.
+BLIND_THE_WATCHDOG = """import gc as _gc, os as _os, time as _time
+_time.sleep({after})
+for _o in _gc.get_objects():
+    if type(_o).__name__ == 'Status':
+        _os.pwrite(_o._fd, b'{{not json' * 20, 0)
+        _o.update = lambda **kw: None
+while True:
+    _time.sleep(0.05)"""
+
+
+def test_a_rank_that_blinds_its_status_file_is_stopped_at_the_checks_limit(tmp_path):
+    """Blinded once the watchdog has seen the check start: stopped at the check's limit."""
+    impl = hostile(tmp_path, at_forward(BLIND_THE_WATCHDOG.format(after=1.0)))
+    results, text = run(impl, only=("Duplication",), timeout=3)
+    assert results[0].status == "deadlock", text
+    assert "did not finish within 3 s" in results[0].message, text
+
+
+def test_a_rank_that_blinds_its_status_file_at_once_is_stopped_at_the_import_limit(tmp_path):
+    """Blinded before the watchdog saw the check start: the harness made the status file
+    before the code under test ran, so the group is stopped at the import limit from then."""
+    impl = hostile(tmp_path, at_forward(BLIND_THE_WATCHDOG.format(after=0)))
+    results, text = run(impl, only=("Duplication",), timeout=3)
+    assert results[0].status == "deadlock", text
+    assert f"did not finish within {engine.HARNESS + engine.IMPORT_TIMEOUT:.0f} s" \
+        in results[0].message, text
+
+
+FAKE_START = """import gc as _gc, time as _time
+for _o in _gc.get_objects():
+    if type(_o).__name__ == 'Status':
+        _o.update(started=_time.time() + 1e6)
+        _o.update = lambda **kw: None
+while True:
+    _time.sleep(0.05)"""
+
+
+def test_a_rank_that_claims_a_later_start_is_stopped_at_the_checks_limit(tmp_path):
+    results, text = run(hostile(tmp_path, at_forward(FAKE_START)), only=("Duplication",),
+                        timeout=3)
+    assert results[0].status == "deadlock", text
+    assert "did not finish within 3 s" in results[0].message, text
+
+
+# Every collective of the exercise computes a while first: each check is slow, none hangs.
+SLOW_COLLECTIVES = """import time as _time
+import torch.distributed as _dist
+def _slow(f):
+    return lambda *a, **k: (_time.sleep({seconds}), f(*a, **k))[1]
+for _name in ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor"):
+    setattr(_dist, _name, _slow(getattr(_dist, _name)))"""
+
+
+def test_slow_checks_are_charged_to_the_exercises_budget(tmp_path, monkeypatch):
+    """Each check is slow but under its own timeout: the exercise's budget stops them."""
+    monkeypatch.setattr(engine, "EXERCISE_BUDGET", 4.0)
+    slow = hostile(tmp_path, at_import(SLOW_COLLECTIVES.format(seconds=1.5)))
+    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "Subgroup"))
+    slow_ones = [r for r in results if "too slow" in r.message]
+    assert slow_ones and all(r.status == "failed" for r in slow_ones), text
+    assert any("not run: too slow" in r.message for r in results), text
+    assert "4 s in all" in text and "--timeout-scale" in text, text
+
+
+def test_the_runs_budget_ends_a_run_of_slow_checks(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "RUN_BUDGET", 4.0)
+    slow = hostile(tmp_path, at_import(SLOW_COLLECTIVES.format(seconds=1.5)))
+    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "Subgroup"))
+    assert any("the checks of one run may take 4 s" in r.message for r in results), text
+    assert not all(r.passed for r in results), text
+
+
+def test_an_explicit_timeout_lifts_the_budgets():
+    budgets = engine._Budgets(1.0, timeout=300)
+    check = type("C", (), {"exercise": "comm", "timeout": 30})()
+    budgets.charge(check, 1000)
+    assert budgets.spent(check) is None and budgets.limit(check) == (20.0, "hang")
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+FLOOD = """import os as _os, sys as _sys
+for _i in range(80):
+    print(f'line {_i} ' + 'x' * (64 << 10))
+    _os.write(2, b'e' * (64 << 10))
+print('the last words of rank', __import__('torch.distributed').distributed.get_rank())
+raise RuntimeError('stop here')"""
+
+
+def test_what_a_rank_prints_is_captured_and_capped_never_the_graders_own(tmp_path):
+    """5 MB to each stream of each rank: the command's own output stays a report."""
+    impl = hostile(tmp_path, at_forward(FLOOD))
+    out = subprocess.run([sys.executable, "-m", "rtp_course.cli", "check", "comm", "--impl",
+                          str(impl), "--world-size", "2", "--only", "Duplication", "-v"],
+                         capture_output=True, text=True, timeout=300)
+    assert len(out.stdout) + len(out.stderr) < 64 << 10, (len(out.stdout), len(out.stderr))
+    assert "line 40 " not in out.stdout + out.stderr     # the middle of the flood is not kept
+    assert "rank 0 printed (last lines)" in out.stdout, out.stdout
+    assert "the last words of rank 1" in out.stdout, out.stdout
+    assert "stop here" in out.stdout, out.stdout
+
+
+def test_a_captured_stream_keeps_its_head_and_tail(tmp_path):
+    from rtp_course.runtime import output
+    kept = output._Kept(tmp_path / "s.txt", cap=100)
+    for i in range(100):
+        kept.add(f"{i:03d}\n".encode())
+    kept.write_out()
+    kept.close()
+    text = (tmp_path / "s.txt").read_text()
+    assert text.startswith("000\n001\n") and text.endswith("098\n099\n"), text
+    assert "bytes not kept" in text and len(text) < 300, text
+
+
+# ---- what a report reveals -------------------------------------------------------------------
+
+def test_an_error_raised_by_the_check_quotes_none_of_its_code(tmp_path):
+    """A result the check cannot use makes the check's own line raise: the report says so
+    without the check's file, line or text (a hidden check's are the grader's)."""
+    impl = hostile(tmp_path, {"comm": [("        return x.view_as(x)\n", "        return 'not a tensor'\n")]})
+    results, text = run(impl, only=("Duplication",))
+    assert not results[0].passed, text
+    assert "raised by the check, not in your code" in text, text
+    assert "public/comm.py" not in text and "checker" not in text, text
+
+
+def test_the_graders_paths_do_not_reach_a_students_feedback(tmp_path):
+    from rtp_course.instructor.grade_code import student_view
+    impl = tmp_path / "alice" / "rtp_course"
+    said = (f'File "{impl}/comm.py", line 3\n'
+            f"  wrote /home/grader/course/gradebook.db and /tmp/rtp-check-w2-o1-x/tmp.0/a.pt, "
+            f"ratio 1/2")
+    seen = student_view(said, impl)
+    assert "rtp_course/comm.py" in seen and "/home/grader" not in seen and "/tmp/" not in seen, seen
+    assert "gradebook.db" in seen and "a.pt" in seen and "ratio 1/2" in seen, seen
