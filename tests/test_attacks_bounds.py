@@ -145,3 +145,11 @@ def test_the_graders_paths_do_not_reach_a_students_feedback(tmp_path):
     seen = student_view(said, impl)
     assert "rtp_course/comm.py" in seen and "/home/grader" not in seen and "/tmp/" not in seen, seen
     assert "gradebook.db" in seen and "a.pt" in seen and "ratio 1/2" in seen, seen
+
+
+def test_a_rank_that_takes_too_much_memory_is_stopped_at_its_cap(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTP_COURSE_RANK_MEMORY_MB", "1024")
+    impl = hostile(tmp_path, at_forward("_hog = torch.ones(2 << 30, dtype=torch.uint8)"))
+    results, text = run(impl, only=("Duplication",))
+    assert not results[0].passed, text
+    assert "can't allocate memory" in text and "RTP_COURSE_RANK_MEMORY_MB" in text, text

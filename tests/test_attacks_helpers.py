@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rtp_course.checker import engine, report
-from rtp_course.runtime import forkserver, sandbox
+from rtp_course.runtime import forkserver, netns, sandbox
 from test_attacks import _alive, at_forward, at_import, hostile, needs_landlock, run
 
 # Connects to every forkserver socket on the machine and asks it, as multiprocessing's own
@@ -177,9 +177,11 @@ while True:
 """
 
 
-def test_a_process_that_keeps_reforking_does_not_outlive_the_run(tmp_path):
+def test_a_process_that_keeps_reforking_does_not_outlive_the_run(tmp_path, monkeypatch):
     """A new pid every few hundred microseconds: a sweep that kills what one look at /proc
-    saw misses it (pgrep misses it too: the test listens to its heartbeat instead)."""
+    saw misses it (pgrep misses it too: the test listens to its heartbeat instead, which
+    needs the machine's network: no private one for this run)."""
+    monkeypatch.setenv("RTP_COURSE_NETNS", "0")
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -246,3 +248,27 @@ def test_a_rank_that_floods_the_disk_is_stopped_at_its_file_cap(tmp_path, monkey
     results, text = run(hostile(tmp_path, at_import(probe)), only=("Duplication",))
     assert not results[0].passed, text
     assert "File too large" in text and "at most 512 MB each" in text, text
+
+
+@pytest.mark.skipif(not netns.available(), reason="this machine makes no private network")
+def test_a_rank_reaches_no_tcp_port_outside_its_launch(tmp_path):
+    """A classmate's store and gloo ports, the grader's services: all on the machine's
+    loopback, which a rank's private network does not reach."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        probe = "\n".join([
+            "import socket as _s",
+            "try:",
+            f"    _s.create_connection(('127.0.0.1', {server.getsockname()[1]}), timeout=2).close()",
+            "    _said = 'connected'",
+            "except OSError as _e:",
+            "    _said = type(_e).__name__",
+            "_devices = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:])",
+            "raise RuntimeError(f'NET {_said} {_devices}')",
+        ])
+        results, text = run(hostile(tmp_path, at_forward(probe)), only=("Duplication",))
+        assert "NET ConnectionRefusedError ['lo']" in text, text
+        with pytest.raises(socket.timeout):
+            server.accept()

@@ -424,6 +424,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
                    check_ids=[c.id for c in todo], dtype=dtype,
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
+                   memory_cap_mb=int(os.environ.get("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
         deadline = sum(budgets.limit(c)[0] for c in todo) + STARTUP + 60   # the watchdog's backstop
         failure, judged = None, {}

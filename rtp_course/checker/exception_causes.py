@@ -35,6 +35,10 @@ SURE = [
     (r"\[Errno 27\] File too large",
      "a rank may write files of at most 512 MB each (the checker's cap on a rank's disk, "
      "RTP_COURSE_RANK_FILE_MB): code under test has nothing to write to disk"),
+    (r"can't allocate memory|Cannot allocate memory|MemoryError",
+     "a rank on CPU may use at most 4096 MB of memory (the checker's cap, "
+     "RTP_COURSE_RANK_MEMORY_MB): the checks' tensors take a few kilobytes; look for a "
+     "tensor whose size grows with a loop, or a copy kept on every step"),
     (r"non-contiguous .* tensor \(at ",
      "rule 'Device': NCCL sends only contiguous memory; a view such as x.t(), x[:, 1:] or "
      "x.narrow(...) is not: hand the collective x.contiguous() (gloo takes the view, so the "

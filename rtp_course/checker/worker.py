@@ -186,17 +186,26 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
 
 
 FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
+MEMORY_CAP_MB = 4096  # a CPU rank's memory (its heap and anonymous mappings); checks use ~0.5 GB
 
 
-def _cap_files(job: dict) -> None:
-    """RLIMIT_FSIZE: a write past the cap kills the rank with SIGXFSZ, and the report names the
-    cap (launcher.died_how). Set before the code under test runs; it cannot raise it again."""
+def _cap_resources(job: dict) -> None:
+    """Hard limits, set before the code under test runs (it cannot raise them again), named in
+    the report when reached (exception_causes, launcher.died_how).
+
+    RLIMIT_FSIZE: a write past the file cap fails ("File too large"), or kills with SIGXFSZ.
+    RLIMIT_DATA (CPU ranks): an allocation past the memory cap fails in torch's allocator
+    ("can't allocate memory"), so one rank cannot take the machine's memory. Not on a GPU
+    rank: the CUDA driver maps host memory of its own, whose size the course does not own."""
     import resource
-    cap = int(job.get("file_cap_mb") or FILE_CAP_MB) << 20
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
-    except (ValueError, OSError):
-        pass
+    caps = [(resource.RLIMIT_FSIZE, int(job.get("file_cap_mb") or FILE_CAP_MB))]
+    if job.get("backend") != "nccl":
+        caps.append((resource.RLIMIT_DATA, int(job.get("memory_cap_mb") or MEMORY_CAP_MB)))
+    for which, mb in caps:
+        try:
+            resource.setrlimit(which, (mb << 20, mb << 20))
+        except (ValueError, OSError):
+            pass
 
 
 def _destroy_groups_since(before: set) -> None:
@@ -230,7 +239,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     for key in [k for k in os.environ if k not in forkserver.rank_environment(os.environ)
                 and k not in ("RTP_COURSE_EMULATE", "RTP_COURSE_IMPL", "MPLCONFIGDIR")]:
         del os.environ[key]
-    _cap_files(job)
+    _cap_resources(job)
     with open(rundir / f"confinement.{rank}.json", "w") as fh:
         confinement = _confine(rank, rundir, job, code_dir)
         json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)

@@ -8,8 +8,11 @@ calls `fn(rank, world_size, *args)` and returns every rank's return value.
 Why not plain `mp.spawn`: it has no deadline. A rank stuck in a collective
 would hang the caller forever, so `launch` joins with a deadline, asks stuck
 ranks for their Python stacks (faulthandler on SIGUSR1) and ends them.
-Rendezvous goes through a TCPStore that the parent opens on port 0, so the OS
-picks a free port: two launches at once on one node never collide.
+On gloo the ranks run on a network of their own (runtime/netns.py), where rank 0
+serves the rendezvous store: no other launch can reach their store or their gloo
+ports, and none collides with them. Otherwise (NCCL, or a kernel without
+unprivileged user namespaces) the parent opens the store on port 0, so the OS
+picks a free port.
 
 Under torchrun or srun the processes already exist: call `init_from_env()`.
 """
@@ -34,7 +37,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import cgroup, devices, forkserver, output, quiet, reaper
+from rtp_course.runtime import cgroup, devices, forkserver, netns, output, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -72,6 +75,7 @@ class WorkerInfo:
     mark: str = ""
     stderr_to_file: bool = True
     capture: bool = False           # stdout and stderr to the launcher's capped capture
+    private_network: bool = False   # the ranks on a network of their own, rank 0 the store
     course_env: dict | None = None  # the parent's RTP_COURSE_* now (a forkserver's are stale),
                                     # and the launch's own variables
     cgroup: str = ""                # the launch's cgroup, which the rank joins first (or none)
@@ -152,6 +156,8 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
     cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
+    if info.private_network:                  # while this process has a single thread
+        netns.create(info.rundir) if rank == 0 else netns.join(info.rundir)
     _drop_helpers()
     devices.allow_cuda()                      # the forkserver forbade it for itself
     os.environ[reaper.MARK_ENV] = info.mark
@@ -173,8 +179,12 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     # Opened now: `fn` may confine this process so that it can no longer open files here.
     result_fh = open(rundir / f"result.{rank}.pt", "wb")
     error_fh = open(rundir / f"error.{rank}.txt", "w")
-    store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,
-                          timeout=datetime.timedelta(seconds=60))
+    if info.private_network:
+        store = dist.TCPStore("127.0.0.1", netns.PORT, info.world_size, is_master=rank == 0,
+                              wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+    else:
+        store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=60))
     global _DEVICE
     _DEVICE = _init_group(info.backend, store, rank, info.world_size, local_rank,
                           info.pg_timeout, ranks_on_node=info.world_size)
@@ -187,7 +197,7 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
             result = fn(rank, info.world_size, *args)
         torch.save(_on_host(result), result_fh)
         result_fh.close()
-        _leave_together(store, info.world_size)
+        _leave_together(store, info.world_size, serves_store=info.private_network and rank == 0)
     except BaseException:                     # as text: the parent never unpickles a worker's words
         error_fh.write(traceback.format_exc())
         error_fh.close()
@@ -255,13 +265,21 @@ def _on_host(result):
     return result
 
 
-def _leave_together(store, world_size: int) -> None:
+def _leave_together(store, world_size: int, serves_store: bool = False) -> None:
     """A rank that has finished waits for every peer before it exits: its sockets close with
     it, and a peer may still be in the handshake of a group this rank is done creating
-    (new_group), which would fail there with "Connection closed by peer"."""
+    (new_group), which would fail there with "Connection closed by peer". The rank that
+    serves the store leaves last: a peer still waiting for its answer would lose it."""
+    forever = datetime.timedelta(days=1)                  # the launch's timeout rules
     if store.add("launcher/finished", 1) == world_size:
         store.set("launcher/all finished", "")
-    store.wait(["launcher/all finished"], datetime.timedelta(days=1))  # the launch's timeout rules
+    store.wait(["launcher/all finished"], forever)
+    if world_size == 1:
+        return
+    if serves_store:
+        store.wait(["launcher/all left"], forever)
+    elif store.add("launcher/left", 1) == world_size - 1:
+        store.set("launcher/all left", "")
 
 
 def _finished(rundir: Path, rank: int) -> bool:
@@ -326,11 +344,13 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
             env: dict, capture_output: bool):
     mark, before = uuid.uuid4().hex, reaper.descendants()
     group = cgroup.create()
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=60))
-    info = WorkerInfo("127.0.0.1", store.port, world_size, backend, str(rundir),
+    private = backend == "gloo" and netns.available()
+    store = None if private else dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
+                                               wait_for_workers=False,
+                                               timeout=datetime.timedelta(seconds=60))
+    info = WorkerInfo("127.0.0.1", store.port if store else 0, world_size, backend, str(rundir),
                       pg_timeout=timeout + 60, mark=mark, cgroup=str(group or ""),
-                      capture=capture_output,
+                      capture=capture_output, private_network=private,
                       course_env={**{k: v for k, v in os.environ.items()
                                      if k.startswith("RTP_COURSE_")}, **env})
     ctx = None
