@@ -104,3 +104,12 @@ def test_a_seventh_exercise_is_one_row_plus_its_files(seventh):
     r = _run(seventh, str(seventh / "scripts" / "make_nbgrader_source.py"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert (seventh / "grading" / "source" / "09_pipeline" / "rtp_course" / "pipeline.py").exists()
+
+
+def test_every_check_names_its_task():
+    """A report tags each check with its task ([E2.1]) and says where it is taught (read:)."""
+    from rtp_course.checker.registry import check_modules, load_checks
+    for hidden in (False, True):
+        untagged = [c.id for c in load_checks(check_modules(list(course.EXERCISES), hidden))
+                    if not c.task_id]
+        assert untagged == [], untagged

@@ -40,6 +40,20 @@ from rtp_course.notebook.timeline import KINDS, Interval
 
 POLL_SECONDS = 0.0005
 PREFIX = "rtp/"
+CLOCK_MARKS = 5
+
+
+def _offset_us(events, clocks) -> float:
+    """Profiler time minus perf_counter time, in microseconds: mark i's perf_counter reading
+    lies within its profiled region, so the middle of the shortest region is the best match."""
+    marks = {e["name"]: e for e in events if str(e.get("name", "")).startswith(PREFIX + "clock ")
+             and e.get("ph") == "X"}
+    found = [(marks[f"{PREFIX}clock {i}"], c) for i, c in enumerate(clocks)
+             if f"{PREFIX}clock {i}" in marks]
+    if not found:
+        return 0.0
+    mark, clock = min(found, key=lambda m: m[0].get("dur", 0.0))
+    return mark["ts"] + mark.get("dur", 0.0) / 2 - clock * 1e6
 
 
 class Trace:
@@ -57,8 +71,14 @@ class Trace:
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_initialized() else [])
         self._prof = profile(activities=activities)
         self._prof.__enter__()
-        with record_function(PREFIX + "clock"):     # the profiler's clock against perf_counter
-            self._clock = time.perf_counter()
+        # The profiler's clock against perf_counter (transfers are timed with the latter):
+        # several marks, of which the shortest is kept. The first op the profiler records
+        # can take milliseconds to set up, between the mark's start and the clock read in
+        # it, which would shift every compute region against the transfers.
+        self._clocks = []
+        for i in range(CLOCK_MARKS):
+            with record_function(f"{PREFIX}clock {i}"):
+                self._clocks.append(time.perf_counter())
         return self
 
     def __exit__(self, *exc):
@@ -68,8 +88,7 @@ class Trace:
             path = os.path.join(d, "trace.json")
             self._prof.export_chrome_trace(path)
             events = json.loads(Path(path).read_text()).get("traceEvents", [])
-        clock = next((e for e in events if e.get("name") == PREFIX + "clock"), None)
-        offset_us = clock["ts"] - self._clock * 1e6 if clock else 0.0
+        offset_us = _offset_us(events, self._clocks)
         pid = next((e.get("pid") for e in events if e.get("ph") == "X"), 0)
         for kind, label, start, end in self._transfers:
             events.append({"name": f"{PREFIX}{kind}/{label}", "ph": "X", "cat": "rtp transfer",

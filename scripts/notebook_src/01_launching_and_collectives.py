@@ -136,7 +136,7 @@ print("".join(sorted(line + "\n" for line in done.stdout.splitlines() if line.st
 # rendezvous address:
 #
 # ```bash
-# !/bin/bash
+# #!/bin/bash
 # #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --time=00:10:00
 # srun python -m rtp_course.notebook.demos.hello
 # ```

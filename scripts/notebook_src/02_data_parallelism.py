@@ -262,8 +262,10 @@ plt.show()
 # The curves lie on top of each other. They are not *bit*-identical, and should not be:
 # floating-point addition is not associative, and the all-reduce adds the ranks' partial gradients
 # in a different order from the serial backward, so the gradients differ in their last digits
-# (about $10^{-7}$ relative). At step 1 the weights are identical and so are the losses; the tiny
-# gradient differences then accumulate. Adam amplifies them where a gradient is close to zero: it
+# (about $10^{-7}$ relative). At step 1 the weights are identical, and the losses differ only in
+# their last digits (the printed difference at step 1): the mean of two ranks' means over 16
+# images adds in another order than one mean over 32. The tiny gradient differences then
+# accumulate. Adam amplifies them where a gradient is close to zero: it
 # divides each gradient by its running magnitude, so a rounding difference there becomes a step of
 # up to the learning rate. That is why the weights end up differing in the third or fourth decimal
 # while the losses still agree. A real bug looks nothing like this: it shows at the first step,

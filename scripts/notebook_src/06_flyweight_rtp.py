@@ -379,8 +379,9 @@ lm_rows = memory_and_time("lm", batch_size=8)
 #    written, not zeroed and then added to. Attention goes through
 #    `F.scaled_dot_product_attention`, with $q, k, v$ of self-attention in one product.
 #
-# Measured on the benchmark LM (4.2 M parameters, 2 CPU ranks, 30 rounds of interleaved steps,
-# `python scripts/bench_rtp_designs.py` in the instructor edition): the section-2 design takes
+# Measured by the course staff on the benchmark LM (4.2 M parameters, 2 CPU ranks, 30 rounds of
+# interleaved steps; you can time your own design against DDP with `rtp-course bench`, notebook
+# 07): the section-2 design takes
 # 1.9 times DDP's step (quartiles of the step-by-step ratio 1.86-2.03), the reference 1.23
 # (1.17-1.26), with the same per-rank memory (58 MB, DDP: 114 MB). The checker requires neither:
 # it checks the rules in your stub's docstring (results, rotation only, overlap, memory, traffic

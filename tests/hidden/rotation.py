@@ -63,6 +63,7 @@ class TwoInFlight(Check):
     """Two rotations posted before either is waited on (as RTP's backward does with weights and
     accumulators), waited in reverse order; then one each way at once."""
     exercise, name, hidden = "rotation", "two_in_flight", True
+    task = "E4.2"
     timeout = 10.0
     hints = {"": "a handle must own its buffers and works: two rotations in flight at once must "
                  "not share a receive buffer or wait on each other's works"}

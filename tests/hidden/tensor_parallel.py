@@ -136,6 +136,7 @@ class FreshLayers(_Hidden, Check):
     """Layers built by their constructors: shard shapes, serial sizes, dtype, init from the
     SERIAL fan-in, a zero row bias (equal on every rank without communication)."""
     exercise, name = "tensor_parallel", "fresh_layers"
+    task = "E3.1"       # the first constructor; the check builds every layer
     hints = {"structure/": "see the docstring: shard shapes, the SERIAL in/out sizes as "
                            "attributes, parameters in the requested dtype",
              "init/": "a fresh linear shard is U(-1/sqrt(in), 1/sqrt(in)) with `in` the SERIAL "

@@ -193,6 +193,7 @@ class SplitCheck(_FunctionCheck):
 class SubgroupCheck(Check):
     """f, g, gather and split on two groups of two ranks: {0, 2} and {1, 3}."""
     exercise, name = "comm", "subgroups"
+    task = "E2.1"       # where the rule "use `group`" is taught
     world_sizes = (4,)
     hints = {"": "use the process `group` argument for every collective and for the rank and "
                  "world size (dist.get_rank(group), dist.get_world_size(group)), not the world"}

@@ -164,6 +164,7 @@ class RTPCheck(Check):
     CPU tensors) and optionally `call(model, xs)`.
     """
     exercise = "flyweight"
+    task = "E5.2"       # RotatedTensorParallel; its layers are FlyweightWrapper's (E5.1)
     hints = HINTS
     opt_steps = (("sgd", 2), ("adam", 2))   # optimizers in turn, on the same model
     record_init = True                       # False for big models: fewer bytes to judge

@@ -355,6 +355,7 @@ class Subgroup(Check):
     """Every function on the group of global ranks 1..N-1 (rank 0 stays out): group ranks
     differ from global ranks, so the peers must be translated."""
     exercise, name = "rotation", "subgroup"
+    task = "E4.2"       # where the peers are translated to global ranks
     world_sizes = (3, 4)
     timeout = 10.0
     hints = {"": "use the group's rank and size (dist.get_rank(group), dist.get_world_size(group)) "

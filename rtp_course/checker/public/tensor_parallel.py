@@ -242,6 +242,7 @@ class Subgroup(OnSubgroup, MLP):
 class SizesNotDivisible(Check):
     """A size N does not divide: ValueError naming the layer and the sizes, before any work."""
     exercise, name, world_sizes = "tensor_parallel", "sizes_not_divisible", (3, 4)
+    task = "E3.1"       # where the ValueError is first asked for
     LAYERS = {"ColumnParallelLinear": lambda tp, g: tp.ColumnParallelLinear(HIDDEN, 10, group=g),
               "RowParallelLinear": lambda tp, g: tp.RowParallelLinear(10, HIDDEN, group=g),
               "ParallelMLP": lambda tp, g: tp.ParallelMLP(HIDDEN, 10, group=g),
