@@ -96,6 +96,9 @@ class AllGather(torch.autograd.Function):
 
     forward(ctx, x: [..., n, ...], dim, group) -> [..., N*n, ...] (rank order)
     backward(ctx, grad [..., N*n, ...]) -> (grad's slice r [..., n, ...], None, None)
+    The slice backward returns must be contiguous (checked): a narrow() of grad
+    is a view with the whole's strides, and this gradient flows on into other
+    layers' collectives, which NCCL gives only contiguous memory.
     Communication: forward one all_gather (each rank sends n elements per row);
     backward none.
     """

@@ -59,9 +59,15 @@ DIRECTIONS = ("clockwise", "counterclockwise")
 def ring_peers(direction="clockwise", group=None):
     """Return (destination, source) of this rank for one rotation, as GLOBAL ranks.
 
-    clockwise: ((r + 1) % N, (r - 1) % N); counterclockwise: the reverse.
-    A direction other than the two in DIRECTIONS raises ValueError, and the
-    message names both valid values.
+    clockwise: ((r + 1) % N, (r - 1) % N); counterclockwise: the reverse, where r
+    and N are this rank's place in `group` and the group's size (the world when
+    group is None). With one rank, both are the rank itself. Two ints; it only
+    computes (no communication). A direction other than the two in DIRECTIONS
+    raises ValueError, and the message names both valid values.
+
+    Checked on its own, before everything that uses it (`rotation.ring_peers`):
+    both directions at 1 to 4 ranks, and on the group of ranks 1..N-1, whose
+    group ranks differ from the global ones.
     """
     raise NotImplementedError("[E4.1] ring_peers: validate `direction`, compute the group-rank peers "
                               "with % N, translate them with dist.get_global_rank(group, peer)")

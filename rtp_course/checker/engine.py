@@ -316,9 +316,30 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         r.task = tasks.get(f"{r.exercise}.{r.check}", "")
     results.sort(key=lambda r: (EXERCISES.index(r.exercise), order[f"{r.exercise}.{r.check}"],
                                 r.world_size))
+    _blame_earlier_tasks(results)
     if progress:
         progress(total, total, "done")
     return results
+
+
+def _blame_earlier_tasks(results: list[Result]) -> None:
+    """Tasks build on the earlier ones of their exercise (rotate finds its peers with
+    ring_peers): where an earlier task's own check failed, a later check's failure names
+    it as the likely cause, instead of a hint about its own code that may not hold."""
+    failed: dict[str, Result] = {}          # task id -> its first failing check's result
+    for r in results:
+        if r.passed or r.status == "notimpl" or not r.task:
+            continue
+        ex = course.exercise(r.exercise)
+        order = [t.id for t in ex.tasks]
+        earlier = [failed[t] for t in order[:order.index(r.task)] if t in failed] \
+            if r.task in order else []
+        if earlier:
+            first = earlier[0]
+            then = f"; if this check still fails after that: {r.hint}" if r.hint else ""
+            r.hint = (f"this may follow from [{first.task}] {first.exercise}.{first.check}, "
+                      f"which fails its own check (above): fix that first{then}")
+        failed.setdefault(r.task, r)
 
 
 def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,

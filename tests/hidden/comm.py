@@ -2,6 +2,7 @@
 shapes, a size the world size does not divide."""
 from __future__ import annotations
 
+import torch
 
 from rtp_course.checker.common import randn
 from rtp_course.checker.public import comm as pub
@@ -15,7 +16,8 @@ class _Float32:
 
     def expected(self, world_size):
         exp = super().expected(world_size)
-        return {r: {k: v.float() for k, v in e.items()} for r, e in exp.items()}
+        return {r: {k: v.float() if isinstance(v, torch.Tensor) else v for k, v in e.items()}
+                for r, e in exp.items()}
 
 
 class DuplicationFloat32(_Float32, pub.DuplicationCheck):

@@ -27,9 +27,13 @@ def g_rank(rank, shape=SHAPE, seed=3):  # a per-rank upstream gradient
     return randn(seed + 1000 * rank, *shape)
 
 
+CONTIGUOUS = "the gradient backward returned is contiguous"
+
+
 class _FunctionCheck(Check):
     exercise = "comm"
     fn_name = ""          # function form in the module, e.g. "duplicate"
+    contiguous_grad = False   # the stub states that backward returns a contiguous gradient
     dims = (None,)        # dims to try for gather/split (None: no dim argument)
 
     def call(self, mod, x, dim, group):
@@ -57,8 +61,13 @@ class _FunctionCheck(Check):
                 continue  # the verdict reports the forward shape; backward would only add noise
             g = ctx.to(g_rank(ctx.rank, shape))
             g_copy = g.clone()
+            returned = []   # what backward returned for x, before autograd accumulates it
+            if self.contiguous_grad:
+                x.register_hook(lambda grad: returned.append(grad.is_contiguous()))
             with ctx.phase("backward"):
                 y.backward(g)
+            if self.contiguous_grad:
+                ctx.record_value(f"backward/{CONTIGUOUS}{tag}", all(returned))
             ctx.record(f"backward/grad input{tag}", x.grad)
             ctx.record(f"backward/upstream grad after{tag}", g)
             ctx.record(f"backward/upstream grad copy{tag}", g_copy)
@@ -70,6 +79,8 @@ class _FunctionCheck(Check):
             for dim in self.dims:
                 tag = "" if dim is None else f" dim={dim}"
                 out, grad = self.serial(r, world_size, dim)
+                if self.contiguous_grad:
+                    e[f"backward/{CONTIGUOUS}{tag}"] = True
                 e[f"forward/output{tag}"] = out
                 e[f"forward/input after{tag}"] = self.input(r, world_size, dim)
                 e[f"backward/grad input{tag}"] = grad
@@ -132,7 +143,13 @@ class AllReduceCheck(_FunctionCheck):
 class AllGatherCheck(_FunctionCheck):
     name, fn_name = "AllGather", "all_gather"
     dims = (-1, 0, 1)
+    contiguous_grad = True
     hints = dict(_FunctionCheck.hints, **{
+        f"backward/{CONTIGUOUS}": "AllGather.backward must return a contiguous gradient: "
+                                  "grad_output.narrow(dim, r*n, n) is a view with the strides "
+                                  "of the whole; add .contiguous() (the gradient flows on into "
+                                  "other layers' collectives, and NCCL sends only contiguous "
+                                  "memory)",
         "forward/output": "concatenate the ranks' tensors in rank order along `dim`",
         "backward/grad input": "backward keeps THIS rank's slice of the gradient along `dim` "
                                "(rank r owns positions [r*n, (r+1)*n))",

@@ -73,6 +73,91 @@ DIRECTION = ("clockwise: rank r sends to (r + 1) % N and receives from (r - 1) %
              "with dist.get_global_rank(group, peer)")
 
 
+def _pair(peers):
+    """What ring_peers returned, as (int, int) when it is a pair of ranks, else its repr."""
+    try:
+        dst, src = peers
+        if all(int(p) == p for p in (dst, src)):
+            return (int(dst), int(src))
+    except Exception:  # noqa: BLE001 - anything else is reported as it is
+        pass
+    return repr(peers)[:80]
+
+
+def peers(rank: int, world: int, direction: str) -> tuple:
+    """(destination, source) of `rank` in a ring of `world` ranks."""
+    step = 1 if direction == "clockwise" else -1
+    return ((rank + step) % world, (rank - step) % world)
+
+
+BAD_DIRECTION = ("ring_peers (and so rotate) must raise ValueError for a direction other than "
+                 "'clockwise' / 'counterclockwise', with a message naming both, before any "
+                 "communication")
+
+
+class RingPeers(Check):
+    """ring_peers both ways on the whole group, on ranks 1..N-1 (global ranks differ from the
+    group's), and a bad direction. It only computes: no communication. Runs first: every
+    later function of the exercise finds its peers with it."""
+    exercise, name = "rotation", "ring_peers"
+    timeout = 10.0
+    hints = {"": DIRECTION,
+             "ranks 1..N-1": "on a group, compute r and N in the group (dist.get_rank(group), "
+                             "dist.get_world_size(group)) and return GLOBAL ranks: "
+                             "dist.get_global_rank(group, peer)",
+             "bad direction": BAD_DIRECTION}
+
+    def run(self, ctx):
+        rot, r, n = ctx.impl.rotation, ctx.rank, ctx.world_size
+        for direction in DIRECTIONS:
+            with ctx.phase(direction):
+                found = rot.ring_peers(direction, group=ctx.group)
+            ctx.record_value(f"{direction}/(destination, source) of rank {r}", _pair(found))
+        if n >= 3:
+            sub = ctx.new_group(list(range(1, n)))       # every rank makes it, in the same order
+            if r >= 1:
+                for direction in DIRECTIONS:
+                    with ctx.phase(f"ranks 1..N-1 {direction}"):
+                        found = rot.ring_peers(direction, group=sub)
+                    ctx.record_value(f"ranks 1..N-1 {direction}/(destination, source) as "
+                                     f"global ranks, of rank {r}", _pair(found))
+        with ctx.phase("bad direction"):
+            try:
+                rot.ring_peers("left", group=ctx.group)
+                raised, named = "nothing", False
+            except NotImplementedError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the type is what we judge
+                raised = type(e).__name__
+                named = "counterclockwise" in str(e) and "clockwise" in str(e).replace(
+                    "counterclockwise", "")
+        ctx.record_value("bad direction/exception raised for direction='left'", raised)
+        ctx.record_value("bad direction/the message names 'clockwise' and 'counterclockwise'",
+                         named)
+
+    def expected(self, world_size):
+        exp = {}
+        for r in range(world_size):
+            e = {f"{d}/(destination, source) of rank {r}": peers(r, world_size, d)
+                 for d in DIRECTIONS}
+            if world_size >= 3 and r >= 1:
+                for d in DIRECTIONS:
+                    dst, src = peers(r - 1, world_size - 1, d)
+                    e[f"ranks 1..N-1 {d}/(destination, source) as global ranks, of rank {r}"] = \
+                        (dst + 1, src + 1)
+            e["bad direction/exception raised for direction='left'"] = "ValueError"
+            e["bad direction/the message names 'clockwise' and 'counterclockwise'"] = True
+            exp[r] = e
+        return exp
+
+    def comm_rules(self, world_size):
+        phases = [*DIRECTIONS, "bad direction"]
+        if world_size >= 3:
+            phases += [f"ranks 1..N-1 {d}" for d in DIRECTIONS]
+        return [CommRule(phase, "*", 0, "ring_peers only computes the two ranks: no communication")
+                for phase in phases]
+
+
 class Rotate(Check):
     """rotate() both ways: float and int64 tensors, a bad direction."""
     exercise, name = "rotation", "rotate"
@@ -86,9 +171,7 @@ class Rotate(Check):
         "input after the call": NEW_TENSOR,
         "returned a new tensor": "return the receive buffer, a new tensor (with one rank: "
                                  "tensor.clone()), never the input itself",
-        "bad direction": "ring_peers (and so rotate) must raise ValueError for a direction "
-                         "other than 'clockwise' / 'counterclockwise', with a message naming "
-                         "both, before any communication",
+        "bad direction": BAD_DIRECTION,
     }
 
     def run(self, ctx):
@@ -307,6 +390,18 @@ def rs_input(rank: int, world: int) -> torch.Tensor:
     return randn(40 + rank, 2 * world, 2 * world + 1)
 
 
+NOT_A_VIEW = "returned a new tensor, not a view of the input"
+
+
+def new_tensor(x, y) -> bool:
+    """y shares no memory with x (a view of x, or x itself, does)."""
+    if not isinstance(y, torch.Tensor):
+        return False
+    if y.numel() == 0 or x.numel() == 0:
+        return y is not x
+    return y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 class RingReduceScatter(Check):
     """ring_reduce_scatter along dims 0 and 1: rank r gets the sum of every rank's chunk r."""
     exercise, name = "rotation", "ring_reduce_scatter"
@@ -319,6 +414,9 @@ class RingReduceScatter(Check):
                   "chunk (r-1) % N, and after the k-th rotation adds its own chunk (r-1-k) % N",
         "input after the call": NEW_TENSOR + " (add into a new tensor, not into a chunk view)",
         NEVER_WAITED: WAIT_ALL,
+        NOT_A_VIEW: "rule 'return a NEW tensor': x.chunk(N, dim)[r] is a view of the caller's "
+                    "tensor (with one rank, the tensor itself); return a copy (.clone()) or a "
+                    "tensor you allocated",
     }
 
     def run(self, ctx):
@@ -330,6 +428,7 @@ class RingReduceScatter(Check):
             record_unwaited(ctx, f"ring_reduce_scatter dim={dim}", f"ring_reduce_scatter dim={dim}")
             ctx.record(f"ring_reduce_scatter dim={dim}/output", y)
             ctx.record(f"ring_reduce_scatter dim={dim}/input after the call", x)
+            ctx.record_value(f"ring_reduce_scatter dim={dim}/{NOT_A_VIEW}", new_tensor(x, y))
 
     def expected(self, world_size):
         exp = {}
@@ -342,6 +441,7 @@ class RingReduceScatter(Check):
                     x.chunk(world_size, dim)[r] for x in xs)
                 e[f"ring_reduce_scatter dim={dim}/input after the call"] = xs[r]
                 e[f"ring_reduce_scatter dim={dim}/{NEVER_WAITED}"] = []
+                e[f"ring_reduce_scatter dim={dim}/{NOT_A_VIEW}"] = True
             exp[r] = e
         return exp
 
