@@ -16,8 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.checker import exception_causes, hang_causes, outcome_file
@@ -439,7 +437,6 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
     `budgets` is charged for the time every check took, hung or not; an exercise that has
     used its budget runs no further checks, and neither does any once the run has used its."""
     results, seen = [], {}
-    by_id = {c.id: c for c in todo}
     while todo:
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,

@@ -77,28 +77,6 @@ class DataParallelThreeSteps(pub.DataParallelWrapper):
         return self.data_seed
 
 
-class ShiftedMLP(nn.Module):
-    """The check's MLP with its input shifted by a buffer drawn at construction: a buffer, not
-    a parameter, so only a constructor that broadcasts buffers too makes the ranks agree."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = mlp()
-        self.register_buffer("shift", torch.randn(8))
-
-    def forward(self, x):
-        return self.net(x + self.shift)
-
-
-class DataParallelBuffers(pub.DataParallelWrapper):
-    name, hidden = "DataParallel_buffers", True
-    factory = staticmethod(ShiftedMLP)
-    hints = dict(pub.DataParallelWrapper.hints)
-    hints["forward"] = ("the ranks agree on the parameters but not on the output: the "
-                        "constructor must broadcast the module's buffers too (module.buffers(): "
-                        "running statistics, fixed tables), from group rank 0")
-
-
 class AverageGradientsSubgroups(Check):
     """Two independent data-parallel pairs, ranks {0,1} and {2,3}, each with its own data:
     average_gradients must average over `group` only."""

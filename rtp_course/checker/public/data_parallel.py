@@ -6,7 +6,9 @@ match serial training on the whole batch: same outputs per sample, the same
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
+from torch import nn
 
 from rtp_course.checker.common import (make_optimizer, mlp, named_grads, named_params, randn,
                                        rank_slice, seeded)
@@ -171,6 +173,29 @@ class DataParallelWrapper(Check):
                          "communicates at construction and during backward"),
                 CommRule("init", "broadcast|collective", Bound(1, 64),
                          "the constructor must broadcast rank 0's parameters")] + _step_rules()
+
+
+class ShiftedMLP(nn.Module):
+    """The check's MLP with its input shifted by a buffer drawn at construction: a buffer, not
+    a parameter, so only a constructor that broadcasts buffers too makes the ranks agree."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+        self.register_buffer("shift", torch.randn(8))
+
+    def forward(self, x):
+        return self.net(x + self.shift)
+
+
+class DataParallelBuffers(DataParallelWrapper):
+    """The rule 'parameters AND buffers': a module whose buffer differs on every rank."""
+    name = "DataParallel_buffers"
+    factory = staticmethod(ShiftedMLP)
+    hints = dict(DataParallelWrapper.hints)
+    hints["forward"] = ("the ranks agree on the parameters but not on the output: the "
+                        "constructor must broadcast the module's buffers too (module.buffers(): "
+                        "running statistics, fixed tables), from group rank 0")
 
 
 class DataParallelSubgroups(DataParallelWrapper):

@@ -15,7 +15,7 @@ from torch import nn
 
 from rtp_course.checker.common import randint, randn, seeded
 from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, TPCheck, raises
-from rtp_course.checker.registry import Check
+from rtp_course.checker.registry import Check, CommRule
 from rtp_course.models import FeedForward, SelfAttention, build_model, causal_mask, lm_loss
 
 HIDDEN, FFN, HEADS, VOCAB = 48, 96, 12, 96   # 12 heads: N = 1..4 all divide
@@ -269,3 +269,68 @@ class SizesNotDivisible(Check):
             exp[f"structure/{layer} with size 10 raises"] = "ValueError"
             exp[f"structure/{layer} ValueError message"] = self.GOOD
         return {r: exp for r in range(world_size)}
+
+
+PAD = 3  # a padding_idx
+
+
+class NotATransformer(Check):
+    """The TypeError parallelize_transformer promises for a model it does not know."""
+    exercise, name, world_sizes = "tensor_parallel", "parallelize_transformer_rejects_cnn", (2,)
+    task = "E3.6"
+    hints = {"": "parallelize_transformer raises TypeError for a model that is neither a course "
+                 "BertClassifier nor a TransformerLM"}
+
+    def run(self, ctx):
+        with ctx.phase("structure"):
+            raised = raises(lambda: ctx.impl.tensor_parallel.parallelize_transformer(
+                build_model("cnn", seed=0), ctx.group))[0]
+        ctx.record_value("structure/parallelize_transformer(MnistCNN) raises", raised)
+
+    def expected(self, world_size):
+        return {r: {"structure/parallelize_transformer(MnistCNN) raises": "TypeError"}
+                for r in range(world_size)}
+
+
+class EmbeddingPadding(Check):
+    """from_serial of an nn.Embedding with padding_idx, fed ids that include it: the padding
+    row's vector is the serial one and gets no gradient."""
+    exercise, name = "tensor_parallel", "ParallelEmbedding_padding_idx"
+    hints = {"forward": "the output must be the serial embedding's, padding row included",
+             "backward/grad weight": "like nn.Embedding, the row of padding_idx gets no gradient: "
+                                     "pass padding_idx to F.embedding"}
+
+    def serial(self):
+        return seeded(lambda: nn.Embedding(VOCAB, HIDDEN, padding_idx=PAD), 31)
+
+    @staticmethod
+    def ids():
+        ids = randint(32, VOCAB, 3, 5)
+        ids[:, 0] = PAD
+        return ids
+
+    def run(self, ctx):
+        layer = ctx.impl.tensor_parallel.ParallelEmbedding.from_serial(
+            self.serial().to(ctx.device), group=ctx.group)
+        with ctx.phase("forward"):
+            out = layer(self.ids().to(ctx.device))
+        ctx.record("forward/output", out)
+        with ctx.phase("backward"):
+            out.backward(ctx.to(randn(33, *out.shape)))
+        ctx.record("backward/grad weight shard", layer.weight.grad)
+
+    def expected(self, world_size):
+        emb = self.serial()
+        out = emb(self.ids())
+        out.backward(randn(33, *out.shape))
+        return {r: {"forward/output": out.detach(),
+                    "backward/grad weight shard": emb.weight.grad.chunk(world_size, dim=1)[r]}
+                for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        if world_size == 1:
+            return []
+        return [CommRule("forward", "all_gather", 1, "forward: one all-gather of the looked-up "
+                                                     "slices"),
+                CommRule("backward", "*", 0, "backward needs no communication: all_gather's "
+                                             "backward keeps this rank's slice")]

@@ -4,7 +4,6 @@ EXPECT: DataParallel_buffers.*forward/output.*broadcast the module's buffers too
 CLASS: buffers
 WORLD_SIZES: 2
 ONLY: DataParallel_buffers
-HIDDEN: yes
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):

@@ -4,7 +4,6 @@ EXPECT: ParallelEmbedding_padding_idx.*backward/grad weight shard.*padding_idx g
 CLASS: padding
 WORLD_SIZES: 2
 ONLY: ParallelEmbedding_padding_idx
-HIDDEN: yes
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):

@@ -1,0 +1,19 @@
+r"""parallelize_transformer returns a model it does not know unchanged, instead of raising the promised TypeError.
+
+EXPECT: FAIL  \[E3\.6\] tensor_parallel\.parallelize_transformer_rejects_cnn .*parallelize_transformer\(MnistCNN\) raises.*TypeError.*hint: parallelize_transformer raises TypeError
+CLASS: values
+WORLD_SIZES: 2
+ONLY: parallelize_transformer_rejects_cnn
+
+A wrong implementation: solutions/tensor_parallel.py with this one bug.
+"""
+
+# The bug, as edits of the reference solution (solutions/tensor_parallel.py):
+REPLACE = [
+    (r'''    else:
+        raise TypeError(f"parallelize_transformer: expected a BertClassifier or TransformerLM, "
+                        f"got {type(model).__name__}")
+''',
+     r'''
+'''),
+]
