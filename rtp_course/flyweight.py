@@ -28,6 +28,22 @@ of ANY shard from its index: that is how a receiver allocates its buffer.
                                             out_proj.weight[:, a*d:b*d],
                                             out_proj.bias: all of it in shard 0, none elsewhere
 
+ATTENTION. A wrapped nn.MultiheadAttention is called exactly as the module it
+replaces, with everything nn.MultiheadAttention accepts that the checker uses:
+    batch_first=False (the default: query [L, B, E], key and value [S, B, E]) or
+        True ([B, L, E], [B, S, E]): read it from the wrapped module;
+    cross-attention: key and value differ from query, and S may differ from L;
+    key_padding_mask [B, S]: bool (True = ignore that key) or float (added to the
+        scores), or None;
+    attn_mask [L, S] (every head) or [B*H, L, S] (row b*H + h for head h of batch
+        element b): bool or float, or None; is_causal as torch takes it;
+    need_weights: ignored; it returns (output, None).
+A shard of heads a..b-1 uses rows b*H + h (h in a..b-1) of a per-head attn_mask.
+F.scaled_dot_product_attention on the shard's q, k, v (after the masks are
+turned into one float bias) does the rest. In nn.MultiheadAttention a bool mask
+(either one) means True = masked: it becomes -inf where True (while
+F.scaled_dot_product_attention reads a bool mask the other way round).
+
 FORWARD of a wrapped layer on rank r (input x: this rank's batch):
     for i in 0..N-1:
         s = (r - i) % N                       # the shard in hand

@@ -132,6 +132,13 @@ plt.show()
 #
 # Send each shard as **one flat tensor** (all its pieces concatenated): one message per step.
 #
+# A wrapped `nn.MultiheadAttention` is a drop-in replacement, so it takes what the module takes,
+# not only the causal self-attention of the LM: sequence-first input (the default) or
+# `batch_first=True`, cross-attention (key and value of another length $S$ than the query's $L$),
+# a `key_padding_mask` of shape $[B, S]$ and an `attn_mask` of shape $[L, S]$ or per head
+# $[B \cdot H, L, S]$, each either bool or float. The checks use all of them; the stub's
+# ATTENTION paragraph says how each maps onto your shard of heads.
+#
 # The demo wraps a serial `nn.Linear(8, 10)` on **3 ranks** (10 outputs: shards of 4, 3 and 3)
 # and an `nn.MultiheadAttention(12, 6 heads)`. Each rank feeds **its own** batch, then compares
 # its output with the serial layer on that batch and its shard's gradient with the same slice of

@@ -355,10 +355,18 @@ class RTPEmbedding(RTPCheck):
         return (randint(1000 * step + 10 * rank, 13, 2, 5),)
 
 
+ATTENTION_CONTRACT = (
+    "the wrapped attention takes what nn.MultiheadAttention takes (the stub's ATTENTION "
+    "paragraph): inputs [L, B, E] unless the module says batch_first=True ([B, L, E]); key and "
+    "value of another length S than the query's; key_padding_mask [B, S] and attn_mask [L, S] or "
+    "[B*H, L, S] (rows b*H + h), bool (True = masked) or float")
+
+
 class RTPMultiheadAttention(RTPCheck):
     """nn.MultiheadAttention(10, 5): 5 heads (uneven), sequence first, cross-attention,
     a key padding mask and a per-head float mask."""
     name = "MultiheadAttention"
+    hints = dict(HINTS, **{"error/forward": ATTENTION_CONTRACT, "forward": ATTENTION_CONTRACT})
 
     def build(self):
         return nn.MultiheadAttention(10, 5)
@@ -372,6 +380,26 @@ class RTPMultiheadAttention(RTPCheck):
         padding[0, 4] = float("-inf")
         bias = randn(7, 2 * 5, 4, 5).to(device=xs[0].device, dtype=xs[0].dtype)
         return model(*xs, key_padding_mask=padding, attn_mask=bias, need_weights=False)[0]
+
+
+class RTPMultiheadAttentionBatchFirst(RTPCheck):
+    """nn.MultiheadAttention(12, 4, batch_first=True): self-attention, a bool causal mask and a
+    bool key padding mask (True = masked, as the module reads them)."""
+    name = "MultiheadAttention_batch_first"
+    hints = dict(HINTS, **{"error/forward": ATTENTION_CONTRACT, "forward": ATTENTION_CONTRACT})
+
+    def build(self):
+        return nn.MultiheadAttention(12, 4, batch_first=True)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step + 10 * rank, 2, 5, 12),)
+
+    def call(self, model, xs):
+        x = xs[0]
+        causal = torch.ones(5, 5, dtype=torch.bool, device=x.device).triu(1)
+        padding = torch.zeros(2, 5, dtype=torch.bool, device=x.device)
+        padding[1, 3] = True
+        return model(x, x, x, key_padding_mask=padding, attn_mask=causal, need_weights=False)[0]
 
 
 class RTPMnistCNN(RTPCheck):
