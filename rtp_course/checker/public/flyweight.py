@@ -112,15 +112,22 @@ HINTS = {
 
 
 class ComputeMarks(TorchDispatchMode):
-    """Adds ("compute", op) to commlog's trace for the aten ops that do a layer's math. A
-    dispatch mode, unlike a torch-function mode, also sees the ops of a backward pass."""
-    OPS = ("mm", "conv", "embedding", "softmax", "attention", "index_add", "einsum")
-    _math = {}     # op -> its name if it is one of OPS, else None (str(op) is slow)
+    """Adds ("compute", op) to commlog's trace for every aten op that computes on data: any op
+    but views, allocations, fills and copies (moving bytes is not computing), whatever API the
+    code chose (a matmul, F.embedding or indexing a shard, a convolution...). A dispatch mode,
+    unlike a torch-function mode, also sees the ops of a backward pass."""
+    NOT_COMPUTE = ("empty", "zeros", "ones", "full", "fill", "copy", "clone", "detach", "alias",
+                   "lift", "resize", "set_", "new_", "scalar_tensor", "_local_scalar_dense",
+                   "record_stream", "_to_copy", "contiguous", "split", "chunk", "unbind",
+                   "narrow", "unsafe")
+    _math = {}     # op -> its name if it computes, else None (str(op) is slow)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func not in self._math:
             name = str(func).lower()
-            self._math[func] = name if any(op in name for op in self.OPS) else None
+            self._math[func] = None if (getattr(func, "namespace", "aten") != "aten"
+                                        or getattr(func, "is_view", False)
+                                        or any(w in name for w in self.NOT_COMPUTE)) else name
         if commlog.STATE.trace is not None and self._math[func] is not None:
             commlog.STATE.trace.append(("compute", self._math[func]))
         return func(*args, **(kwargs or {}))
