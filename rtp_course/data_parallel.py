@@ -32,7 +32,9 @@ rank of group rank 0 is dist.get_global_rank(group, 0) (or just 0 when group is 
 Rules your code must follow (the checker tests each one):
 * Results: every rank of `group` starts from group rank 0's parameters AND buffers;
   after backward (DataParallel) or average_gradients, every .grad is the mean
-  over the ranks of `group`, on every rank.
+  over the ranks of `group`, on every rank. As in serial PyTorch, a parameter
+  that does not require grad (frozen) gets no gradient (and takes no hook), and
+  two backward passes without zero_grad leave the SUM of both passes' means.
 * Communication: forward communicates nothing; a backward (a training step)
   all-reduces each gradient at most once: register the hooks once, in the
   constructor, never per forward. Fewer messages (a flat buffer) are fine.

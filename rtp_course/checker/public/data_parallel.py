@@ -198,6 +198,66 @@ class DataParallelBuffers(DataParallelWrapper):
                         "running statistics, fixed tables), from group rank 0")
 
 
+class DataParallelFrozenAccumulated(Check):
+    """The configurations real training uses: a frozen first layer (requires_grad=False: no
+    hook can be registered on it, and it gets no gradient) and gradients accumulated over two
+    backward passes without zero_grad (serial PyTorch sums them)."""
+    exercise, name = "data_parallel", "DataParallel_frozen_accumulated"
+    task = "E1.2"
+    seed = 17
+    hints = {
+        "error/init": "register hooks only on parameters that require grad "
+                      "(p.requires_grad): a frozen one takes no hook and gets no gradient",
+        "frozen": "a frozen parameter (requires_grad=False) gets no gradient and no all-reduce: "
+                  "leave its .grad None",
+        "backward/grad": "two backward passes without zero_grad must leave the SUM of both "
+                         "steps' averaged gradients, as in serial PyTorch: average the gradient "
+                         "autograd accumulated (p.grad, in place), never replace p.grad by the "
+                         "latest pass's alone",
+    }
+
+    @staticmethod
+    def build(seed):
+        model = seeded(mlp, seed)
+        model[0].requires_grad_(False)
+        return model
+
+    def run(self, ctx):
+        dp = ctx.impl.data_parallel
+        with ctx.phase("init"):
+            model = dp.DataParallel(self.build(self.seed + ctx.rank).to(ctx.device), group=ctx.group)
+        for k in range(2):
+            x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(10 + k))
+            with ctx.phase(f"backward {k + 1}"):
+                F.mse_loss(model(x), y).backward()
+        for n, g in named_grads(_inner(model)).items():
+            if n.startswith("0."):
+                ctx.record_value(f"frozen/{n} has no gradient", g is None)
+            else:
+                ctx.record(f"backward/grad {n} after two backward passes", g)
+
+    def expected(self, world_size):
+        model = self.build(self.seed)
+        for k in range(2):
+            x, y = batch(10 + k)
+            F.mse_loss(model(x), y).backward()
+        e = {}
+        for n, g in named_grads(model).items():
+            if n.startswith("0."):
+                e[f"frozen/{n} has no gradient"] = True
+            else:
+                e[f"backward/grad {n} after two backward passes"] = g
+        return {r: dict(e) for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        if world_size == 1:
+            return []
+        trainable = N_PARAMS - 2
+        return [CommRule(f"backward {k}", "collective", Bound(1, trainable),
+                         "each backward all-reduces each gradient of a TRAINABLE parameter at "
+                         "most once; a frozen one has none") for k in (1, 2)]
+
+
 class DataParallelSubgroups(DataParallelWrapper):
     """Two independent data-parallel groups, ranks {0,1} and {2,3}: `group` must be honoured."""
     name = "DataParallel_subgroups"
