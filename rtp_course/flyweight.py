@@ -85,7 +85,10 @@ Rules your code must follow (the checker tests each one):
   a receive and waiting for it the rank computes (any operation on data: a
   product, a lookup, indexing; views, allocations and copies do not count).
 * Memory: see FORWARD above; never keep received shards in a list, and no
-  tensor of the weights besides your shard (no full copy in an attribute or dict).
+  tensor of the weights besides your shard, wherever it would be kept (an
+  attribute, a dict, a buffer of your own, a global, a closure): the checker
+  counts every tensor the rank holds after a step, less its parameters,
+  gradients, optimizer state and the model's own buffers.
 * Use `group` for every rank, size and communication.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),

@@ -23,6 +23,11 @@ def held_bytes(root) -> int:
     """Bytes of the storages of every tensor reachable from `root` through attributes, dicts,
     lists, tuples and sets (each storage once, whole: a view keeps its base alive). What an
     object keeps alive: parameters and buffers, and any copy kept in a plain attribute."""
+    return sum(storages_of(root).values())
+
+
+def storages_of(root) -> dict:
+    """{storage address: bytes} of every tensor reachable from `root` (see held_bytes)."""
     import types
     skip = (type, types.ModuleType, types.FunctionType, types.MethodType,
             types.BuiltinFunctionType)
@@ -33,16 +38,36 @@ def held_bytes(root) -> int:
             continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            storage = obj.untyped_storage()
-            storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0),
-                                               storage.nbytes())
+            _add_storage(storages, obj)
         elif isinstance(obj, dict):
             stack.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend(obj)
         elif isinstance(getattr(obj, "__dict__", None), dict):
             stack.extend(vars(obj).values())
-    return sum(storages.values())
+    return storages
+
+
+def live_storages() -> dict:
+    """{storage address: bytes} of every tensor object alive in this process, wherever it is
+    kept: an attribute, a buffer, a global, a closure, a cache (the garbage collector tracks
+    every tensor object). What a rank holds, whatever holds it."""
+    import gc
+    storages = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor):
+            _add_storage(storages, obj)
+    return storages
+
+
+def _add_storage(storages: dict, t: torch.Tensor) -> None:
+    try:
+        storage = t.untyped_storage()
+        ptr, size = storage.data_ptr(), storage.nbytes()
+    except Exception:  # noqa: BLE001 - a tensor without storage (sparse, meta, a subclass)
+        return
+    if ptr:
+        storages[ptr] = max(storages.get(ptr, 0), size)
 
 
 def param_bytes(module: nn.Module) -> int:

@@ -205,8 +205,10 @@ class RTPCheck(Check):
             return
         rank = dist.get_rank(group)
         manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
+        before = memory.live_storages()   # the harness's and torch's own, before the model
         model = self.build().to(device=ctx.device, dtype=ctx.dtype)
         layers, state_keys = sharded_layers(model), list(model.state_dict())
+        serial_buffers = list(model.buffers())   # the model's own (running statistics ...)
         with ctx.phase("init"):
             rtp = ctx.impl.flyweight.RotatedTensorParallel(model, group=group)
         with ctx.phase("structure"):
@@ -218,6 +220,7 @@ class RTPCheck(Check):
                 full = rtp.full_state_dict()
             for k in state_keys:
                 ctx.record(f"full_state_dict/{k}", full.get(k))
+            del full
         step = 0
         for opt_name, count in self.opt_steps:
             opt = make_optimizer(opt_name, rtp.parameters(), eps=self.adam_eps)
@@ -227,8 +230,7 @@ class RTPCheck(Check):
                     return
             record_params(ctx, f"step{step} {opt_name}", shards, replicated)
         ctx.record_value("memory/bytes held besides parameters and buffers",
-                         memory.held_bytes(rtp) - memory.held_bytes([*rtp.parameters(),
-                                                                     *rtp.buffers()]))
+                         held_besides(before, rtp, opt, ctx, serial_buffers))
         ctx.record_value("memory/parameter bytes", memory.param_bytes(rtp))
         ctx.record_value("memory/gradient bytes", memory.grad_bytes(rtp))
         ctx.record_value("memory/optimizer state bytes", memory.optimizer_state_bytes(opt))
@@ -317,6 +319,19 @@ def record_params(ctx, phase, shards, replicated):
         ctx.record(f"{phase}/{name} shard", p)
     for name, p in replicated.items():
         ctx.record(f"{phase}/{name} (replicated parameter)", p)
+
+
+def held_besides(before: dict, rtp, opt, ctx, serial_buffers) -> int:
+    """Bytes of every tensor storage alive in this rank that was not before the model was
+    built, less what the rank is meant to hold (its parameters, the serial model's buffers,
+    gradients and optimizer state) and what the check itself keeps (its records): a copy of
+    the weights counts wherever the code keeps it (an attribute, a buffer of its own, a global
+    dict, a closure), not only where a walk of the model finds it."""
+    allowed = memory.storages_of([list(rtp.parameters()), serial_buffers,
+                                  [p.grad for p in rtp.parameters()], opt.state,
+                                  ctx.records, ctx.values])
+    return sum(n for ptr, n in memory.live_storages().items()
+               if ptr not in before and ptr not in allowed)
 
 
 def record_held(ctx, phase, base):
