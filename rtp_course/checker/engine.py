@@ -322,22 +322,30 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
 
 def _blame_earlier_tasks(results: list[Result]) -> None:
     """Tasks build on the earlier ones of their exercise (rotate finds its peers with
-    ring_peers): where an earlier task's own check failed, a later check's failure names
-    it as the likely cause, instead of a hint about its own code that may not hold."""
-    failed: dict[str, Result] = {}          # task id -> its first failing check's result
+    ring_peers), and a variant of a check (its name and a suffix, or a subgroup check) on
+    the functions the plain checks test: where such an earlier check failed, a later check's
+    failure names it as the likely cause, instead of a hint about its own code that may not
+    hold."""
+    failed: list[Result] = []       # failing results so far, in report order
     for r in results:
         if r.passed or r.status == "notimpl" or not r.task:
             continue
-        ex = course.exercise(r.exercise)
-        order = [t.id for t in ex.tasks]
-        earlier = [failed[t] for t in order[:order.index(r.task)] if t in failed] \
-            if r.task in order else []
-        if earlier:
-            first = earlier[0]
+        order = [t.id for t in course.exercise(r.exercise).tasks]
+        rank = order.index(r.task) if r.task in order else -1
+
+        def explains(e: Result) -> bool:
+            if e.exercise != r.exercise or e.check == r.check or e.task not in order:
+                return False
+            earlier = order.index(e.task)
+            return earlier < rank or r.check.startswith(e.check + "_") or (
+                "subgroup" in r.check.lower() and "subgroup" not in e.check.lower()
+                and earlier <= rank)
+        cause = next((e for e in failed if explains(e)), None)
+        if cause is not None:
             then = f"; if this check still fails after that: {r.hint}" if r.hint else ""
-            r.hint = (f"this may follow from [{first.task}] {first.exercise}.{first.check}, "
+            r.hint = (f"this may follow from [{cause.task}] {cause.exercise}.{cause.check}, "
                       f"which fails its own check (above): fix that first{then}")
-        failed.setdefault(r.task, r)
+        failed.append(r)
 
 
 def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,

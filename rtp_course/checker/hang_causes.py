@@ -13,6 +13,11 @@ BLOCKING_SENDS = ("every rank is blocked in a blocking dist.send, and no rank ha
                   "receive: gloo's send returns only when the peer receives. Post the receive "
                   "and the send together (dist.irecv + dist.isend, or dist.batch_isend_irecv), "
                   "then wait")
+SEND_WAITED_FIRST = ("every rank waits on its SEND's work while its receive is posted but not "
+                     "waited: gloo delivers a message only while the receiver waits on it, so "
+                     "each rank waits for a peer that is itself waiting. Wait on the receive's "
+                     "work too (each work batch_isend_irecv returned, receive included), not "
+                     "on the send alone before returning")
 RECEIVES, SENDS = ("recv", "irecv"), ("send", "isend")
 
 
@@ -62,6 +67,10 @@ def hint_for(check_id: str, statuses: dict) -> str:
     if blocked and len(blocked) == len(mine) and all(
             st.get("family") == "send" and not st.get("recv_from") for st in blocked.values()):
         return BLOCKING_SENDS
+    if blocked and len(blocked) == len(mine) and all(
+            st.get("family") in SENDS and str(st.get("call", "")).startswith("wait()")
+            and st.get("recv_from") for st in blocked.values()):
+        return SEND_WAITED_FIRST
     for r, st in sorted(blocked.items()):
         why = _unmatched(r, st, mine)
         if why:

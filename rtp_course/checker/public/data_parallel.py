@@ -111,8 +111,9 @@ class AverageGradients(Check):
 class DataParallelWrapper(Check):
     exercise, name = "data_parallel", "DataParallel"
     hints = {
-        "init/": "ranks start from different random weights: the constructor must copy rank 0's "
-                 "parameters (and buffers) to every rank (dist.broadcast from group rank 0)",
+        "init/": "after the constructor the ranks' weights differ: it must copy group rank 0's "
+                 "parameters (and buffers) to every rank (dist.broadcast from the global rank "
+                 "of group rank 0; with async_op=True, wait() on each work before returning)",
         "forward": "forward is the wrapped module's forward on this rank's own batch",
         "backward/grad": "after loss.backward() the gradients must already be averaged over ranks: "
                          "register a hook on each parameter (register_post_accumulate_grad_hook) "

@@ -95,8 +95,9 @@ HINTS = {
                      "ranks: the accumulator of shard s travels COUNTERCLOCKWISE with the "
                      "weights, each rank adds its own batch's gradient, and after N moves (one "
                      "more than the weights) it is back on rank s: divide it by N",
-    "(replicated parameter)": "a replicated parameter's .grad must be the mean over ranks, like "
-                              "DDP: all_reduce it and divide by N (e.g. from "
+    "(replicated parameter)": "a replicated parameter's .grad must be the mean over the ranks "
+                              "of `group`, like DDP: all_reduce it over the group "
+                              "(group=...) and divide by the group's size (e.g. from "
                               "register_post_accumulate_grad_hook)",
     "step": "outputs and gradients were right but the weights after the optimizer steps are "
             "not: the shards must be the nn.Parameters the optimizer sees (rtp.parameters()) "
@@ -355,12 +356,20 @@ class RTPLinear(RTPCheck):
         return (randn(1000 * step + 10 * rank, 3, 2, 5),)
 
 
+CONV = ("a wrapped Conv2d computes as the module does, with the shard's output channels: "
+        "the module's stride, padding, dilation, groups and padding_mode "
+        "(module._conv_forward(x, weight, bias) applies them all)")
+
+
 class RTPConv2d(RTPCheck):
-    """nn.Conv2d(2, 5, 3, padding=1, bias=False): 5 channels, no bias."""
+    """nn.Conv2d(2, 5, 3, stride=(2, 1), padding=1, bias=False): 5 channels, no bias, a
+    stride (a layer's own settings must be applied to each shard)."""
     name = "Conv2d"
+    hints = dict(HINTS, **{"forward/output": CONV + "; " + HINTS["forward/output"],
+                           "error/forward": CONV + "; " + HINTS["error/forward"]})
 
     def build(self):
-        return nn.Conv2d(2, 5, 3, padding=1, bias=False)
+        return nn.Conv2d(2, 5, 3, stride=(2, 1), padding=1, bias=False)
 
     def inputs(self, step, rank):
         return (randn(1000 * step + 10 * rank, 2, 2, 6, 6),)

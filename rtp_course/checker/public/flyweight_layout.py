@@ -256,10 +256,14 @@ def _rank_rules(check, members, r, gathers) -> list:
     mine = [CommRule("structure", "*", 0, "shard_layout() only describes: no communication")]
     mine += [CommRule(f"step{s} {opt}", "*", 0, "the optimizer step updates this rank's own "
                       "shards: no communication") for s, opt in step_phases(check)]
-    if n == 1:
-        return mine + [CommRule(p, "*", 0, "with one rank nothing needs to be communicated")
-                       for p in ["forward", "backward"] + gathers]
     plan = byte_plan(check, n, r)
+    if n == 1:   # nothing to rotate; an all-reduce of a replicated gradient is harmless
+        rep = sum(1 for t in plan["replicated"].values() if t.is_floating_point())
+        return mine + [CommRule(p, "*", 0, "with one rank nothing needs to be communicated")
+                       for p in ["forward"] + gathers] + [
+            CommRule("backward", "p2p", 0, "with one rank there is nothing to rotate"),
+            CommRule("backward", "collective", Bound(0, rep), "backward's only collective: "
+                     "the all_reduce of the replicated parameters' gradients (at most one each)")]
     lay, ten, total, own = plan["layers"], plan["tensors"], plan["total"], plan["own"]
     prev, nxt = (members[(r - 1) % n],), (members[(r + 1) % n],)   # peers are logged global
     rep = sum(1 for t in plan["replicated"].values() if t.is_floating_point())

@@ -49,9 +49,11 @@ ONE_ROTATION = ("one rotation is exactly one send (to the next rank) and one rec
                 "previous rank) per rank")
 NEW_TENSOR = ("never modify the caller's tensor: send it (or a contiguous copy) and receive "
               "into a NEW buffer (torch.empty of the received shape)")
-STUCK = ("every rank waits for its peer: a blocking dist.send on every rank waits for a "
-         "receiver that is itself sending. Post the receive and the send together "
-         "(dist.batch_isend_irecv with two P2POps, or irecv and isend), then wait")
+STUCK = ("every rank waits for its peer (the ranks' calls are listed above): each transfer "
+         "needs its other half posted on the peer, and a blocking dist.send on every rank "
+         "waits for receivers that are themselves sending. Post the receive and the send "
+         "together (dist.batch_isend_irecv with two P2POps, or irecv and isend), then wait on "
+         "every work")
 WAIT_ALL = ("rule 'Wait on EVERY work': wait() on each work you started, the send's as well as "
             "the receive's (batch_isend_irecv returns one per P2POp), before the transfer is "
             "done for the caller; a send buffer may be reused only once its work completed "

@@ -230,13 +230,21 @@ class ModelLM(Model):
 
 GROUP = ("on a subgroup, use the rank and size WITHIN `group` (dist.get_rank(group), "
          "dist.get_world_size(group)), never dist.get_rank(), and pass `group` to every collective")
-SUBGROUP = {"": GROUP, "error/structure": GROUP, "structure/": GROUP}
+SUBGROUP = {"": GROUP, "error/structure": GROUP, "structure/": GROUP,
+            "deadlock": "rank 0 is not in `group` and never joins: a collective called without "
+                        "group= is over the whole world and waits for it for ever; " + GROUP}
 
 
 class Subgroup(OnSubgroup, MLP):
     """ParallelMLP on the group of ranks 1..W-1 (rank 0 sits out): `group` must be honoured."""
     name, world_sizes = "ParallelMLP_subgroup", (3,)
     hints = dict(MLP.hints, **SUBGROUP)
+
+
+class EmbeddingSubgroup(OnSubgroup, Embedding):
+    """ParallelEmbedding on ranks 1..W-1: its rank, size and all-gather must use `group`."""
+    name, world_sizes = "ParallelEmbedding_subgroup", (3,)
+    hints = dict(Embedding.hints, **SUBGROUP)
 
 
 class SizesNotDivisible(Check):

@@ -1,0 +1,17 @@
+r"""ParallelEmbedding all-gathers its columns over the whole world, not `group`: right until the layer lives on a subgroup.
+
+EXPECT: HANG  \[E3\.4\] tensor_parallel\.ParallelEmbedding_subgroup .*hint: rank 0 is not in `group` and never joins.*use the rank and size WITHIN `group`
+CLASS: subgroup
+WORLD_SIZES: 3
+ONLY: ParallelEmbedding ParallelEmbedding_subgroup
+
+A wrong implementation: solutions/tensor_parallel.py with this one bug.
+"""
+
+# The bug, as edits of the reference solution (solutions/tensor_parallel.py):
+REPLACE = [
+    (r'''        return comm.all_gather(local, dim=-1, group=self.group)
+''',
+     r'''        return comm.all_gather(local, dim=-1)
+'''),
+]
