@@ -32,7 +32,10 @@ Rules your code must follow (the checker tests each one):
 * Communication: sync_gradients makes at most one collective per parameter (fewer,
   with a flat buffer, is fine). Replicated parameters are equal inside a TP group
   already: averaging them over tp_group too gives the same numbers and wastes a
-  message per parameter.
+  message per parameter. Over a whole step the same holds: forward and backward
+  make only the TP layers' collectives (no data-parallel hooks left registered,
+  e.g. by wrapping in your E1 DataParallel, which would all-reduce every gradient
+  a second time), and the gradients are averaged once, in sync_gradients.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
   torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU

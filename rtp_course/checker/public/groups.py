@@ -245,8 +245,26 @@ class Train2D(Check):
         return exp
 
     def comm_rules(self, world_size):
-        n_params = len(layout(self.case.serial()))   # the parallel model's parameters
-        return [CommRule("sync", "collective", Bound(high=n_params), ONE_PER_PARAMETER)]
+        serial = self.case.serial()
+        n_params = len(layout(serial))   # the parallel model's parameters
+        # the TP layers' own collectives: per block, attention and MLP all-reduce once each way;
+        # the embeddings (two at most) all-gather in forward
+        blocks = len(getattr(serial, "blocks", None) or serial.layers)
+        fwd, bwd = 2 * blocks + 2, 2 * blocks
+        whole = ("rule 'Communication' over a whole step: forward and backward make only the "
+                 "TP layers' collectives, and the gradients are averaged once, in "
+                 "sync_gradients (a data-parallel hook left registered, e.g. by DataParallel, "
+                 "all-reduces every gradient a second time)")
+        rules = [CommRule("sync", "collective", Bound(high=n_params), ONE_PER_PARAMETER),
+                 CommRule("forward", "collective", Bound(high=fwd), whole),
+                 CommRule("backward", "collective", Bound(high=bwd), whole)]
+        for opt_name in OPTIMIZERS:
+            for k in range(1, self.steps + 1):
+                if opt_name == "sgd" and k == 1:
+                    continue    # its forward, backward and sync are phases of their own
+                rules.append(CommRule(f"step{k} {opt_name}", "collective",
+                                      Bound(high=fwd + bwd + n_params), whole))
+        return rules
 
 
 _TRACES: dict = {}
