@@ -34,3 +34,74 @@ def test_every_quoted_rule_is_stated_in_the_stub(exercise):
 
 def test_the_device_rule_is_quoted():
     assert QUOTED.findall(gpu_placement.RULE) == ["Device"]
+
+
+# The other direction: every rule a stub states is held by public checks. Each bullet of a
+# Rules section (by its first words) names the public checks that enforce it; a bullet
+# added without checks, or a check renamed away, fails here. The wrong implementations in
+# tests/wrong/ show each check catching its bug.
+HELD_BY = {
+    "data_parallel": {
+        "Results:": ["DataParallel", "DataParallel_buffers", "DataParallel_frozen_accumulated",
+                     "average_gradients"],
+        "Communication:": ["DataParallel", "average_gradients", "DataParallel_frozen_accumulated"],
+        "Use `group` for": ["DataParallel_subgroups"],
+        "Device:": ["DataParallel"],
+    },
+    "comm": {
+        "Never modify the": ["Duplication", "AllReduce", "AllGather", "Split"],
+        "Pass `group=group` to": ["subgroups"],
+        "A function with": ["Duplication", "AllReduce", "AllGather", "Split"],
+        "Device:": ["AllGather"],
+    },
+    "tensor_parallel": {
+        "from_serial(module) builds the": ["ColumnParallelLinear", "RowParallelLinear",
+                                           "ParallelEmbedding_padding_idx"],
+        "Replicated parameters (row-layer": ["RowParallelLinear", "ParallelMLP"],
+        "A size that": ["sizes_not_divisible"],
+        "Memory:": ["ParallelMLP"],
+        "Use `group` for": ["ParallelMLP_subgroup", "ParallelEmbedding_subgroup"],
+        "Device:": ["ColumnParallelLinear"],
+    },
+    "rotation": {
+        "Point-to-point only:": ["rotate", "ring_all_gather", "ring_reduce_scatter"],
+        "Post the receive": ["rotate"],
+        "Wait on EVERY": ["rotate", "rotate_async", "wait_twice"],
+        "r and N are": ["ring_peers", "subgroup"],
+        "Never modify the": ["rotate", "ring_reduce_scatter"],
+        "Receivers allocate the": ["rotate", "rotate_uneven"],
+        "Nothing here is": ["rotate"],
+        "Device:": ["rotate"],
+    },
+    "flyweight": {
+        "Each rank's forward": ["Linear", "Conv2d", "Embedding", "MultiheadAttention",
+                                "MultiheadAttention_batch_first", "TransformerLM"],
+        "Rotation only (your": ["Linear", "TransformerLM"],
+        "Traffic:": ["Linear", "TransformerLM"],
+        "Overlap:": ["Linear", "Embedding"],
+        "Memory:": ["TransformerLM", "MnistCNN"],
+        "Use `group` for": ["Linear_subgroup"],
+        "Device:": ["Linear"],
+    },
+    "groups": {
+        "Layout:": ["build_groups"],
+        "Results:": ["train_2d_bert"],
+        "Communication:": ["train_2d_bert"],
+        "Device:": ["train_2d_bert"],
+    },
+}
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_every_stated_rule_is_held_by_public_checks(exercise):
+    from rtp_course.checker.registry import check_modules, load_checks
+    bullets = re.findall(r"^\* (.+)$", rules_section(exercise), re.M)
+    public = {c.name for c in load_checks(check_modules([exercise], False))}
+    held = HELD_BY[exercise]
+    for bullet in bullets:
+        keys = [k for k in held if bullet.startswith(k)]
+        assert keys, f"rtp_course/{exercise}.py states a rule no public check is listed for: {bullet!r}"
+        missing = [c for c in held[keys[0]] if c not in public]
+        assert not missing, f"{exercise}: rule {keys[0]!r} lists checks that are not public: {missing}"
+    stale = [k for k in held if not any(b.startswith(k) for b in bullets)]
+    assert not stale, f"{exercise}: HELD_BY lists rules the stub no longer states: {stale}"
