@@ -259,3 +259,29 @@ def teardown_module(module):
         out = os.environ.get("RTP_NOTEBOOK_TIMES")
         if out:
             Path(out).write_text(json.dumps(WALL_TIMES, indent=1))
+
+
+def test_a_sequential_run_shows_no_transfer_under_compute(monkeypatch):
+    """In the sequential loop a rotation starts after its compute ends and is waited for
+    before the next compute starts: on an aligned timeline, no transfer lies under compute.
+    (The regions come from the profiler, the transfers from perf_counter: a misaligned
+    clock shifts one against the other.)"""
+    from rtp_course.notebook import timeline
+    from rtp_course.notebook.demos.rotation import overlap_run
+    from rtp_course.notebook.timeline import Interval
+    from rtp_course.runtime.launcher import launch
+    monkeypatch.setenv("RTP_COURSE_IMPL", "solutions")
+    out = launch(overlap_run, 2, results="objects", timeout=200)
+    for rank, res in enumerate(out):
+        iv = [Interval._make(i) for i in res["sequential"]["intervals"]]
+        transfer = sum(i.end - i.start for i in iv if i.kind == "weight rotation")
+        assert transfer > 0, iv
+        assert timeline.overlap_time(iv) <= 0.05 * transfer, (rank, iv)
+
+
+def test_shell_scripts_in_the_notebooks_start_with_a_shebang():
+    """A jupytext round trip turns a markdown line '#!/bin/bash' into '!/bin/bash': the
+    sbatch examples are indented code blocks, and start as a script does."""
+    bad = [(p.name, line) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+           for line in p.read_text().splitlines() if "bin/bash" in line and "#!/bin/bash" not in line]
+    assert bad == [], bad

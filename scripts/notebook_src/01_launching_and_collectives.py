@@ -135,11 +135,9 @@ print("".join(sorted(line + "\n" for line in done.stdout.splitlines() if line.st
 # those when torchrun's variables are absent, and takes the first host of the job as the
 # rendezvous address:
 #
-# ```bash
-# #!/bin/bash
-# #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --time=00:10:00
-# srun python -m rtp_course.notebook.demos.hello
-# ```
+#     #!/bin/bash
+#     #SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=1 --time=00:10:00
+#     srun python -m rtp_course.notebook.demos.hello
 #
 # The course's templates in `slurm/` use both styles: `slurm/check.sbatch` (one node, the checker
 # starts its own workers) and `slurm/train_multinode.sbatch` (one `torchrun` per node, started by
