@@ -113,3 +113,12 @@ def test_every_check_names_its_task():
         untagged = [c.id for c in load_checks(check_modules(list(course.EXERCISES), hidden))
                     if not c.task_id]
         assert untagged == [], untagged
+
+
+def test_check_names_are_unique():
+    """A check's id names its result files and its report line: a hidden check named like a
+    public one would overwrite it (load_checks refuses the pair)."""
+    from rtp_course.checker.registry import check_modules, load_checks
+    checks = load_checks(check_modules(list(course.EXERCISES), True))
+    ids = [c.id for c in checks]
+    assert len(ids) == len(set(ids))

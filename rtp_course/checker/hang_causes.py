@@ -13,12 +13,21 @@ BLOCKING_SENDS = ("every rank is blocked in a blocking dist.send, and no rank ha
                   "receive: gloo's send returns only when the peer receives. Post the receive "
                   "and the send together (dist.irecv + dist.isend, or dist.batch_isend_irecv), "
                   "then wait")
-SEND_WAITED_FIRST = ("every rank waits on its SEND's work while its receive is posted but not "
-                     "waited: gloo delivers a message only while the receiver waits on it, so "
-                     "each rank waits for a peer that is itself waiting. Wait on the receive's "
-                     "work too (each work batch_isend_irecv returned, receive included), not "
-                     "on the send alone before returning")
+WAITED_AGAIN = ("a work that was already waited on is waited on again (the call above says "
+                "'wait() again'): with gloo, a second wait() on a finished work can block for "
+                "ever. Forget the works once waited (keep only the result), so a second wait() "
+                "returns at once")
 RECEIVES, SENDS = ("recv", "irecv"), ("send", "isend")
+
+
+def _left_out(done: list, blocked: dict) -> str:
+    calls = sorted({str(st.get("family") or st.get("call", "")).split(" ")[0]
+                    for st in blocked.values()})
+    return (f"rank(s) {', '.join(map(str, done))} finished this check while the others wait in "
+            f"{', '.join(calls)}: a collective that the finished ranks never join. A collective "
+            f"called without group= runs over the whole world, so ranks outside the subgroup "
+            f"are waited for forever: pass `group` to every collective (or some ranks skip a "
+            f"collective the others make)")
 
 
 def _count(status: dict, what: str, peer: int) -> int:
@@ -64,13 +73,15 @@ def hint_for(check_id: str, statuses: dict) -> str:
     running = [st for st in mine.values() if st.get("phase") != "done"]
     if running and not blocked and len(mine) == len(statuses):
         return COMPUTING
+    if any(str(st.get("call", "")).startswith("wait() again") for st in blocked.values()):
+        return WAITED_AGAIN
+    done = sorted(r for r, st in mine.items() if st.get("phase") == "done")
+    if done and blocked and all(st.get("family") not in RECEIVES + SENDS
+                                for st in blocked.values()):
+        return _left_out(done, blocked)
     if blocked and len(blocked) == len(mine) and all(
             st.get("family") == "send" and not st.get("recv_from") for st in blocked.values()):
         return BLOCKING_SENDS
-    if blocked and len(blocked) == len(mine) and all(
-            st.get("family") in SENDS and str(st.get("call", "")).startswith("wait()")
-            and st.get("recv_from") for st in blocked.values()):
-        return SEND_WAITED_FIRST
     for r, st in sorted(blocked.items()):
         why = _unmatched(r, st, mine)
         if why:

@@ -148,6 +148,12 @@ def load_checks(modules, side: str = "parent") -> list[Check]:
             if (isinstance(obj, type) and issubclass(obj, Check) and obj is not Check
                     and obj.__module__ == mod.__name__ and obj.name):
                 checks.append(obj())
+    seen: dict[str, str] = {}
+    for check in checks:   # ids name result files and reports: one check each
+        if check.id in seen:
+            raise ValueError(f"two checks are named {check.id} ({seen[check.id]} and "
+                             f"{type(check).__module__}.{type(check).__name__}): rename one")
+        seen[check.id] = f"{type(check).__module__}.{type(check).__name__}"
     if side == "run":
         for check in checks:
             _without_parent_side(type(check))

@@ -267,6 +267,7 @@ class _Work:
         self._work, self._kind, self._where, self._indices = work, kind, where, list(indices)
         self._events = STATE.events   # the check's list: a handle kept into the next check
         self._after = after           # what finishes the result once it is there (AVG's division)
+        self._waited = False          # a wait() returned: a second one is named as such
 
     def _mark_completed(self):
         if self._events is STATE.events:
@@ -279,11 +280,13 @@ class _Work:
         p2p = [self._events[i] for i in self._indices if self._events[i].family in P2P]
         receives = [e for e in p2p if e.family in RECEIVES]
         one = receives if receives else p2p          # the receive of a batch says most
-        _status(f"wait() on {self._kind} from {self._where}",
+        again = " again" if self._waited else ""
+        _status(f"wait(){again} on {self._kind} from {self._where}",
                 family=one[0].family if len(one) == 1 else self._kind,
                 peer=one[0].peer if len(one) == 1 else None)
         try:
             out = self._work.wait(*a, **k)
+            self._waited = True
             self._mark_completed()
             if self._after is not None:
                 self._after, after = None, self._after

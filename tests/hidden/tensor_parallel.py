@@ -95,11 +95,6 @@ class AttentionMHANoBias(_Hidden, pub.AttentionMHA):
         return seeded(make, 15)
 
 
-class EmbeddingSubgroup(_Hidden, OnSubgroup, pub.Embedding):
-    name, world_sizes = "ParallelEmbedding_subgroup", (3, 4)
-    hints = dict(pub.Embedding.hints, **pub.SUBGROUP)
-
-
 class AttentionSubgroup(_Hidden, OnSubgroup, pub.AttentionMHA):
     name, world_sizes = "ParallelSelfAttention_subgroup", (4,)
     hints = dict(pub.AttentionMHA.hints, **pub.SUBGROUP)

@@ -243,7 +243,7 @@ class Subgroup(OnSubgroup, MLP):
 
 class EmbeddingSubgroup(OnSubgroup, Embedding):
     """ParallelEmbedding on ranks 1..W-1: its rank, size and all-gather must use `group`."""
-    name, world_sizes = "ParallelEmbedding_subgroup", (3,)
+    name, world_sizes = "ParallelEmbedding_subgroup", (3, 4)
     hints = dict(Embedding.hints, **SUBGROUP)
 
 

@@ -1,6 +1,6 @@
 """DataParallel never copies rank 0's weights: ranks start from different models.
 
-EXPECT: DataParallel.*init/.*hint: ranks start from different
+EXPECT: DataParallel.*init/.*hint: after the constructor the ranks. weights differ
 CLASS: values
 WORLD_SIZES: 2
 """

@@ -1,6 +1,6 @@
 r"""Leaves replicated parameters (LayerNorm, ...) with this rank's gradient: no average over ranks.
 
-EXPECT: backward/grad layers\.0\.norm1\.\w+ \(replicated parameter\) max abs error.*all_reduce it and divide by N
+EXPECT: backward/grad layers\.0\.norm1\.\w+ \(replicated parameter\) max abs error.*all_reduce it over the group
 CLASS: forgotten-collective
 WORLD_SIZES: 2
 ONLY: TransformerLM

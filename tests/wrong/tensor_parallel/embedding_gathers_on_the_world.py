@@ -1,6 +1,6 @@
 r"""ParallelEmbedding all-gathers its columns over the whole world, not `group`: right until the layer lives on a subgroup.
 
-EXPECT: HANG  \[E3\.4\] tensor_parallel\.ParallelEmbedding_subgroup .*hint: rank 0 is not in `group` and never joins.*use the rank and size WITHIN `group`
+EXPECT: HANG  \[E3\.4\] tensor_parallel\.ParallelEmbedding_subgroup .*rank 1 waited in all_gather.*hint: rank\(s\) 0 finished this check while the others wait in all_gather.*pass `group` to every collective
 CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: ParallelEmbedding ParallelEmbedding_subgroup

@@ -1,6 +1,6 @@
-r"""rotate_async waits on the send's work before returning ('make sure it left'), with the receive posted but not waited: every rank waits for a peer that is itself waiting.
+r"""rotate_async waits on the send's work before returning ('make sure it left'), and wait() waits on every work again: gloo can block for ever on a second wait of a finished work.
 
-EXPECT: HANG +\[E4\.2\] rotation\.rotate .*waited in wait\(\) on isend.*hint: every rank waits on its SEND's work while its receive is posted but not waited
+EXPECT: HANG +\[E4\.2\] rotation\.rotate .*waited in wait\(\) again on isend.*hint: a work that was already waited on is waited on again
 CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: rotate

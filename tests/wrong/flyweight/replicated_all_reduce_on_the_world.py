@@ -1,0 +1,20 @@
+r"""RTP all-reduces the replicated gradients over the whole world, not `group`: right until the model lives on a subgroup.
+
+EXPECT: HANG  \[E5\.2\] flyweight\.TransformerLM_subgroup .*rank 1 waited in all_reduce .*hint: rank\(s\) 0 finished this check while the others wait in all_reduce.*pass `group` to every collective
+CLASS: subgroup
+WORLD_SIZES: 3
+ONLY: TransformerLM_subgroup
+HIDDEN: yes
+
+A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+"""
+
+BASE = "simple"
+
+# The bug, as edits of solutions/simple/flyweight.py:
+REPLACE = [
+    (r'''            dist.all_reduce(p.grad, group=self.group)
+''',
+     r'''            dist.all_reduce(p.grad)
+'''),
+]
