@@ -33,8 +33,10 @@ Rules your code must follow (the checker tests each one):
 * Results: every rank of `group` starts from group rank 0's parameters AND buffers;
   after backward (DataParallel) or average_gradients, every .grad is the mean
   over the ranks of `group`, on every rank. As in serial PyTorch, a parameter
-  that does not require grad (frozen) gets no gradient (and takes no hook), and
-  two backward passes without zero_grad leave the SUM of both passes' means.
+  that does not require grad (frozen) gets no gradient (and takes no hook), one
+  that forward did not use gets none either (its hook never fires: wait for
+  nothing that depends on it), and two backward passes without zero_grad leave
+  the SUM of both passes' means.
 * Communication: forward communicates nothing; a backward (a training step)
   all-reduces each gradient at most once: register the hooks once, in the
   constructor, never per forward. Fewer messages (a flat buffer) are fine.

@@ -199,9 +199,23 @@ class DataParallelBuffers(DataParallelWrapper):
                         "running statistics, fixed tables), from group rank 0")
 
 
+class _FrozenAndSpare(nn.Module):
+    """The check's MLP with its first layer frozen, and a `spare` layer forward never uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp()
+        self.net[0].requires_grad_(False)
+        self.spare = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.net(x)
+
+
 class DataParallelFrozenAccumulated(Check):
     """The configurations real training uses: a frozen first layer (requires_grad=False: no
-    hook can be registered on it, and it gets no gradient) and gradients accumulated over two
+    hook can be registered on it, and it gets no gradient), a layer forward does not use (no
+    gradient, no hook call: nothing may wait for it), and gradients accumulated over two
     backward passes without zero_grad (serial PyTorch sums them)."""
     exercise, name = "data_parallel", "DataParallel_frozen_accumulated"
     task = "E1.2"
@@ -211,17 +225,19 @@ class DataParallelFrozenAccumulated(Check):
                       "(p.requires_grad): a frozen one takes no hook and gets no gradient",
         "frozen": "a frozen parameter (requires_grad=False) gets no gradient and no all-reduce: "
                   "leave its .grad None",
-        "backward/grad": "two backward passes without zero_grad must leave the SUM of both "
-                         "steps' averaged gradients, as in serial PyTorch: average the gradient "
-                         "autograd accumulated (p.grad, in place), never replace p.grad by the "
-                         "latest pass's alone",
+        "unused": "a parameter forward did not use gets no gradient (its hook never fires): "
+                  "leave its .grad None, and never wait for it (averaging the others only once "
+                  "every parameter has reported leaves them local)",
+        "backward/grad": "after two backward passes without zero_grad every trainable .grad "
+                         "must be the SUM of both passes' means, as in serial PyTorch: in each "
+                         "backward, average the gradient autograd accumulated (p.grad, in "
+                         "place), never replace p.grad by the latest pass's alone, and never "
+                         "wait for a parameter forward did not use (its hook never fires)",
     }
 
     @staticmethod
     def build(seed):
-        model = seeded(mlp, seed)
-        model[0].requires_grad_(False)
-        return model
+        return seeded(_FrozenAndSpare, seed)
 
     def run(self, ctx):
         dp = ctx.impl.data_parallel
@@ -232,8 +248,9 @@ class DataParallelFrozenAccumulated(Check):
             with ctx.phase(f"backward {k + 1}"):
                 F.mse_loss(model(x), y).backward()
         for n, g in named_grads(_inner(model)).items():
-            if n.startswith("0."):
-                ctx.record_value(f"frozen/{n} has no gradient", g is None)
+            if n.startswith(("net.0.", "spare.")):
+                what = "frozen" if n.startswith("net.0.") else "unused"
+                ctx.record_value(f"{what}/{n} has no gradient", g is None)
             else:
                 ctx.record(f"backward/grad {n} after two backward passes", g)
 
@@ -244,8 +261,9 @@ class DataParallelFrozenAccumulated(Check):
             F.mse_loss(model(x), y).backward()
         e = {}
         for n, g in named_grads(model).items():
-            if n.startswith("0."):
-                e[f"frozen/{n} has no gradient"] = True
+            if n.startswith(("net.0.", "spare.")):
+                what = "frozen" if n.startswith("net.0.") else "unused"
+                e[f"{what}/{n} has no gradient"] = True
             else:
                 e[f"backward/grad {n} after two backward passes"] = g
         return {r: dict(e) for r in range(world_size)}
@@ -255,8 +273,10 @@ class DataParallelFrozenAccumulated(Check):
             return []
         trainable = N_PARAMS - 2
         return [CommRule(f"backward {k}", "collective", Bound(1, trainable),
-                         "each backward all-reduces each gradient of a TRAINABLE parameter at "
-                         "most once; a frozen one has none") for k in (1, 2)]
+                         "each backward averages the gradients of the parameters it computed "
+                         "(one all-reduce each, or fewer with a flat buffer) before it returns; "
+                         "a frozen parameter or one forward did not use has none, and nothing "
+                         "may wait for it") for k in (1, 2)]
 
 
 class DataParallelSubgroups(DataParallelWrapper):

@@ -1,6 +1,6 @@
 r"""The hook averages this backward's own gradient (kept by a tensor hook) and assigns it to p.grad: a second backward pass without zero_grad overwrites the first instead of adding to it.
 
-EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*after two backward passes.*hint: two backward passes without zero_grad must leave the SUM
+EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*after two backward passes.*hint: after two backward passes without zero_grad every trainable .grad must be the SUM
 CLASS: values
 WORLD_SIZES: 2
 ONLY: DataParallel_frozen_accumulated
