@@ -74,7 +74,8 @@ HELD_BY = {
         "Device:": ["rotate"],
     },
     "flyweight": {
-        "Each rank's forward": ["Linear", "Conv2d", "Embedding", "MultiheadAttention",
+        "Each rank's forward": ["FlyweightWrapper", "Linear", "Conv2d", "Embedding",
+                                "MultiheadAttention",
                                 "MultiheadAttention_batch_first", "TransformerLM"],
         "Rotation only (your": ["Linear", "TransformerLM"],
         "Traffic:": ["Linear", "TransformerLM"],
@@ -85,7 +86,7 @@ HELD_BY = {
     },
     "groups": {
         "Layout:": ["build_groups"],
-        "Results:": ["train_2d_bert"],
+        "Results:": ["parallelize_2d", "train_2d_bert"],
         "Communication:": ["train_2d_bert"],
         "Device:": ["train_2d_bert"],
     },

@@ -284,7 +284,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
             raise ValueError(f"unknown exercise {ex!r}: choose from {', '.join(EXERCISES)}")
     impl_dir = str(resolve(impl))
     modules = check_modules(exercises, hidden)
-    checks = load_checks(modules)
+    checks = sorted(load_checks(modules), key=_task_order)   # a task's checks before later tasks'
     if only:
         checks = [c for c in checks if c.name in only or c.id in only]
     world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
@@ -318,6 +318,15 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     if progress:
         progress(total, total, "done")
     return results
+
+
+def _task_order(check) -> tuple:
+    """(exercise, task) position of a check in the course table (stable sort: within a task,
+    the order the checks are defined in)."""
+    ex = course.exercise(check.exercise)
+    tasks = [t.id for t in ex.tasks]
+    return (EXERCISES.index(check.exercise),
+            tasks.index(check.task_id) if check.task_id in tasks else len(tasks))
 
 
 def _blame_earlier_tasks(results: list[Result]) -> None:

@@ -29,7 +29,7 @@ from rtp_course.training import memory
 from rtp_course.checker.common import make_optimizer, manual_seed, randint, randn
 from rtp_course.checker.public.flyweight_layout import (expected_rank, rtp_comm_rules,
                                                          rtp_groups, sharded_layers, upstream)
-from rtp_course.checker.registry import Check
+from rtp_course.checker.registry import Check, CommRule
 from rtp_course.models import MnistCNN, build_model
 
 HINTS = {
@@ -344,6 +344,104 @@ def record_held(ctx, phase, base):
 
 
 # ---------------------------------------------------------------- the checks
+def _plain(ranges):
+    """shard_ranges' answer as plain lists (tuples and lists alike), or its repr."""
+    try:
+        return {str(i): {str(k): [int(dim), [[int(a), int(b)] for a, b in pieces]]
+                         for k, (dim, pieces) in sorted(one.items())}
+                for i, one in sorted(ranges.items())}
+    except Exception:  # noqa: BLE001 - anything else is reported as it is
+        return repr(ranges)[:200]
+
+
+def _units(units: int, n: int) -> list:
+    """[(start, stop)] of every shard: torch.tensor_split's sizes."""
+    sizes = [units // n + (1 if s < units % n else 0) for s in range(n)]
+    starts = [sum(sizes[:s]) for s in range(n)]
+    return [(a, a + z) for a, z in zip(starts, sizes)]
+
+
+class FlyweightWrapperLinear(Check):
+    """E5.1 alone: FlyweightWrapper around one nn.Linear(5, 10) (uneven shards at 3 and 4
+    ranks), each rank its own batch: shard_ranges, the shard it keeps, its output, the input's
+    gradient and its shard's gradient (the slice of the DDP-averaged one), full_state_dict.
+    Runs before the model checks, which wrap every layer with it."""
+    exercise, name = "flyweight", "FlyweightWrapper"
+    task = "E5.1"
+    hints = dict(HINTS, **{
+        "structure/shard_ranges": "shard_ranges(index) of a Linear: {'weight': (0, [(a, b)]), "
+                                  "'bias': (0, [(a, b)])} with [a, b) shard index's units, cut "
+                                  "like torch.tensor_split (the module docstring's table)",
+        "init/own": "the wrapper keeps only its own shard, as the module's parameters: "
+                    "weight[a:b] and bias[a:b] of rank 0's full weights (broadcast first)"})
+    U, IN = 10, 5
+
+    def run(self, ctx):
+        r, n = ctx.rank, ctx.world_size
+        manual_seed(0 if r == 0 else 100 + r)          # rank 0's weights must win
+        layer = nn.Linear(self.IN, self.U).to(device=ctx.device, dtype=ctx.dtype)
+        with ctx.phase("init"):
+            w = ctx.impl.flyweight.FlyweightWrapper(layer, group=ctx.group)
+        with ctx.phase("structure"):
+            ranges = {i: w.shard_ranges(i) for i in range(n)}
+        ctx.record_value("structure/shard_ranges", _plain(ranges))
+        ctx.record("init/own weight shard", w.module.weight)
+        ctx.record("init/own bias shard", w.module.bias)
+        x = ctx.to(randn(300 + r, 3, self.IN)).requires_grad_(True)
+        with ctx.phase("forward"):
+            y = w(x)
+        ctx.record("forward/output", y)
+        if not isinstance(y, torch.Tensor) or tuple(y.shape) != (3, self.U):
+            return
+        with ctx.phase("backward"):
+            (y * ctx.to(randn(400 + r, 3, self.U))).sum().backward()
+        ctx.record("backward/grad input", x.grad)
+        ctx.record("backward/grad weight shard", w.module.weight.grad)
+        ctx.record("backward/grad bias shard", w.module.bias.grad)
+        with ctx.phase("full_state_dict"):
+            full = w.full_state_dict()
+        for k in ("weight", "bias"):
+            ctx.record(f"full_state_dict/{k}", full.get(k) if isinstance(full, dict) else None)
+
+    def expected(self, world_size):
+        torch.manual_seed(0)
+        serial = nn.Linear(self.IN, self.U).double()
+        pieces = _units(self.U, world_size)
+        grads, outs, ins = [], [], []
+        for r in range(world_size):
+            serial.zero_grad()
+            x = randn(300 + r, 3, self.IN).requires_grad_(True)
+            y = serial(x)
+            (y * randn(400 + r, 3, self.U)).sum().backward()
+            outs.append(y.detach())
+            ins.append(x.grad)
+            grads.append((serial.weight.grad.clone(), serial.bias.grad.clone()))
+        mean_w = sum(g[0] for g in grads) / world_size
+        mean_b = sum(g[1] for g in grads) / world_size
+        ranges = {str(i): None for i in range(world_size)}
+        for i, (a, b) in enumerate(pieces):
+            ranges[str(i)] = {"bias": [0, [[a, b]]], "weight": [0, [[a, b]]]}
+        exp = {}
+        for r in range(world_size):
+            a, b = pieces[r]
+            exp[r] = {"structure/shard_ranges": {k: v for k, v in ranges.items()},
+                      "init/own weight shard": serial.weight.detach()[a:b],
+                      "init/own bias shard": serial.bias.detach()[a:b],
+                      "forward/output": outs[r], "backward/grad input": ins[r],
+                      "backward/grad weight shard": mean_w[a:b],
+                      "backward/grad bias shard": mean_b[a:b],
+                      "full_state_dict/weight": serial.weight.detach(),
+                      "full_state_dict/bias": serial.bias.detach()}
+        return exp
+
+    def comm_rules(self, world_size):
+        quiet = "ruled by 'Rotation only': the shards travel point-to-point (rotate_async)"
+        rules = [CommRule(p, "collective", 0, quiet)
+                 for p in ("forward", "backward", "full_state_dict")]
+        rules.append(CommRule("structure", "*", 0, "shard_ranges only computes: no communication"))
+        return rules
+
+
 class RTPLinear(RTPCheck):
     """nn.Linear(5, 12): even shards for every N (a wrong shard order shows as wrong values,
     not as a size mismatch), a 3-D input. The other layers have uneven shards."""

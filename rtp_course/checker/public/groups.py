@@ -267,4 +267,40 @@ class Train2D(Check):
         return rules
 
 
+class Parallelize2D(Train2D):
+    """E6.2 alone, on groups the check makes itself (the documented layout: all TP groups,
+    then all DP groups), so that a build_groups bug does not hide it: after parallelize_2d,
+    rank (t, d) holds shard t of replica 0's model, though every replica starts from its own
+    weights."""
+    name, task = "parallelize_2d", "E6.2"
+    hints = {"init/": Train2D.hints["init/"], "deadlock": Train2D.hints["deadlock"]}
+
+    def run(self, ctx):
+        G, T, case = ctx.impl.groups, self.tp_size, self.case
+        W = ctx.world_size
+        t, d = ctx.rank % T, ctx.rank // T
+        tps = [ctx.new_group(list(range(i * T, (i + 1) * T))) for i in range(W // T)]
+        dps = [ctx.new_group(list(range(j, W, T))) for j in range(T)]
+        groups = G.ParallelGroups(tps[d], dps[t], T, W // T, t, d)
+        serial = case.serial(case.seed + 100 * d).to(device=ctx.device, dtype=ctx.dtype)
+        pieces = layout(serial)
+        with ctx.phase("init"):
+            model = G.parallelize_2d(copy.deepcopy(serial), groups)
+        record_structure(ctx, model, pieces, tensors(serial, "value"), t, T, phase="init")
+
+    def expected(self, world_size):
+        T = self.tp_size
+        tr = self.serial_trace(world_size // T)
+        exp = {}
+        for r in range(world_size):
+            t = r % T
+            e = {"init/parameters": sorted(p.name for p in tr["pieces"])}
+            e.update(cut_all(tr["pieces"], tr["init"], t, T, "init/"))
+            exp[r] = e
+        return exp
+
+    def comm_rules(self, world_size):
+        return []
+
+
 _TRACES: dict = {}
