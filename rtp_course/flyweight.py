@@ -87,8 +87,10 @@ Rules your code must follow (the checker tests each one):
 * Memory: see FORWARD above; never keep received shards in a list, and no
   tensor of the weights besides your shard, wherever it would be kept (an
   attribute, a dict, a buffer of your own, a global, a closure): the checker
-  counts every tensor the rank holds after a step, less its parameters,
-  gradients, optimizer state and the model's own buffers.
+  counts every tensor the rank holds after forward (less what autograd saved
+  for backward) and after a step, less its parameters, gradients, optimizer
+  state and the model's own buffers. Backward rotates the weights again: keep
+  no copy of a shard from forward to backward.
 * Use `group` for every rank, size and communication.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),

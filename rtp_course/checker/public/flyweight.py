@@ -102,6 +102,12 @@ HINTS = {
     "step": "outputs and gradients were right but the weights after the optimizer steps are "
             "not: the shards must be the nn.Parameters the optimizer sees (rtp.parameters()) "
             "and get their .grad from backward",
+    "forward/bytes held after forward": "rule 'Memory': after forward the rank holds tensors "
+                                        "besides its parameters and what autograd saved: keep "
+                                        "only your shard (no full copy of the weights, no copy "
+                                        "of a shard kept for backward, in an attribute, a dict, "
+                                        "a closure or a cache) and drop every received shard "
+                                        "once used: backward rotates the weights again",
     "memory/bytes held besides": "rule 'Memory': the model keeps a tensor of weights besides "
                                  "its parameters (a full copy or received shards in an "
                                  "attribute, a dict or a list): keep only your shard, as the "
@@ -208,6 +214,7 @@ class RTPCheck(Check):
         manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
         before = memory.live_storages()   # the harness's and torch's own, before the model
         model = self.build().to(device=ctx.device, dtype=ctx.dtype)
+        self._memory_base = (before, list(model.buffers()))
         layers, state_keys = sharded_layers(model), list(model.state_dict())
         serial_buffers = list(model.buffers())   # the model's own (running statistics ...)
         with ctx.phase("init"):
@@ -249,14 +256,20 @@ class RTPCheck(Check):
         opt.zero_grad()
         base = commlog.STATE.live_recv
         trace = commlog.STATE.trace = [] if first else None
+        saved: dict = {}     # what autograd saved for backward (activations: allowed)
         try:
-            with ctx.phase(fwd), (ComputeMarks() if first else contextlib.nullcontext()):
+            with ctx.phase(fwd), (ComputeMarks() if first else contextlib.nullcontext()), \
+                    (_saving(saved) if first else contextlib.nullcontext()):
                 out = self.call(rtp, xs)
         finally:
             commlog.STATE.trace = None
         ctx.record(f"{fwd}/output", out if isinstance(out, torch.Tensor) else None)
         if first:
             ctx.record_value("forward/compute while the next shard is in flight", overlapped(trace))
+            before, buffers = self._memory_base
+            ctx.record_value("forward/bytes held after forward besides activations",
+                             held_besides(before, rtp, opt, ctx, buffers,
+                                          also=[xs, out, saved]))
         record_held(ctx, fwd, base)  # every step: some designs only prefetch once warmed up
         if not isinstance(out, torch.Tensor):
             return False  # the verdict reports the output; backward would only add noise
@@ -322,7 +335,17 @@ def record_params(ctx, phase, shards, replicated):
         ctx.record(f"{phase}/{name} (replicated parameter)", p)
 
 
-def held_besides(before: dict, rtp, opt, ctx, serial_buffers) -> int:
+@contextlib.contextmanager
+def _saving(saved: dict):
+    """Collect the tensors autograd saves for backward while the block runs."""
+    def pack(t):
+        saved[id(t)] = t
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield
+
+
+def held_besides(before: dict, rtp, opt, ctx, serial_buffers, also=()) -> int:
     """Bytes of every tensor storage alive in this rank that was not before the model was
     built, less what the rank is meant to hold (its parameters, the serial model's buffers,
     gradients and optimizer state) and what the check itself keeps (its records): a copy of
@@ -330,7 +353,7 @@ def held_besides(before: dict, rtp, opt, ctx, serial_buffers) -> int:
     dict, a closure), not only where a walk of the model finds it."""
     allowed = memory.storages_of([list(rtp.parameters()), serial_buffers,
                                   [p.grad for p in rtp.parameters()], opt.state,
-                                  ctx.records, ctx.values])
+                                  ctx.records, ctx.values, list(also)])
     return sum(n for ptr, n in memory.live_storages().items()
                if ptr not in before and ptr not in allowed)
 

@@ -191,12 +191,17 @@ def expected_rank(check, world: int, rank: int) -> dict:
             high=2 * plan["max"], what=f"2 shards: the one in hand and the arriving one; {held}"),
         "forward/received bytes still held after forward": Bound(
             high=0, what="every received shard dropped once used"),
+
         "backward/received bytes held at peak": Bound(
             high=4 * plan["max"], what=f"4 shards: weights in hand and arriving, the "
             f"accumulator arriving and the one just added to; {held}"),
         "backward/received bytes still held after backward": Bound(
             high=0, what="every received shard and accumulator dropped once used")}
     exp.update(held_bounds)
+    exp["forward/bytes held after forward besides activations"] = Bound(
+        high=0.1 * (plan["own"] + plan["replicated_bytes"]) + 4096,
+        what="no copy of a shard kept from forward to backward besides what autograd saves "
+             f"(backward rotates the weights again); {held}")
     for i, g in enumerate(tr[("grad inputs", rank)]):
         if g is not None:
             exp[f"backward/grad input {i}"] = g

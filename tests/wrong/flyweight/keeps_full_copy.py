@@ -1,7 +1,7 @@
 r"""The wrapper keeps the full serial weights in a plain dict (for full_state_dict, say): the
 parameters are shards, but every rank still holds the whole layer.
 
-EXPECT: TransformerLM .*memory/bytes held besides parameters and buffers is \d+, expected at most .*keep only your shard
+EXPECT: TransformerLM .*(memory/bytes held besides parameters and buffers|forward/bytes held after forward besides activations) is \d+, expected at most .*keep only your shard
 CLASS: memory
 WORLD_SIZES: 2
 ONLY: TransformerLM

@@ -1,0 +1,17 @@
+r"""The wrapper keeps the full serial weights inside a closure (a 'checkpoint' function it stores): no tensor attribute refers to them, yet every rank holds the whole layer.
+
+EXPECT: TransformerLM .*(memory/bytes held besides parameters and buffers|forward/bytes held after forward besides activations) is \d+, expected at most .*keep only your shard
+CLASS: memory
+WORLD_SIZES: 2
+ONLY: TransformerLM
+"""
+
+# The bug, as edits of the reference solution (solutions/flyweight.py):
+REPLACE = [
+    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+''',
+     r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+                kept = full.detach().clone()
+                self.__dict__.setdefault("_checkpoints", []).append(lambda kept=kept: kept)
+'''),
+]
