@@ -102,9 +102,16 @@ def _ranks(backend: str, world_size: int) -> str:
         raise Failed(f"{', '.join(sorted(set(bad)))} gave wrong values on {backend}: the "
                      f"communication library is broken on this node; report it with the output "
                      f"of `rtp-course info`")
+    from rtp_course.runtime import cgroup, netns
     what = results[0]["confinement"]
     devices_seen = ", ".join(r["device"] for r in results if "device" in r)
-    return f"{world_size} {backend} ranks, {what}" + (f"; {devices_seen}" if devices_seen else "")
+    network = ("a network of their own" if backend == "gloo" and netns.available()
+               else "the machine's network (grade one submission at a time per node)")
+    group = cgroup.create("doctor")
+    ending = "a cgroup each (cgroup.kill)" if group else "no cgroup (ended by the sweep)"
+    cgroup.remove(group) if group else None
+    return (f"{world_size} {backend} ranks, {what}, {network}, {ending}"
+            + (f"; {devices_seen}" if devices_seen else ""))
 
 
 def _reference(sizes: list[int], backend: str) -> str:
