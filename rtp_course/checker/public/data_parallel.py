@@ -118,8 +118,10 @@ class DataParallelWrapper(Check):
         "backward/grad": "after loss.backward() the gradients must already be averaged over ranks: "
                          "register a hook on each parameter (register_post_accumulate_grad_hook) "
                          "that all-reduces and divides by the world size",
-        "step": "gradients are averaged once per backward: check hooks are not registered twice "
-                "and that you divide by the world size of `group`",
+        "step": "the weights after the optimizer steps are wrong: gradients are averaged once "
+                "per backward (hooks registered once, a division by the world size of "
+                "`group`), and every async work (a broadcast or all_reduce with async_op=True) "
+                "is waited before its tensor is used",
     }
     seed_offset = 10
     data_seed = 0
