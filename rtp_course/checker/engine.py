@@ -455,6 +455,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
     used its budget runs no further checks, and neither does any once the run has used its."""
     results, seen = [], {}
     while todo:
+        first_of_launch = len(results)    # this launch's results start here
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         job = dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
                    check_ids=[c.id for c in todo], dtype=dtype,
@@ -506,10 +507,10 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
             results += [_over_budget(c, ws, budgets) for c in over]
             todo = todo[:done] + [c for c in todo[done:] if c not in over]
         printed = _printed(rundir, ws)
-        for r in results:
+        for r in results[first_of_launch:]:    # what this launch's ranks printed, not another's
             r.details.setdefault("confinement", confinement.get("describe", ""))
             if printed and not r.passed:
-                r.details.setdefault("printed", printed)
+                r.details["printed"] = printed
         shutil.rmtree(rundir, ignore_errors=True)
         todo = todo[done:]
     return results, seen

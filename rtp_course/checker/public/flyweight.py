@@ -124,17 +124,19 @@ class ComputeMarks(TorchDispatchMode):
     code chose (a matmul, F.embedding or indexing a shard, a convolution...). A dispatch mode,
     unlike a torch-function mode, also sees the ops of a backward pass."""
     NOT_COMPUTE = ("empty", "zeros", "ones", "full", "fill", "copy", "clone", "detach", "alias",
+                   "rand", "normal", "uniform", "bernoulli", "arange", "linspace",
                    "lift", "resize", "set_", "new_", "scalar_tensor", "_local_scalar_dense",
                    "record_stream", "_to_copy", "contiguous", "split", "chunk", "unbind",
-                   "narrow", "unsafe")
+                   "narrow", "_unsafe_view")
     _math = {}     # op -> its name if it computes, else None (str(op) is slow)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func not in self._math:
-            name = str(func).lower()
+            name = str(func).lower()                       # "aten.masked_fill.scalar"
+            op = name.split(".")[1] if name.count(".") >= 1 else name
             self._math[func] = None if (getattr(func, "namespace", "aten") != "aten"
                                         or getattr(func, "is_view", False)
-                                        or any(w in name for w in self.NOT_COMPUTE)) else name
+                                        or op.startswith(self.NOT_COMPUTE)) else name
         if commlog.STATE.trace is not None and self._math[func] is not None:
             commlog.STATE.trace.append(("compute", self._math[func]))
         return func(*args, **(kwargs or {}))
