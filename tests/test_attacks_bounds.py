@@ -153,3 +153,20 @@ def test_a_rank_that_takes_too_much_memory_is_stopped_at_its_cap(tmp_path, monke
     results, text = run(impl, only=("Duplication",))
     assert not results[0].passed, text
     assert "can't allocate memory" in text and "RTP_COURSE_RANK_MEMORY_MB" in text, text
+
+
+# Claims, in its status file, to have finished every check, then computes for ever.
+CLAIM_ALL_DONE = """import gc as _gc, json as _json, os as _os, time as _time
+for _o in _gc.get_objects():
+    if type(_o).__name__ == 'Status':
+        _o.update(check='comm.Duplication', index=0, phase='done')
+        _o.update = lambda **kw: None
+while True:
+    _time.sleep(0.05)"""
+
+
+def test_a_rank_that_claims_every_check_done_is_stopped_soon(tmp_path):
+    results, text = run(hostile(tmp_path, at_forward(CLAIM_ALL_DONE)), only=("Duplication",),
+                        timeout=3)
+    assert results[0].status == "deadlock", text
+    assert f"did not finish within {engine.LEAVING:.0f} s" in results[0].message, text

@@ -43,6 +43,7 @@ RUN_BUDGET = 120.0      # s the checks of one run (a submission) may take in all
 STARTUP = 30.0          # s for the ranks to start and join their group
 HARNESS = 5.0           # s for a rank to load its checks and confine itself, before imports
 SLACK = 2.0             # s the parent's clock allows over a limit (a rank reports a little late)
+LEAVING = 15.0          # s for ranks that finished every check to leave (NCCL's destroy: 10 s)
 
 
 class _Stuck(Exception):
@@ -125,10 +126,11 @@ class _Watchdog:
             limit, reason = HARNESS + IMPORT_TIMEOUT * self.imports, "own"
         elif current is not None:
             limit, reason = self.budgets.limit(self.by_id[current])
-        else:
-            return                                    # all done: leaving together
+        else:       # every check done (by the ranks' word): leaving together takes moments
+            limit, reason = LEAVING, "own"
         if now - self.since > limit + SLACK:
-            who = current or self._named(statuses) or self.order[0]
+            who = current or self._named(statuses) or self.order[min(self.step, len(self.order) - 1)
+                                                                 if self.step >= 0 else 0]
             self._stuck(who, statuses, processes, self._why(limit, reason, who), reason)
         # What the ranks say can only stop them sooner: a plain deadlock, or a check that
         # started (by the rank's own word) longer ago than its limit.
@@ -479,6 +481,8 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
         if 0 <= watchdog.step < len(todo):  # the check the group ended in: its time, hung or not
             budgets.charge(todo[watchdog.step], watchdog.elapsed(),
                            hung=isinstance(failure, _Stuck) and failure.reason in ("own", "hang"))
+        else:                               # starting, or leaving after the last check
+            budgets.charge_run(watchdog.elapsed())
         done = 0
         for check in todo:
             if check.id in judged:
