@@ -1,48 +1,65 @@
 """Inputs and training loops shared by both halves of a check.
 
 Everything here is a pure function of its arguments (seeds, world size,
-rank), so the parent can rebuild exactly what each worker fed to the code
-under test and compute the serial answer.
+rank, and for a rank's own data its owner's key: `inputs`), so the parent can
+rebuild exactly what each worker fed to the code under test and compute the
+serial answer, and a rank can draw only its own.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from rtp_course.checker import inputs
 from rtp_course.runtime import devices
 
 DTYPE = torch.float64
 
 
-def randn(seed: int, *shape, dtype=DTYPE) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
+def randn(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
+    """Normal samples from `seed`; `owner`: the global rank whose own data this is (only that
+    rank and the parent can draw it), None for data every rank shares."""
+    g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randn(*shape, generator=g, dtype=dtype)
 
 
-def randint(seed: int, high: int, *shape) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
+def rand(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
+    """Uniform samples in [0, 1) from `seed` (and `owner`'s key: see randn)."""
+    g = torch.Generator().manual_seed(inputs.seed(seed, owner))
+    return torch.rand(*shape, generator=g, dtype=dtype)
+
+
+def randint(seed: int, high: int, *shape, owner: int | None = None) -> torch.Tensor:
+    g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randint(0, high, shape, generator=g)
 
 
-def manual_seed(seed: int) -> None:
+def manual_seed(seed: int, owner: int | None = None) -> None:
     """torch.manual_seed, minus its cost where CUDA cannot be used: there it also queues a CUDA
     seed with the formatted call stack, ~0.4 ms a call for nothing (a check run makes ~1000).
     GPUs are counted without initialising CUDA: the warm server seeds, then forks the ranks."""
+    seed = inputs.seed(seed, owner)
     if devices.gpu_count() > 0:
         torch.manual_seed(seed)
     else:
         torch.random.default_generator.manual_seed(seed)
 
 
-def seeded(factory, seed: int, dtype=DTYPE) -> nn.Module:
-    """factory() with parameters drawn from `seed`, in `dtype`."""
-    manual_seed(seed)
+def seeded(factory, seed: int, dtype=DTYPE, owner: int | None = None) -> nn.Module:
+    """factory() with parameters drawn from `seed` (and `owner`'s key: see randn), in `dtype`."""
+    manual_seed(seed, owner)
     return factory().to(dtype)
 
 
 def rank_slice(t: torch.Tensor, rank: int, world_size: int, dim: int = 0) -> torch.Tensor:
     """Rank r's piece of a global batch: the r-th of world_size equal contiguous chunks."""
     return t.chunk(world_size, dim=dim)[rank]
+
+
+def global_randn(seed: int, rows: int, *shape, owners) -> torch.Tensor:
+    """A batch of `rows` rows whose pieces each owner drew for itself (parent only): owner o's
+    is randn(seed, rows // len(owners), *shape, owner=o), in the order of `owners`."""
+    return torch.cat([randn(seed, rows // len(owners), *shape, owner=o) for o in owners])
 
 
 def make_optimizer(name: str, params, lr: float = 0.05, eps: float = 1e-8):

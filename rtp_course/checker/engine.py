@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
-from rtp_course.checker import exception_causes, hang_causes, outcome_file
+from rtp_course.checker import exception_causes, hang_causes, inputs, outcome_file
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
@@ -464,6 +464,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    memory_cap_mb=int(os.environ.get("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
+        inputs.write_rank_keys(rundir, ws)
         deadline = sum(budgets.limit(c)[0] for c in todo) + STARTUP + 60   # the watchdog's backstop
         failure, judged = None, {}
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,

@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 import rtp_course
-from rtp_course.checker import outcome_file
+from rtp_course.checker import inputs, outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
@@ -180,9 +180,12 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
     gpu = job["backend"] == "nccl"
     # NCCL's shared-memory transport creates its segments in /dev/shm; gloo needs none of it.
     write = [str(private)] + (["/dev/shm"] if gpu else [])
-    package = str(Path(rtp_course.__file__).resolve().parent)
-    return sandbox.confine(read=[package, impl_dir], write=write,
-                           devices=sandbox.gpu_devices() if gpu else ())
+    package = Path(rtp_course.__file__).resolve().parent
+    # The checks' own files were loaded before this: the code under test cannot load them again
+    # (a class loaded afresh would have its parent side back).
+    return sandbox.confine(read=[str(package), impl_dir], write=write,
+                           devices=sandbox.gpu_devices() if gpu else (),
+                           unreadable=[package / "checker" / "public"])
 
 
 FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
@@ -222,6 +225,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     will write is opened BEFORE the process confines itself; only then does the code
     under test run (its import first, under a time limit of its own)."""
     rundir = Path(job["rundir"])
+    inputs.enter_rank(rank, rundir)   # this rank's own data key, and no other rank's
     impl_pkg = load_impl(job["impl"])
     refuse_reference_imports()
     code_dir, files = str(impl_pkg.IMPL_DIR), code_files(impl_pkg)

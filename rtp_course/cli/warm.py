@@ -308,9 +308,10 @@ def _check(argv, conn) -> int:
     from rtp_course import cli
     from rtp_course.runtime import forkserver
     os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
-    from rtp_course.checker import engine
+    from rtp_course.checker import engine, inputs
     # The ranks fork from the forkserver: the expected values stay out of their memory.
-    if not forkserver.start_forked(close=[conn.fileno()], forget=[engine._PRECOMPUTED.clear]):
+    if not forkserver.start_forked(close=[conn.fileno()],
+                                   forget=[engine._PRECOMPUTED.clear, inputs.forget]):
         forkserver.start()
     threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()  # after the fork
     try:

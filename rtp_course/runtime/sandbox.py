@@ -110,9 +110,34 @@ def python_dirs() -> list[str]:
     return sorted(d for d in dirs if d and os.path.isdir(d))
 
 
-def confine(read, write, scope_signals: bool = True, devices=()) -> Confinement:
+def _readable(roots, unreadable) -> tuple[list, list]:
+    """(paths to grant READ, directories to grant only their listing): `roots`, less the files
+    under `unreadable`. Landlock has no deny rule, so a root that holds an unreadable path is
+    granted child by child, and the directories on the way only their listing (Python's
+    import lists a directory before it opens a module there)."""
+    hidden = [Path(h).resolve() for h in unreadable]
+    full, listed = [], []
+
+    def walk(p: Path):
+        if p in hidden:
+            return
+        if not any(p in h.parents for h in hidden):
+            full.append(str(p))
+            return
+        listed.append(str(p))
+        for child in sorted(p.iterdir()):
+            walk(child)
+
+    for root in roots:
+        if os.path.exists(root):
+            walk(Path(root).resolve())
+    return full, listed
+
+
+def confine(read, write, scope_signals: bool = True, devices=(), unreadable=()) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs) and writing
-    under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's).
+    under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's);
+    `unreadable`: files or directories under those it may list but not open.
     From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
     an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
@@ -129,7 +154,8 @@ def confine(read, write, scope_signals: bool = True, devices=()) -> Confinement:
     if fd < 0:
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
-        rules = [(p, READ) for p in (*SYSTEM_READ, *python_dirs(), *read)]
+        full, listed = _readable([*python_dirs(), *read], unreadable)
+        rules = [(p, READ) for p in (*SYSTEM_READ, *full)] + [(p, READ_DIR) for p in listed]
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
         rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
                   for p in (*DEVICES, *devices)]

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker.common import mlp, named_grads, rank_slice, seeded
+from rtp_course.checker.common import mlp, named_grads, seeded
 from rtp_course.checker.public import data_parallel as pub
 from rtp_course.checker.registry import Bound, Check, CommRule
 
@@ -33,7 +33,7 @@ class AverageGradientsUnusedParam(Check):
 
     def run(self, ctx):
         model = build(3).to(ctx.device)
-        x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in pub.batch(0))
+        x, y = (ctx.to(t) for t in pub.own_batch(0, ctx.rank, ctx.world_size))
         F.mse_loss(model(x), y).backward()
         with ctx.phase("backward"):
             ctx.impl.data_parallel.average_gradients(model, group=ctx.group)
@@ -44,7 +44,7 @@ class AverageGradientsUnusedParam(Check):
 
     def expected(self, world_size):
         model = build(3)
-        x, y = pub.batch(0)
+        x, y = pub.batch(0, range(world_size))
         F.mse_loss(model(x), y).backward()
         exp = {f"backward/grad {n}": g for n, g in named_grads(model).items() if g is not None}
         exp["backward/unused grad is None"] = True
@@ -89,9 +89,9 @@ class AverageGradientsSubgroups(Check):
 
     def run(self, ctx):
         group = [ctx.new_group([0, 1]), ctx.new_group([2, 3])][ctx.rank // 2]
-        pair, grank = ctx.rank // 2, ctx.rank % 2
+        pair = ctx.rank // 2
         model = seeded(mlp, 0).to(ctx.device)
-        x, y = (ctx.to(rank_slice(t, grank, 2)) for t in pub.batch(0, 50 * pair))
+        x, y = (ctx.to(t) for t in pub.own_batch(0, ctx.rank, 2, 50 * pair))
         F.mse_loss(model(x), y).backward()
         with ctx.phase("backward"):
             ctx.impl.data_parallel.average_gradients(model, group=group)
@@ -101,7 +101,8 @@ class AverageGradientsSubgroups(Check):
     def expected(self, world_size):
         exp = {}
         for r in range(world_size):
-            serial = pub.serial_run(0, data_seed=50 * (r // 2))
+            pair = r // 2
+            serial = pub.serial_run(0, (2 * pair, 2 * pair + 1), data_seed=50 * pair)
             exp[r] = {k: v for k, v in pub.expected_for(serial, r % 2, 2, with_init=False).items()
                       if k.startswith("backward/")}
         return exp

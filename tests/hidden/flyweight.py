@@ -34,7 +34,7 @@ class RTPEdge(pub.RTPCheck):
         return Edge()
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 2, 4, 6),)
+        return (randn(1000 * step, 2, 4, 6, owner=rank),)
 
 
 class Mixed(nn.Module):
@@ -63,7 +63,7 @@ class RTPMixed(pub.RTPCheck):
         return Mixed()
 
     def inputs(self, step, rank):
-        return (randint(1000 * step + 10 * rank, 20, 2, 5),)
+        return (randint(1000 * step, 20, 2, 5, owner=rank),)
 
 
 class RTPMixedPairs(RTPMixed):
@@ -94,8 +94,8 @@ class RTPMoreShapes(pub.RTPCheck):
         return Net()
 
     def inputs(self, step, rank):
-        s = 1000 * step + 10 * rank
-        return randn(s, 2, 3, 5, 6), randint(s + 1, 10, 2, 3)
+        s = 1000 * step
+        return randn(s, 2, 3, 5, 6, owner=rank), randint(s + 1, 10, 2, 3, owner=rank)
 
 
 class RTPLinearUneven3(pub.RTPLinear):
@@ -115,7 +115,7 @@ class RTPAttentionThreeSteps(pub.RTPCheck):
         return nn.MultiheadAttention(12, 6, batch_first=True)
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 2, 5, 12),)
+        return (randn(1000 * step, 2, 5, 12, owner=rank),)
 
     def call(self, model, xs):
         x = xs[0]
@@ -150,4 +150,4 @@ class RTPTransformerLMFourHeads(pub.RTPCheck):
         return build_model("lm", tiny=True, nhead=4, num_decoder_layers=1)
 
     def inputs(self, step, rank):
-        return (randint(1000 * step + 10 * rank, 96, 2, 5),)
+        return (randint(1000 * step, 96, 2, 5, owner=rank),)

@@ -19,12 +19,12 @@ def x_same(seed=1):          # a replicated activation: the same on every rank
     return randn(seed, *SHAPE)
 
 
-def x_rank(rank, seed=2):     # a per-rank tensor
-    return randn(seed + 1000 * rank, *SHAPE)
+def x_rank(rank, seed=2):     # a per-rank tensor, drawn from rank's own key (checker.inputs)
+    return randn(seed, *SHAPE, owner=rank)
 
 
-def g_rank(rank, shape=SHAPE, seed=3):  # a per-rank upstream gradient
-    return randn(seed + 1000 * rank, *shape)
+def g_rank(rank, shape=SHAPE, seed=3):  # a per-rank upstream gradient, rank's own too
+    return randn(seed, *shape, owner=rank)
 
 
 CONTIGUOUS = "the gradient backward returned is contiguous"

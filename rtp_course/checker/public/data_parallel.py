@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker.common import (make_optimizer, mlp, named_grads, named_params, randn,
-                                       rank_slice, seeded)
+from rtp_course.checker.common import (global_randn, make_optimizer, mlp, named_grads,
+                                       named_params, randn, rank_slice, seeded)
 from rtp_course.checker.registry import Bound, Check, CommRule
 
 BATCH = 12          # divisible by 1, 2, 3 and 4
@@ -23,25 +23,37 @@ ONCE_PER_STEP = ("rule 'Communication': a training step all-reduces each gradien
                  "registered once, in the constructor, not on every forward")
 
 
-def batch(step: int, seed: int = 0):
-    return randn(100 + 7 * step + seed, BATCH, 8), randn(200 + 7 * step + seed, BATCH, 6)
+def own_batch(step: int, owner: int, ranks: int, seed: int = 0):
+    """Rank `owner`'s (global rank) piece of the step's batch, 1/`ranks` of it: drawn from its
+    own key, so no other rank can compute it (checker.inputs)."""
+    rows = BATCH // ranks
+    return (randn(100 + 7 * step + seed, rows, 8, owner=owner),
+            randn(200 + 7 * step + seed, rows, 6, owner=owner))
 
 
-def serial_run(init_seed: int, data_seed: int = 0, factory=mlp) -> dict:
-    """Everything a rank should see, computed on one process with the whole batch."""
+def batch(step: int, owners, seed: int = 0):
+    """The whole batch of the step (parent only): the pieces of the ranks `owners`, in order."""
+    return (global_randn(100 + 7 * step + seed, BATCH, 8, owners=owners),
+            global_randn(200 + 7 * step + seed, BATCH, 6, owners=owners))
+
+
+def serial_run(init_seed: int, owners, data_seed: int = 0, factory=mlp,
+               init_owner: int | None = None) -> dict:
+    """Everything a rank should see, computed on one process with the whole batch of the
+    ranks `owners`; the weights are `init_owner`'s (None: shared ones)."""
     out = {}
-    model = seeded(factory, init_seed)
+    model = seeded(factory, init_seed, owner=init_owner)
     out["params"] = named_params(model)
-    x, y = batch(0, data_seed)
+    x, y = batch(0, owners, data_seed)
     pred = model(x)
     F.mse_loss(pred, y).backward()
     out["output"], out["grads"] = pred.detach(), named_grads(model)
     for opt_name in OPTIMIZERS:
-        model = seeded(factory, init_seed)
+        model = seeded(factory, init_seed, owner=init_owner)
         opt = make_optimizer(opt_name, model.parameters())
         for k in range(1, STEPS + 1):
             opt.zero_grad()
-            x, y = batch(k, data_seed)
+            x, y = batch(k, owners, data_seed)
             F.mse_loss(model(x), y).backward()
             opt.step()
             out[(opt_name, k)] = named_params(model)
@@ -73,7 +85,7 @@ class AverageGradients(Check):
     def run(self, ctx):
         dp = ctx.impl.data_parallel
         model = seeded(mlp, 0).to(ctx.device)
-        x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(0))
+        x, y = (ctx.to(t) for t in own_batch(0, ctx.rank, ctx.world_size))
         with ctx.phase("forward"):
             pred = model(x)
         ctx.record("forward/output", pred)
@@ -88,7 +100,7 @@ class AverageGradients(Check):
             for k in range(1, STEPS + 1):
                 with ctx.phase(f"step{k} {opt_name}"):
                     opt.zero_grad()
-                    x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(k))
+                    x, y = (ctx.to(t) for t in own_batch(k, ctx.rank, ctx.world_size))
                     F.mse_loss(model(x), y).backward()
                     dp.average_gradients(model, group=ctx.group)
                     opt.step()
@@ -96,7 +108,7 @@ class AverageGradients(Check):
                     ctx.record(f"step{k} {opt_name}/{n}", p)
 
     def expected(self, world_size):
-        serial = serial_run(0)
+        serial = serial_run(0, range(world_size))
         return {r: expected_for(serial, r, world_size, with_init=False) for r in range(world_size)}
 
     def comm_rules(self, world_size):
@@ -133,13 +145,14 @@ class DataParallelWrapper(Check):
     def run(self, ctx):
         dp = ctx.impl.data_parallel
         group = self.groups(ctx)
-        grank, gsize = _group_rank(ctx, group)
-        init = self.seed_offset + ctx.rank  # different weights on every rank on purpose
+        gsize = _group_rank(ctx, group)[1]
+        def build():   # different weights on every rank on purpose: its own key's
+            return seeded(self.factory, self.seed_offset, owner=ctx.rank).to(ctx.device)
         with ctx.phase("init"):
-            model = dp.DataParallel(seeded(self.factory, init).to(ctx.device), group=group)
+            model = dp.DataParallel(build(), group=group)
         for n, p in named_params(_inner(model)).items():
             ctx.record(f"init/{n}", p)
-        x, y = (ctx.to(rank_slice(t, grank, gsize)) for t in batch(0, self.data_seed_of(ctx)))
+        x, y = (ctx.to(t) for t in own_batch(0, ctx.rank, gsize, self.data_seed_of(ctx)))
         with ctx.phase("forward"):
             pred = model(x)
             loss = F.mse_loss(pred, y)
@@ -150,13 +163,13 @@ class DataParallelWrapper(Check):
             ctx.record(f"backward/grad {n}", g)
         for opt_name in OPTIMIZERS:
             with ctx.phase("init"):
-                model = dp.DataParallel(seeded(self.factory, init).to(ctx.device), group=group)
+                model = dp.DataParallel(build(), group=group)
             opt = make_optimizer(opt_name, model.parameters())
             for k in range(1, STEPS + 1):
                 with ctx.phase(f"step{k} {opt_name}"):
                     opt.zero_grad()
-                    x, y = (ctx.to(rank_slice(t, grank, gsize))
-                            for t in batch(k, self.data_seed_of(ctx)))
+                    x, y = (ctx.to(t) for t in own_batch(k, ctx.rank, gsize,
+                                                          self.data_seed_of(ctx)))
                     F.mse_loss(model(x), y).backward()
                     opt.step()
                 for n, p in named_params(_inner(model)).items():
@@ -166,7 +179,8 @@ class DataParallelWrapper(Check):
         return self.data_seed
 
     def expected(self, world_size):
-        serial = serial_run(self.seed_offset, data_seed=self.data_seed, factory=self.factory)
+        serial = serial_run(self.seed_offset, range(world_size), data_seed=self.data_seed,
+                            factory=self.factory, init_owner=0)
         return {r: expected_for(serial, r, world_size, with_init=True) for r in range(world_size)}
 
     def comm_rules(self, world_size):
@@ -238,15 +252,16 @@ class DataParallelFrozenAccumulated(Check):
     }
 
     @staticmethod
-    def build(seed):
-        return seeded(_FrozenAndSpare, seed)
+    def build(seed, owner):
+        return seeded(_FrozenAndSpare, seed, owner=owner)
 
     def run(self, ctx):
         dp = ctx.impl.data_parallel
         with ctx.phase("init"):
-            model = dp.DataParallel(self.build(self.seed + ctx.rank).to(ctx.device), group=ctx.group)
+            model = dp.DataParallel(self.build(self.seed, ctx.rank).to(ctx.device),
+                                    group=ctx.group)
         for k in range(2):
-            x, y = (ctx.to(rank_slice(t, ctx.rank, ctx.world_size)) for t in batch(10 + k))
+            x, y = (ctx.to(t) for t in own_batch(10 + k, ctx.rank, ctx.world_size))
             with ctx.phase(f"backward {k + 1}"):
                 F.mse_loss(model(x), y).backward()
         for n, g in named_grads(_inner(model)).items():
@@ -257,9 +272,9 @@ class DataParallelFrozenAccumulated(Check):
                 ctx.record(f"backward/grad {n} after two backward passes", g)
 
     def expected(self, world_size):
-        model = self.build(self.seed)
+        model = self.build(self.seed, 0)
         for k in range(2):
-            x, y = batch(10 + k)
+            x, y = batch(10 + k, range(world_size))
             F.mse_loss(model(x), y).backward()
         e = {}
         for n, g in named_grads(model).items():
@@ -300,7 +315,8 @@ class DataParallelSubgroups(DataParallelWrapper):
         exp = {}
         for r in range(world_size):
             pair = r // 2
-            serial = serial_run(self.seed_offset + 2 * pair, data_seed=50 * pair)
+            serial = serial_run(self.seed_offset, (2 * pair, 2 * pair + 1), data_seed=50 * pair,
+                                init_owner=2 * pair)
             exp[r] = expected_for(serial, r % 2, 2, with_init=True)
         return exp
 

@@ -191,6 +191,7 @@ class RTPCheck(Check):
         raise NotImplementedError
 
     def inputs(self, step, rank) -> tuple:
+        """Global rank `rank`'s inputs at `step`: drawn with owner=rank (checker.inputs)."""
         raise NotImplementedError
 
     def call(self, model, xs):
@@ -212,8 +213,8 @@ class RTPCheck(Check):
         group = self.group(ctx)
         if group is None:
             return
-        rank = dist.get_rank(group)
-        manual_seed(0 if rank == 0 else 100 + rank)  # rank 0's weights must win
+        rank = ctx.rank   # global: whose key draws its weights (group rank 0's must win) and data
+        manual_seed(0, owner=rank)
         before = memory.live_storages()   # the harness's and torch's own, before the model
         model = self.build().to(device=ctx.device, dtype=ctx.dtype)
         self._memory_base = (before, list(model.buffers()))
@@ -301,7 +302,7 @@ class RTPCheck(Check):
     def expected(self, world_size):
         exp = {r: {} for r in range(world_size)}
         for members in rtp_groups(self, world_size):
-            exp.update({r: expected_rank(self, len(members), g) for g, r in enumerate(members)})
+            exp.update({r: expected_rank(self, members, g) for g, r in enumerate(members)})
         return exp
 
     def comm_rules(self, world_size):
@@ -403,7 +404,7 @@ class FlyweightWrapperLinear(Check):
 
     def run(self, ctx):
         r, n = ctx.rank, ctx.world_size
-        manual_seed(0 if r == 0 else 100 + r)          # rank 0's weights must win
+        manual_seed(0, owner=r)          # each rank its own weights: rank 0's must win
         layer = nn.Linear(self.IN, self.U).to(device=ctx.device, dtype=ctx.dtype)
         with ctx.phase("init"):
             w = ctx.impl.flyweight.FlyweightWrapper(layer, group=ctx.group)
@@ -412,14 +413,14 @@ class FlyweightWrapperLinear(Check):
         ctx.record_value("structure/shard_ranges", _plain(ranges))
         ctx.record("init/own weight shard", w.module.weight)
         ctx.record("init/own bias shard", w.module.bias)
-        x = ctx.to(randn(300 + r, 3, self.IN)).requires_grad_(True)
+        x = ctx.to(randn(300, 3, self.IN, owner=r)).requires_grad_(True)
         with ctx.phase("forward"):
             y = w(x)
         ctx.record("forward/output", y)
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != (3, self.U):
             return
         with ctx.phase("backward"):
-            (y * ctx.to(randn(400 + r, 3, self.U))).sum().backward()
+            (y * ctx.to(randn(400, 3, self.U, owner=r))).sum().backward()
         ctx.record("backward/grad input", x.grad)
         ctx.record("backward/grad weight shard", w.module.weight.grad)
         ctx.record("backward/grad bias shard", w.module.bias.grad)
@@ -429,15 +430,15 @@ class FlyweightWrapperLinear(Check):
             ctx.record(f"full_state_dict/{k}", full.get(k) if isinstance(full, dict) else None)
 
     def expected(self, world_size):
-        torch.manual_seed(0)
+        manual_seed(0, owner=0)
         serial = nn.Linear(self.IN, self.U).double()
         pieces = _units(self.U, world_size)
         grads, outs, ins = [], [], []
         for r in range(world_size):
             serial.zero_grad()
-            x = randn(300 + r, 3, self.IN).requires_grad_(True)
+            x = randn(300, 3, self.IN, owner=r).requires_grad_(True)
             y = serial(x)
-            (y * randn(400 + r, 3, self.U)).sum().backward()
+            (y * randn(400, 3, self.U, owner=r)).sum().backward()
             outs.append(y.detach())
             ins.append(x.grad)
             grads.append((serial.weight.grad.clone(), serial.bias.grad.clone()))
@@ -476,7 +477,7 @@ class RTPLinear(RTPCheck):
         return nn.Linear(5, 12)
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 3, 2, 5),)
+        return (randn(1000 * step, 3, 2, 5, owner=rank),)
 
 
 CONV = ("a wrapped Conv2d computes as the module does, with the shard's output channels: "
@@ -495,7 +496,7 @@ class RTPConv2d(RTPCheck):
         return nn.Conv2d(2, 5, 3, stride=(2, 1), padding=1, bias=False)
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 2, 2, 6, 6),)
+        return (randn(1000 * step, 2, 2, 6, 6, owner=rank),)
 
 
 class RTPEmbedding(RTPCheck):
@@ -506,7 +507,7 @@ class RTPEmbedding(RTPCheck):
         return nn.Embedding(13, 7, padding_idx=0)
 
     def inputs(self, step, rank):
-        return (randint(1000 * step + 10 * rank, 13, 2, 5),)
+        return (randint(1000 * step, 13, 2, 5, owner=rank),)
 
 
 ATTENTION_CONTRACT = (
@@ -526,8 +527,9 @@ class RTPMultiheadAttention(RTPCheck):
         return nn.MultiheadAttention(10, 5)
 
     def inputs(self, step, rank):
-        s = 1000 * step + 10 * rank
-        return randn(s, 4, 2, 10), randn(s + 1, 5, 2, 10), randn(s + 2, 5, 2, 10)
+        s = 1000 * step
+        return (randn(s, 4, 2, 10, owner=rank), randn(s + 1, 5, 2, 10, owner=rank),
+                randn(s + 2, 5, 2, 10, owner=rank))
 
     def call(self, model, xs):
         padding = torch.zeros(2, 5, dtype=xs[0].dtype, device=xs[0].device)
@@ -546,7 +548,7 @@ class RTPMultiheadAttentionBatchFirst(RTPCheck):
         return nn.MultiheadAttention(12, 4, batch_first=True)
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 2, 5, 12),)
+        return (randn(1000 * step, 2, 5, 12, owner=rank),)
 
     def call(self, model, xs):
         x = xs[0]
@@ -567,7 +569,7 @@ class RTPMnistCNN(RTPCheck):
         return MnistCNN(dropout1=0.0, dropout2=0.0, channels=(10, 14), hidden=22, image=14)
 
     def inputs(self, step, rank):
-        return (randn(1000 * step + 10 * rank, 2, 1, 14, 14),)
+        return (randn(1000 * step, 2, 1, 14, 14, owner=rank),)
 
 
 class RTPTransformerLM(RTPCheck):
@@ -581,7 +583,7 @@ class RTPTransformerLM(RTPCheck):
         return build_model("lm", tiny=True)
 
     def inputs(self, step, rank):
-        return (randint(1000 * step + 10 * rank, 96, 2, 6),)
+        return (randint(1000 * step, 96, 2, 6, owner=rank),)
 
 
 GROUP = ("in a group, the shard index and the number of shards are the GROUP rank and size "

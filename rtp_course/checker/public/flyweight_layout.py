@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rtp_course.checker.common import make_optimizer
+from rtp_course.checker import inputs
+from rtp_course.checker.common import make_optimizer, randn
 from rtp_course.checker.registry import Bound, CommRule
 
 KINDS = (nn.MultiheadAttention, nn.Linear, nn.Conv2d, nn.Embedding)
@@ -67,9 +68,9 @@ def cut(full: torch.Tensor, dim: int, spans) -> torch.Tensor:
 
 
 def upstream(step: int, rank: int, shape, dtype) -> torch.Tensor:
-    """dL/d output of `rank` at `step` (the loss is (output * upstream).sum())."""
-    g = torch.Generator().manual_seed(5000 + 10 * step + rank)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+    """dL/d output of global rank `rank` at `step` (the loss is (output * upstream).sum()),
+    drawn from that rank's own key (checker.inputs)."""
+    return randn(5000 + 10 * step, *shape, owner=rank).to(dtype)
 
 
 def _clone(named) -> dict:
@@ -79,23 +80,24 @@ def _clone(named) -> dict:
 _TRACES: dict = {}
 
 
-def serial_trace(check, world: int) -> dict:
-    """Serial training of check.build() with DDP semantics over `world` ranks' batches."""
-    key = (check.id, check.dtype, world)
+def serial_trace(check, members) -> dict:
+    """Serial training of check.build() with DDP semantics over the batches of the group of
+    global ranks `members`, from the weights of its first."""
+    key = (check.id, check.dtype, tuple(members))
     if key not in _TRACES:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny ops: a second thread only waits for a busy core
         try:
-            _TRACES[key] = _train(check, world)
+            _TRACES[key] = _train(check, list(members))
         finally:
             torch.set_num_threads(threads)
     return _TRACES[key]
 
 
-def _train(check, world: int) -> dict:
-    dtype = getattr(torch, check.dtype)
-    with torch.random.fork_rng(devices=[]):
-        torch.random.default_generator.manual_seed(0)   # CPU only, as the fork
+def _train(check, members: list) -> dict:
+    dtype, world = getattr(torch, check.dtype), len(members)
+    with torch.random.fork_rng(devices=[]):   # CPU only, as the fork
+        torch.random.default_generator.manual_seed(inputs.seed(0, owner=members[0]))
         model = check.build().to(dtype)
     tr = {"layers": sharded_layers(model), "init": _clone(model.named_parameters()),
           "state0": _clone(model.state_dict().items())}
@@ -107,11 +109,12 @@ def _train(check, world: int) -> dict:
             step += 1
             grads = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
             for q in range(world):
-                xs = [x.to(dtype) if x.is_floating_point() else x for x in check.inputs(step, q)]
+                xs = [x.to(dtype) if x.is_floating_point() else x
+                      for x in check.inputs(step, members[q])]
                 xs = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
                 model.zero_grad(set_to_none=True)
                 out = check.call(model, xs)
-                (out * upstream(step, q, out.shape, dtype)).sum().backward()
+                (out * upstream(step, members[q], out.shape, dtype)).sum().backward()
                 for n, p in model.named_parameters():
                     if p.grad is not None:
                         grads[n] += p.grad / world
@@ -137,9 +140,9 @@ def _shard_bytes(tr, mod, index, world, elsize) -> int:
     return total
 
 
-def byte_plan(check, world: int, rank: int) -> dict:
+def byte_plan(check, members, rank: int) -> dict:
     """Bytes per layer: own shard, all shards, largest shard; replicated and serial bytes."""
-    tr = serial_trace(check, world)
+    tr, world = serial_trace(check, members), len(members)
     elsize = torch.empty(0, dtype=getattr(torch, check.dtype)).element_size()
     layers = {mod: [_shard_bytes(tr, mod, s, world, elsize) for s in range(world)]
               for mod in tr["layers"]}
@@ -167,9 +170,11 @@ def _params(exp, prefix, tr, values, rank, world, replicated):
         exp[f"{prefix}{name} (replicated parameter)"] = values[name]
 
 
-def expected_rank(check, world: int, rank: int) -> dict:
-    """{key: value | Bound} rank `rank` must record, in the order the verdict reads them."""
-    tr, plan = serial_trace(check, world), byte_plan(check, world, rank)
+def expected_rank(check, members, rank: int) -> dict:
+    """{key: value | Bound} group rank `rank` of the group of global ranks `members` must
+    record, in the order the verdict reads them."""
+    tr, plan = serial_trace(check, members), byte_plan(check, members, rank)
+    world = len(members)
     exp = {}
     for mod, keys in tr["layers"].items():
         m = tr["modules"][mod]
@@ -261,7 +266,7 @@ def _rank_rules(check, members, r, gathers) -> list:
     mine = [CommRule("structure", "*", 0, "shard_layout() only describes: no communication")]
     mine += [CommRule(f"step{s} {opt}", "*", 0, "the optimizer step updates this rank's own "
                       "shards: no communication") for s, opt in step_phases(check)]
-    plan = byte_plan(check, n, r)
+    plan = byte_plan(check, members, r)
     if n == 1:   # nothing to rotate; an all-reduce of a replicated gradient is harmless
         rep = sum(1 for t in plan["replicated"].values() if t.is_floating_point())
         return mine + [CommRule(p, "*", 0, "with one rank nothing needs to be communicated")

@@ -139,6 +139,12 @@ class BuildGroups(Check):
         return exp
 
 
+def replica(d: int, tp: int) -> tuple:
+    """The global ranks of replica (TP group) d: its batch and initial weights are theirs, drawn
+    from their key (checker.inputs): another replica cannot make them."""
+    return tuple(range(d * tp, (d + 1) * tp))
+
+
 class Train2D(Check):
     """TP over tp_size ranks x DP over the rest, on a tiny course model."""
     exercise, name, world_sizes = "groups", "train_2d_bert", (2, 4)
@@ -167,8 +173,8 @@ class Train2D(Check):
         t, d = ctx.rank % T, ctx.rank // T        # the documented layout, whatever G reports
         with ctx.phase("build_groups"):
             groups = G.build_groups(T)
-        serial = case.serial(case.seed + 100 * d).to(device=ctx.device, dtype=ctx.dtype)
-        pieces, rows = layout(serial), slice(d * self.batch, (d + 1) * self.batch)
+        serial = case.serial(owner=replica(d, T)).to(device=ctx.device, dtype=ctx.dtype)
+        pieces = layout(serial)
         for i, opt_name in enumerate(OPTIMIZERS):
             with ctx.phase("init"):
                 model = G.parallelize_2d(copy.deepcopy(serial), groups)
@@ -177,7 +183,7 @@ class Train2D(Check):
                 return
             opt = make_optimizer(opt_name, model.parameters())
             for k in range(1, self.steps + 1):
-                x, y = (ctx.to(v[rows]) for v in case.inputs(k, self.batch * ctx.world_size // T))
+                x, y = (ctx.to(v) for v in case.inputs(k, self.batch, owner=replica(d, T)))
                 first, tag = i == 0 and k == 1, f"step{k} {opt_name}"
                 if opt_name == "adam":
                     with ctx.phase(tag):
@@ -202,16 +208,19 @@ class Train2D(Check):
                     ctx.record(f"{tag}/{p.name}", model.get_parameter(p.name))
 
     def serial_trace(self, dp):
-        """Serial training on the concatenated batch of `dp` replicas."""
+        """Serial training on the concatenated batch of `dp` replicas, from replica 0's
+        weights."""
         key = (self.id, dp, self.dtype)
         if key not in _TRACES:
-            case, b, dtype = self.case, self.batch, getattr(torch, self.dtype)
-            tr = {"init": tensors(case.serial().to(dtype), "value")}
+            case, b, dtype, T = self.case, self.batch, getattr(torch, self.dtype), self.tp_size
+            first = replica(0, T)
+            tr = {"init": tensors(case.serial(owner=first).to(dtype), "value")}
             for opt_name in OPTIMIZERS:
-                model = case.serial().to(dtype)
+                model = case.serial(owner=first).to(dtype)
                 opt = make_optimizer(opt_name, model.parameters())
                 for k in range(1, self.steps + 1):
-                    x, y = case.inputs(k, b * dp)
+                    batches = [case.inputs(k, b, owner=replica(d, T)) for d in range(dp)]
+                    x, y = (torch.cat(v) for v in zip(*batches))
                     opt.zero_grad()
                     out = model(x)
                     case.loss(out, y).backward()
@@ -282,7 +291,7 @@ class Parallelize2D(Train2D):
         tps = [ctx.new_group(list(range(i * T, (i + 1) * T))) for i in range(W // T)]
         dps = [ctx.new_group(list(range(j, W, T))) for j in range(T)]
         groups = G.ParallelGroups(tps[d], dps[t], T, W // T, t, d)
-        serial = case.serial(case.seed + 100 * d).to(device=ctx.device, dtype=ctx.dtype)
+        serial = case.serial(owner=replica(d, T)).to(device=ctx.device, dtype=ctx.dtype)
         pieces = layout(serial)
         with ctx.phase("init"):
             model = G.parallelize_2d(copy.deepcopy(serial), groups)

@@ -15,7 +15,7 @@ import datetime
 
 import torch
 
-from rtp_course.checker.common import randn
+from rtp_course.checker.common import rand, randint, randn
 from rtp_course.checker.registry import Check, CommRule
 from rtp_course.runtime import commlog
 
@@ -25,8 +25,20 @@ SEND, RECV = "send|isend", "recv|irecv"
 
 
 def value(rank: int) -> torch.Tensor:
-    """Rank r's tensor [2, 3]: 100 r + 0..5, so a wrong source shows in the numbers."""
-    return torch.arange(6, dtype=torch.float64).view(2, 3) + 100 * rank
+    """Rank r's tensor [2, 3]: 100 r + 0..5 plus a fraction drawn from rank r's own key, so a
+    wrong source shows in the numbers and no other rank can make it (checker.inputs)."""
+    return (torch.arange(6, dtype=torch.float64).view(2, 3) + 100 * rank
+            + rand(20, 2, 3, owner=rank) / 2)
+
+
+def int_value(rank: int) -> torch.Tensor:
+    """Rank r's int64 tensor [4]: 100 r + a number below 100 from rank r's own key."""
+    return 100 * rank + randint(21, 100, 4, owner=rank)
+
+
+def uneven_value(rank: int) -> torch.Tensor:
+    """Rank r's tensor of r + 1 rows: r plus a fraction from rank r's own key."""
+    return rank + rand(22, rank + 1, 2, owner=rank) / 2
 
 
 def source(rank: int, world: int, direction: str) -> int:
@@ -190,7 +202,7 @@ class Rotate(Check):
                              isinstance(y, torch.Tensor) and y is not x
                              and (y.numel() == 0 or y.data_ptr() != x.data_ptr()))
         with ctx.phase("int64"):
-            y = rot.rotate(torch.arange(4, device=ctx.device) + 100 * r, group=ctx.group)
+            y = rot.rotate(ctx.to(int_value(r)), group=ctx.group)
         ctx.record("int64/received", y)
         with ctx.phase("bad direction"):
             try:
@@ -215,7 +227,7 @@ class Rotate(Check):
                 e[f"{direction}/input after the call"] = value(r)
                 e[f"{direction}/returned a new tensor"] = True
                 e[f"{direction}/{NEVER_WAITED}"] = []
-            e["int64/received"] = torch.arange(4) + 100 * ((r - 1) % world_size)
+            e["int64/received"] = int_value((r - 1) % world_size)
             e["bad direction/exception raised for direction='left'"] = "ValueError"
             e["bad direction/the message names 'clockwise' and 'counterclockwise'"] = True
             exp[r] = e
@@ -241,14 +253,12 @@ class RotateUneven(Check):
         for direction in DIRECTIONS:
             src = source(r, n, direction)
             with ctx.phase(f"uneven {direction}"):
-                y = ctx.impl.rotation.rotate(ctx.to(torch.full((r + 1, 2), float(r))), direction,
+                y = ctx.impl.rotation.rotate(ctx.to(uneven_value(r)), direction,
                                              group=ctx.group, recv_shape=(src + 1, 2))
             ctx.record(f"uneven {direction}/received", y)
 
     def expected(self, world_size):
-        return {r: {f"uneven {d}/received": torch.full((source(r, world_size, d) + 1, 2),
-                                                       float(source(r, world_size, d)),
-                                                       dtype=torch.float64)
+        return {r: {f"uneven {d}/received": uneven_value(source(r, world_size, d))
                     for d in DIRECTIONS} for r in range(world_size)}
 
     def comm_rules(self, world_size):
@@ -389,7 +399,8 @@ class RingAllGather(Check):
 
 
 def rs_input(rank: int, world: int) -> torch.Tensor:
-    return randn(40 + rank, 2 * world, 2 * world + 1)
+    """Global rank `rank`'s input to a reduce-scatter over `world` ranks: its own key's."""
+    return randn(40 + world, 2 * world, 2 * world + 1, owner=rank)
 
 
 NOT_A_VIEW = "returned a new tensor, not a view of the input"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import nn
 
+from rtp_course.checker import inputs
 from rtp_course.checker.common import randint, randn, seeded
 from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, TPCheck, raises
 from rtp_course.checker.registry import Check, CommRule
@@ -199,19 +200,22 @@ class Model(TPCheck):
                  "LayerNorms and the head / decoder serial"}
     overrides: dict = {}
 
-    def serial(self, seed=None):
-        seed = self.seed if seed is None else seed
+    def serial(self, seed=None, owner=None):
+        """The tiny model from `seed`, or from `seed` and the key of `owner` (checker.inputs: a
+        set of ranks, a replica's, in the 2D checks)."""
+        seed = inputs.seed(self.seed if seed is None else seed, owner)
         return build_model(self.model, seed=seed, tiny=True, **self.overrides).double()
 
     def parallel(self, tp, serial, group):
         return tp.parallelize_transformer(serial, group)
 
-    def inputs(self, step, batch=None):
-        """Token ids [batch, seq] and labels ([batch] classes, or [batch, seq] next tokens)."""
+    def inputs(self, step, batch=None, owner=None):
+        """Token ids [batch, seq] and labels ([batch] classes, or [batch, seq] next tokens);
+        `owner`: the ranks whose own data this is (checker.inputs), None for shared data."""
         batch = batch or self.batch
-        labels = (randint(500 + step, 12, batch) if self.model == "bert"
-                  else randint(500 + step, VOCAB, batch, self.seq))
-        return randint(600 + step, VOCAB, batch, self.seq), labels
+        labels = (randint(500 + step, 12, batch, owner=owner) if self.model == "bert"
+                  else randint(500 + step, VOCAB, batch, self.seq, owner=owner))
+        return randint(600 + step, VOCAB, batch, self.seq, owner=owner), labels
 
     def out_shape(self, world):
         lm = self.model == "lm"   # logits [B, classes] or [B, S, vocab]
