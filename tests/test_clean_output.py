@@ -105,14 +105,22 @@ def test_a_wrong_gpu_count_is_one_sentence(args):
     assert "GPUs" in r.stderr.splitlines()[-1], r.stderr
 
 
-def test_sigint_stops_the_checker_in_one_line(tmp_path):
-    """Ctrl-C at a terminal signals the whole foreground process group, workers included."""
+def _ignoring_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("started", ["from a terminal", "as a script's background job"])
+def test_sigint_stops_the_checker_in_one_line(tmp_path, started):
+    """Ctrl-C at a terminal signals the whole foreground process group, workers included. A
+    script's background job (bash without job control: the test command run with `&`) starts
+    with SIGINT ignored; the command must still stop (it ran on to its hang limit)."""
     impl = edited(tmp_path, "comm", [("        dist.all_reduce(grad, group=ctx.group)",
                                      "        import time; time.sleep(60)")])
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     p = subprocess.Popen([PY, "-m", "rtp_course.cli", "check", "comm", "--impl", str(impl),
                           "--world-size", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True, env=env, cwd=ROOT)
+                         text=True, start_new_session=True, env=env, cwd=ROOT,
+                         preexec_fn=_ignoring_sigint if "background" in started else None)
     start = time.time()
     while not list(tmp_path.glob("rtp-check-*/status.1.json")) and time.time() < start + 60:
         time.sleep(0.2)

@@ -44,8 +44,19 @@ class ExitCalled(BaseException):
         self.code = code
 
 
+_RANK_PID = os.getpid()
+
+
 def _refuse_exit(code=0):
+    _end_if_forked(code)
     raise ExitCalled(code)
+
+
+def _end_if_forked(code=1) -> None:
+    """In a process the code under test forked (a copy of this rank), an exit or exception
+    that reaches the harness ends that process: it never goes on as the rank."""
+    if os.getpid() != _RANK_PID:
+        _exit(code)
 
 
 class Status:
@@ -247,6 +258,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     with open(rundir / f"confinement.{rank}.json", "w") as fh:
         confinement = _confine(rank, rundir, job, code_dir)
         json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)
+    global _RANK_PID
+    _RANK_PID = os.getpid()
     os._exit = _refuse_exit
     # On CPU, tensors the code under test makes without a device are refused where a GPU run
     # would refuse them (from its import on: `from torch import zeros` gets the watched one).
@@ -265,7 +278,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 try:
                     exercise(ex)
                 except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
-                    pass
+                    _end_if_forked()
             for i, cid in enumerate(job["check_ids"]):
                 check = checks[cid]
                 status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
@@ -281,6 +294,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 try:
                     check.run(ctx)
                 except BaseException as e:  # the student's exception or exit, its rank and line
+                    _end_if_forked()
                     outcome = _outcome_of(e, files, ctx.failed_phase or "setup")
                 outcome.update(records=ctx.records, values=ctx.values,
                                events=[vars(e) for e in commlog.events()],

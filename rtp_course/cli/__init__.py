@@ -173,6 +173,7 @@ def _bench_args(b):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    _honour_ctrl_c()
     if argv[:1] == ["check"] and not {"-h", "--help"} & set(argv):
         from rtp_course.cli import warm
         if warm.wanted():
@@ -194,6 +195,15 @@ def main(argv=None) -> int:
         print(f"\nrtp-course {args.command}: interrupted; every process it started was stopped",
               file=sys.stderr)
         return 130
+
+
+def _honour_ctrl_c() -> None:
+    """A script's background job (bash without job control) starts with SIGINT ignored, and
+    Python then keeps ignoring it: Ctrl-C would leave the checks running to their time limits.
+    A command that a person may interrupt takes SIGINT back."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _flush() -> None:
