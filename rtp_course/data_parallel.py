@@ -40,6 +40,8 @@ Rules your code must follow (the checker tests each one):
 * Communication: forward communicates nothing; a backward (a training step)
   all-reduces each gradient at most once: register the hooks once, in the
   constructor, never per forward. Fewer messages (a flat buffer) are fine.
+  A work started with async_op=True is waited (work.wait()) before the
+  constructor returns: until then its tensor may still change under you.
 * Use `group` for every collective, rank and world size.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),

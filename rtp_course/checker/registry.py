@@ -70,6 +70,8 @@ class Check:
     hidden: bool = False
     timeout: float = 30.0       # seconds for this check on one world size
     dtype: str = "float64"
+    tolerance: dict = {}        # {torch dtype: (rtol, atol)} over verdict.TOLERANCE, where this
+                                # check can tell float32 rounding on the way from its own noise
     hints: dict = {}            # key prefix -> hint shown when that key is wrong; the keys
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang
 

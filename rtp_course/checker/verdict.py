@@ -38,9 +38,11 @@ def _phase_of(key: str) -> str:
     return key.split("/", 1)[0]
 
 
-def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None) -> tuple[bool, str, dict]:
+def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None,
+                   tolerance: dict | None = None) -> tuple[bool, str, dict]:
     """(equal?, what differs, details). details["cause"] / ["cause_hint"]: what the
-    difference looks like it comes from (causes()), when something recognisable."""
+    difference looks like it comes from (causes()), when something recognisable.
+    `tolerance`: {dtype: (rtol, atol)}, a check's own, over TOLERANCE."""
     if actual is None:
         return False, "is None (no value was produced)", {}
     if not isinstance(actual, torch.Tensor):
@@ -54,7 +56,8 @@ def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None
     if not expected.is_floating_point():
         bad = (actual != expected).sum().item()
         return bad == 0, f"differs in {bad} of {expected.numel()} entries", {}
-    rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-6))
+    rtol, atol = (tolerance or {}).get(expected.dtype) or TOLERANCE.get(expected.dtype,
+                                                                         (1e-5, 1e-6))
     if torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True):
         return True, "", {}
     diff = (actual - expected).abs()
@@ -151,7 +154,7 @@ def compare_value(expected, actual) -> tuple[bool, str]:
     return ok, f"is {actual!r}, expected {expected!r}"
 
 
-def _close_in_bulk(expected: dict, outcomes: dict) -> set:
+def _close_in_bulk(expected: dict, outcomes: dict, tolerance: dict | None = None) -> set:
     """{(rank, key)} of recorded floating-point tensors that match, found with one allclose per
     dtype over them all: the same test as compare_tensor's (same dtype, shape and tolerance), at a
     fraction of the ~50 us that one call per tensor costs (~10000 tensors a run, in the parent,
@@ -167,7 +170,7 @@ def _close_in_bulk(expected: dict, outcomes: dict) -> set:
                 groups.setdefault(exp.dtype, []).append((rank, key, exp, got))
     close = set()
     for dtype, items in groups.items():
-        rtol, atol = TOLERANCE.get(dtype, (1e-5, 1e-6))
+        rtol, atol = (tolerance or {}).get(dtype) or TOLERANCE.get(dtype, (1e-5, 1e-6))
         if torch.allclose(torch.cat([got.reshape(-1) for *_, got in items]),
                           torch.cat([exp.reshape(-1) for *_, exp, _ in items]),
                           rtol=rtol, atol=atol, equal_nan=True):
@@ -197,7 +200,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                               or check.hint(o.get("phase") or "setup")
                               or exception_causes.hint_for(said, "likely"))
     keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
-    close = _close_in_bulk(expected, outcomes)
+    close = _close_in_bulk(expected, outcomes, check.tolerance)
     for key in keys:  # the earliest phase first, whichever rank shows it
         phase = _phase_of(key)
         for rank in sorted(expected):
@@ -208,7 +211,8 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 if key not in o["records"]:
                     return Result(**base, status="failed", rank=rank, phase=phase, key=key,
                                   message=f"{key}: nothing was recorded", hint=check.hint(key))
-                ok, msg, details = compare_tensor(exp, o["records"][key], world_size)
+                ok, msg, details = compare_tensor(exp, o["records"][key], world_size,
+                                                  check.tolerance)
             else:
                 ok, msg = compare_value(exp, o["values"].get(key))
                 details = {}

@@ -29,6 +29,7 @@ def build(seed):
 
 class AverageGradientsUnusedParam(Check):
     exercise, name, hidden = "data_parallel", "average_gradients_unused_param", True
+    tolerance = pub.TIGHT
     hints = {"": "parameters whose .grad is None (not used in this step) must be skipped"}
 
     def run(self, ctx):
@@ -81,6 +82,7 @@ class AverageGradientsSubgroups(Check):
     """Two independent data-parallel pairs, ranks {0,1} and {2,3}, each with its own data:
     average_gradients must average over `group` only."""
     exercise, name, hidden = "data_parallel", "average_gradients_subgroups", True
+    tolerance = pub.TIGHT
     world_sizes = (4,)
     hints = {"backward/grad": "average over the ranks of `group` only: all_reduce(p.grad, "
                               "group=group), then divide by dist.get_world_size(group)",
