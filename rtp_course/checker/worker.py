@@ -193,10 +193,22 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
     write = [str(private)] + (["/dev/shm"] if gpu else [])
     package = Path(rtp_course.__file__).resolve().parent
     # The checks' own files were loaded before this: the code under test cannot load them again
-    # (a class loaded afresh would have its parent side back).
+    # (a class loaded afresh would have its parent side back). The hidden checks and the
+    # reference (unless it is the code under test) are outside what is granted, unless the
+    # course sits under a system dir: closed then too.
+    closed = [package / "checker" / "public",
+              *(d for d in _instructor_dirs() if d.resolve() != Path(impl_dir).resolve())]
     return sandbox.confine(read=[str(package), impl_dir], write=write,
-                           devices=sandbox.gpu_devices() if gpu else (),
-                           unreadable=[package / "checker" / "public"])
+                           devices=sandbox.gpu_devices() if gpu else (), unreadable=closed)
+
+
+def _instructor_dirs() -> list:
+    from rtp_course.checker.registry import hidden_dir
+    try:
+        from rtp_course.instructor import solutions_dir
+    except ImportError:             # the student edition
+        solutions_dir = lambda: None  # noqa: E731
+    return [d for d in (hidden_dir(), solutions_dir()) if d is not None]
 
 
 FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this

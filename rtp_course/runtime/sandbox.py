@@ -154,8 +154,9 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=()) 
     if fd < 0:
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
-        full, listed = _readable([*python_dirs(), *read], unreadable)
-        rules = [(p, READ) for p in (*SYSTEM_READ, *full)] + [(p, READ_DIR) for p in listed]
+        # the system's dirs too: a Python (and the course) installed under /usr is there
+        full, listed = _readable([*SYSTEM_READ, *python_dirs(), *read], unreadable)
+        rules = [(p, READ) for p in full] + [(p, READ_DIR) for p in listed]
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
         rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
                   for p in (*DEVICES, *devices)]
