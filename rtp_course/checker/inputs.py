@@ -2,16 +2,15 @@
 
 A check's inputs are drawn from seeds written in its code, which students can read. A
 rank's OWN data (its batch, its shard, the tensor it rotates, its initial weights) is drawn
-from the seed mixed with a key of that rank's (data that a set of ranks shares, such as a
-data-parallel replica's batch, with the key of that set): the checker's parent process
-picks a fresh master key per run and hands rank r only the keys of the sets it belongs to,
-in a file rank r reads and deletes before the code under test runs (and that a confined
-rank could not open anyway). So the
-answer a rank must produce, which depends on the other ranks' data, cannot be computed on
-the rank alone: the serial shortcut ("compute the whole thing here, skip the
-communication") needs the other ranks' data, and the only channel for it is communication.
-Data every rank shares (a replicated input, the serial model's weights) has no owner and is
-drawn from its seed alone.
+from the seed mixed with a key of that rank's; data a set of ranks shares (a data-parallel
+replica's batch) with the key of that set. The checker's parent process picks a fresh
+master key per run and hands rank r only the keys of the sets it belongs to, in a file
+rank r reads and deletes before the code under test runs (a confined rank could not open
+it anyway). So the answer a rank must produce, which depends on the other ranks' data,
+cannot be computed on the rank alone: the serial shortcut ("compute the whole thing here,
+skip the communication") needs the other ranks' data, and it can only arrive by
+communication. Data every rank shares (a replicated input, the serial model's weights) has
+no owner and is drawn from its seed alone.
 
 The parent holds every key, so `expected()` draws what each rank drew. A rank that asks for
 another rank's data gets `NotYourInput`, which also keeps a check's parent side useless in
