@@ -99,3 +99,19 @@ def test_sure_causes_win_over_the_checks_own_hint_likely_ones_only_fill_in():
     assert judge(_Check(), 2, {0: left, 1: raised}, {}, []).rank == 1   # the first cause speaks
     assert "same collective calls" in judge(_Check(), 2, {0: left}, {}, []).hint
     assert judge(_Check(), 2, {0: other}, {}, []).hint == "the check's own hint for any exception"
+
+
+def test_ranks_waiting_in_new_group_get_the_checks_own_hint_not_a_missing_group():
+    """A rank that finished while others wait in a collective usually means a collective without
+    group=; ranks waiting in dist.new_group (collective over the whole job) made the calls in
+    another order: the check's own hint says so, not the missing-group one."""
+    from rtp_course.checker import hang_causes
+    done = {"check": "groups.build_groups", "phase": "done"}
+    waiting = lambda call: {"check": "groups.build_groups", "phase": "build_groups",  # noqa: E731
+                            "call": call, "family": None}
+    statuses = {0: waiting("dist.new_group([0, 1]), call 1 of build_groups"), 1: done,
+                2: waiting("dist.new_group([1, 3]), call 4 of build_groups")}
+    assert hang_causes.hint_for("groups.build_groups", statuses) == ""
+    statuses[2] = waiting("all_reduce")
+    statuses[0] = waiting("all_reduce")
+    assert "finished this check" in hang_causes.hint_for("groups.build_groups", statuses)

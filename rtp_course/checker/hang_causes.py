@@ -76,7 +76,10 @@ def hint_for(check_id: str, statuses: dict) -> str:
     if any(str(st.get("call", "")).startswith("wait() again") for st in blocked.values()):
         return WAITED_AGAIN
     done = sorted(r for r, st in mine.items() if st.get("phase") == "done")
+    # dist.new_group is collective over the whole job, whatever its ranks: ranks waiting in it
+    # while others finished made the calls in another order or number (the check's own hint)
     if done and blocked and all(st.get("family") not in RECEIVES + SENDS
+                                and not str(st.get("call", "")).startswith("dist.new_group")
                                 for st in blocked.values()):
         return _left_out(done, blocked)
     if blocked and len(blocked) == len(mine) and all(
