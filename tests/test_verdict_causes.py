@@ -115,3 +115,19 @@ def test_ranks_waiting_in_new_group_get_the_checks_own_hint_not_a_missing_group(
     statuses[2] = waiting("all_reduce")
     statuses[0] = waiting("all_reduce")
     assert "finished this check" in hang_causes.hint_for("groups.build_groups", statuses)
+
+
+def test_a_ranks_own_exception_is_reported_before_a_peers_unreadable_result():
+    """The launcher ends the other ranks once one raised; a rank ended in the middle of writing
+    its result leaves a file cut short. The exception that started it is what to report."""
+    from rtp_course.checker.verdict import judge
+    error = {"status": "error", "type": "RuntimeError", "message": "the layer's shapes",
+             "phase": "structure", "where": "tensor_parallel.py:3", "records": {}, "values": {}}
+    cut = {"status": "error", "type": "MalformedResult", "phase": "", "where": "",
+           "message": "rank 1's result file is not a result the checker can judge (OSError)",
+           "records": {}, "values": {}}
+    ok = {"status": "ok", "records": {}, "values": {}}
+    result = judge(_Plain(), 3, {0: ok, 1: cut, 2: error}, {}, [])
+    assert result.rank == 2 and "RuntimeError" in result.message, result
+    alone = judge(_Plain(), 3, {0: ok, 1: cut, 2: ok}, {}, [])
+    assert alone.rank == 1 and "MalformedResult" in alone.message, alone

@@ -183,7 +183,11 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}."""
     base = dict(exercise=check.exercise, check=check.name, world_size=world_size)
     for status in ("notimpl", "error"):
-        for rank in sorted(outcomes, key=lambda q: (_fallout(outcomes[q]), q)):
+        # a rank's own exception first: a peer's "connection closed", or a result file cut
+        # short when the launcher ended a rank in the middle of writing it, only follows it
+        for rank in sorted(outcomes, key=lambda q: (_fallout(outcomes[q]),
+                                                    outcomes[q].get("type") == "MalformedResult",
+                                                    q)):
             o = outcomes[rank]
             if o["status"] == status:
                 if status == "notimpl":
