@@ -301,6 +301,12 @@ class _Work:
             self._mark_completed()
         return done
 
+    def get_future(self):
+        """A work turned into a future counts as waited: its waits (fut.wait(),
+        torch.futures.wait_all) happen in C++, where no log can see them."""
+        self._mark_completed()
+        return self._work.get_future()
+
     def __getattr__(self, name):
         return getattr(self._work, name)
 
