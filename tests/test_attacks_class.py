@@ -55,7 +55,10 @@ with open(_os.path.join(_os.environ['HOME'], 'big'), 'wb') as _f:
 
 
 def _tree(root: Path) -> dict:
-    """{relative path: (size, mtime)} of every file and directory under root."""
+    """{relative path: (size, mtime)} of every file, and every directory, under root.
+
+    A directory's own mtime is left out: Python writing a __pycache__ into a package
+    the honest run never imported changes it, and what a directory holds is listed anyway."""
     out = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
@@ -64,7 +67,8 @@ def _tree(root: Path) -> dict:
                 st = p.lstat()
             except OSError:
                 continue
-            out[str(p.relative_to(root))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
+            out[str(p.relative_to(root))] = ("dir",) if p.is_dir() and not p.is_symlink() \
+                else (st.st_size, st.st_mtime_ns)
     return out
 
 
