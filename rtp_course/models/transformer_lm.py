@@ -26,15 +26,26 @@ def sinusoidal_positions(seq_len: int, dim: int) -> torch.Tensor:
     return table
 
 
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
 class DecoderLayer(nn.Module):
-    """Post-LN block, the arrangement of ``nn.TransformerEncoderLayer`` with ReLU:
+    """Post-LN block, the arrangement of ``nn.TransformerEncoderLayer`` (ReLU by default):
 
         x = norm1(x + dropout1(self_attn(x, causal)))
         x = norm2(x + dropout2(linear2(dropout(relu(linear1(x))))))
+
+    ``activation="gelu"`` has no kink: float32 checks use it, because a ReLU input within
+    rounding of 0 takes the other branch when a correct parallel sum runs in another order,
+    and a gradient then jumps (about one draw in a few hundred).
     """
 
-    def __init__(self, ninp: int, nhead: int, nhid: int, dropout: float = 0.0):
+    def __init__(self, ninp: int, nhead: int, nhid: int, dropout: float = 0.0,
+                 activation: str = "relu"):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation {activation!r}: choose one of {sorted(ACTIVATIONS)}")
+        self.activation = activation
         self.self_attn = nn.MultiheadAttention(ninp, nhead, dropout=dropout, batch_first=True)
         self.self_attn.causal = True   # read by layers.attention_weights
         self.linear1 = nn.Linear(ninp, nhid)
@@ -49,24 +60,24 @@ class DecoderLayer(nn.Module):
         mask = causal_mask(x.shape[1], x.device)
         attended = self.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0]
         x = self.norm1(x + self.dropout1(attended))
-        hidden = self.dropout(F.relu(self.linear1(x)))
+        hidden = self.dropout(ACTIVATIONS[self.activation](self.linear1(x)))
         return self.norm2(x + self.dropout2(self.linear2(hidden)))
 
 
 class TransformerLM(nn.Module):
     def __init__(self, vocab_size: int = 512, ninp: int = 64, nhid: int = 128, nhead: int = 4,
                  num_decoder_layers: int = 2, seq_len: int = 32, dropout: float = 0.0,
-                 initrange: float = 0.1):
+                 initrange: float = 0.1, activation: str = "relu"):
         super().__init__()
         self.config = dict(vocab_size=vocab_size, ninp=ninp, nhid=nhid, nhead=nhead,
                            num_decoder_layers=num_decoder_layers, seq_len=seq_len,
-                           dropout=dropout, initrange=initrange)
+                           dropout=dropout, initrange=initrange, activation=activation)
         self.ninp = ninp
         self.embedding = nn.Embedding(vocab_size, ninp)
         self.register_buffer("pos_encoding", sinusoidal_positions(seq_len, ninp))
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
-            DecoderLayer(ninp, nhead, nhid, dropout) for _ in range(num_decoder_layers))
+            DecoderLayer(ninp, nhead, nhid, dropout, activation) for _ in range(num_decoder_layers))
         self.decoder = nn.Linear(ninp, vocab_size)
         nn.init.uniform_(self.embedding.weight, -initrange, initrange)
         nn.init.uniform_(self.decoder.weight, -initrange, initrange)

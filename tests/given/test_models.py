@@ -219,3 +219,13 @@ def test_tiny_configs_shard_evenly_over_1_to_4_ranks():
     assert build_model("lm", tiny=True)(tokens[:, :lm["seq_len"]]).shape == (2, lm["seq_len"], 96)
     with pytest.raises(ValueError):
         SelfAttention(10, 4)   # heads must divide hidden
+
+
+def test_the_lm_takes_a_kinkless_activation_for_float32_checks():
+    relu = build_model("lm", seed=3, tiny=True)
+    gelu = build_model("lm", seed=3, tiny=True, activation="gelu")
+    tokens = torch.randint(0, 96, (2, 5), generator=torch.Generator().manual_seed(0))
+    assert gelu.config["activation"] == "gelu" and relu.config["activation"] == "relu"
+    assert not torch.allclose(relu(tokens), gelu(tokens))
+    with pytest.raises(ValueError, match="choose one of"):
+        build_model("lm", tiny=True, activation="tanh")
