@@ -237,6 +237,35 @@ def test_the_graders_environment_does_not_reach_the_code_or_its_report(tmp_path)
     assert secret not in out.stdout + out.stderr
 
 
+@needs_landlock
+def test_a_rank_sees_no_other_process_in_proc(tmp_path):
+    """The grader's command line names its paths and the class; a classmate's ranks show
+    whose work is graded beside it: /proc gives a rank only itself and the machine's size."""
+    marker = f"grader-{uuid.uuid4().hex[:8]}"
+    probe = "\n".join([
+        "import os as _os",
+        "_read = []",
+        "for _p in (f'/proc/{_os.getppid()}/cmdline', f'/proc/{_os.getppid()}/status',",
+        "           '/proc/1/cmdline', '/proc/self/status', '/proc/cpuinfo'):",
+        "    try:",
+        "        open(_p, 'rb').read()",
+        "        _read.append(_p.split('/')[2] if _p.split('/')[2].isdigit() else _p)",
+        "    except OSError:",
+        "        pass",
+        "try:",
+        "    _read.append(f'{len(_os.listdir(\"/proc\"))} entries in /proc')",
+        "except OSError:",
+        "    pass",
+        "raise RuntimeError('PROC ' + repr(_read))",
+    ])
+    impl = hostile(tmp_path / marker, at_forward(probe))
+    out = subprocess.run([sys.executable, "-m", "rtp_course.cli", "check", "comm", "--impl", str(impl),
+                          "--world-size", "2", "--only", "Duplication"],
+                         env=dict(os.environ, RTP_COURSE_WARM="0"),
+                         capture_output=True, text=True, timeout=300)
+    assert "PROC ['/proc/self/status', '/proc/cpuinfo']" in out.stdout, out.stdout + out.stderr
+
+
 def test_a_rank_that_floods_the_disk_is_stopped_at_its_file_cap(tmp_path, monkeypatch):
     monkeypatch.setenv("RTP_COURSE_RANK_FILE_MB", "8")
     probe = "\n".join([

@@ -199,7 +199,8 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
     closed = [package / "checker" / "public",
               *(d for d in _instructor_dirs() if d.resolve() != Path(impl_dir).resolve())]
     return sandbox.confine(read=[str(package), impl_dir], write=write,
-                           devices=sandbox.gpu_devices() if gpu else (), unreadable=closed)
+                           devices=sandbox.gpu_devices() if gpu else (), unreadable=closed,
+                           other_processes=gpu)
 
 
 def _instructor_dirs() -> list:

@@ -53,8 +53,12 @@ def _abi_rights(abi: int) -> int:
 
 WRITE = (1 << 13) - 1 | REFER | TRUNCATE        # everything, inside the private dir
 
-# The system's own read-only parts: shared libraries, certificates, /proc and /sys for torch.
-SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys")
+# The system's own read-only parts: shared libraries, certificates, /sys for torch.
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys")
+# Of /proc, what describes the machine (torch sizes its thread pools from it), besides the
+# process's own /proc/<pid>: not the other processes' command lines, which would tell the code
+# under test the grader's paths and whose work is graded beside it.
+PROC_READ = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys", "/proc/filesystems")
 # Of /dev, only the character devices every program may use: not /dev as a whole, which holds
 # /dev/shm (another process's shared memory, and the grader's) and /dev/mqueue.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -134,10 +138,13 @@ def _readable(roots, unreadable) -> tuple[list, list]:
     return full, listed
 
 
-def confine(read, write, scope_signals: bool = True, devices=(), unreadable=()) -> Confinement:
+def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
+            other_processes: bool = False) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs) and writing
     under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's);
-    `unreadable`: files or directories under those it may list but not open.
+    `unreadable`: files or directories under those it may list but not open;
+    `other_processes`: all of /proc, not only this process's own and PROC_READ (NCCL's
+    bootstrap reads more of it than has been seen run).
     From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
     an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
@@ -155,7 +162,8 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=()) 
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
         # the system's dirs too: a Python (and the course) installed under /usr is there
-        full, listed = _readable([*SYSTEM_READ, *python_dirs(), *read], unreadable)
+        procs = ["/proc"] if other_processes else [*PROC_READ, f"/proc/{os.getpid()}"]
+        full, listed = _readable([*SYSTEM_READ, *procs, *python_dirs(), *read], unreadable)
         rules = [(p, READ) for p in full] + [(p, READ_DIR) for p in listed]
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
         rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
