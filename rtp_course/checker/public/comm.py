@@ -89,10 +89,11 @@ class _FunctionCheck(Check):
         return exp
 
     hints = {
-        "forward/input after": "forward changed its input in place: communicate on a copy "
-                               "(x.clone()), never on the caller's tensor",
-        "backward/upstream grad after": "backward changed the incoming gradient in place: "
-                                        "all-reduce a clone of grad_output",
+        "forward/input after": "rule 'Never modify the caller's tensor': forward changed its "
+                               "input in place; communicate on a copy (x.clone())",
+        "backward/upstream grad after": "rule 'Never modify the caller's tensor' (the same holds "
+                                        "for grad_output): backward changed the incoming "
+                                        "gradient in place; all-reduce a clone of grad_output",
     }
 
 

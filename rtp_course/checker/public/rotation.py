@@ -59,7 +59,7 @@ def p2p_rules(phase: str, world: int, rotations: int, hint: str) -> list:
 
 ONE_ROTATION = ("one rotation is exactly one send (to the next rank) and one receive (from the "
                 "previous rank) per rank")
-NEW_TENSOR = ("never modify the caller's tensor: send it (or a contiguous copy) and receive "
+NEW_TENSOR = ("rule 'Never modify the caller's tensor': send it (or a contiguous copy) and receive "
               "into a NEW buffer (torch.empty of the received shape)")
 STUCK = ("every rank waits for its peer (the ranks' calls are listed above): each transfer "
          "needs its other half posted on the peer, and a blocking dist.send on every rank "

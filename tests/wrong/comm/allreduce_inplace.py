@@ -1,6 +1,6 @@
 """AllReduce all-reduces the caller's tensor in place.
 
-EXPECT: AllReduce.*input after.*hint: forward changed its input in place
+EXPECT: AllReduce.*input after.*hint: rule 'Never modify the caller's tensor': forward changed its input in place
 CLASS: in-place
 WORLD_SIZES: 2
 """

@@ -1,6 +1,6 @@
 """Receives into the caller's tensor to save memory (rotate mutates its input).
 
-EXPECT: clockwise/input after the call max abs error.*never modify the caller's tensor
+EXPECT: clockwise/input after the call max abs error.*rule 'Never modify the caller's tensor'
 CLASS: in-place
 WORLD_SIZES: 2
 ONLY: rotate

@@ -1,0 +1,11 @@
+"""ring_reduce_scatter with the partial sums travelling counterclockwise: every chunk still
+visits every rank once, so the sums are the same.
+"""
+REPLACE = [
+    ("""    partial = chunks[(rank - 1) % world].clone()
+    for k in range(1, world):
+        partial = rotate(partial, "clockwise", group) + chunks[(rank - 1 - k) % world]""",
+     """    partial = chunks[(rank + 1) % world].clone()
+    for k in range(1, world):
+        partial = rotate(partial, "counterclockwise", group) + chunks[(rank + 1 + k) % world]"""),
+]
