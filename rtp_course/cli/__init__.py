@@ -92,7 +92,10 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
     c.add_argument("--hidden", action="store_true", help="add the hidden checks (instructor edition)")
     c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
-    c.add_argument("--dtype", choices=["float64", "float32"], help="override the checks' dtype")
+    c.add_argument("--dtype", choices=["float64", "float32"],
+                   help="override the checks' dtype (to explore; grades use each check's own: in "
+                        "float32 a ReLU input within rounding of 0 can flip a model check's "
+                        "gradient on a rare draw of the data)")
     c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
     c.add_argument("--timeout", type=float, metavar="S",
                    help="stop a check (as a deadlock) after S seconds (default: each check's own)")
