@@ -68,7 +68,7 @@ def test_slow_checks_are_charged_to_the_exercises_budget(tmp_path, monkeypatch):
     """Each check is slow but under its own timeout: the exercise's budget stops them."""
     monkeypatch.setattr(engine, "EXERCISE_BUDGET", 4.0)
     slow = hostile(tmp_path, at_import(SLOW_COLLECTIVES.format(seconds=1.5)))
-    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "Subgroup"))
+    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "subgroups"))
     slow_ones = [r for r in results if "too slow" in r.message]
     assert slow_ones and all(r.status == "failed" for r in slow_ones), text
     assert any("not run: too slow" in r.message for r in results), text
@@ -78,7 +78,7 @@ def test_slow_checks_are_charged_to_the_exercises_budget(tmp_path, monkeypatch):
 def test_the_runs_budget_ends_a_run_of_slow_checks(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "RUN_BUDGET", 4.0)
     slow = hostile(tmp_path, at_import(SLOW_COLLECTIVES.format(seconds=1.5)))
-    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "Subgroup"))
+    results, text = run(slow, only=("Duplication", "AllReduce", "AllGather", "Split", "subgroups"))
     assert any("the checks of one run may take 4 s" in r.message for r in results), text
     assert not all(r.passed for r in results), text
 

@@ -141,3 +141,13 @@ def test_code_under_test_cannot_import_the_reference_solutions(tmp_path):
     results = engine.run(["comm"], impl=str(sub), world_sizes=[2], only=["Duplication"])
     assert results and not results[0].passed
     assert "may not import the reference solutions" in results[0].message
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(only=["NoSuchCheck"]), "no check named 'NoSuchCheck' in comm; its checks are Duplication"),
+    (dict(timeout=-1), "positive numbers of seconds"),
+    (dict(timeout_scale=0), "positive numbers of seconds"),
+])
+def test_bad_check_arguments_are_refused_before_anything_runs(kw, says):
+    with pytest.raises(ValueError, match=says):
+        engine.run(["comm"], impl=str(ROOT / "solutions"), world_sizes=[2], **kw)

@@ -288,7 +288,15 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     modules = check_modules(exercises, hidden)
     checks = sorted(load_checks(modules), key=_task_order)   # a task's checks before later tasks'
     if only:
+        unknown = [n for n in only if not any(n in (c.name, c.id) for c in checks)]
+        if unknown:
+            raise ValueError(f"no check named {', '.join(map(repr, unknown))} in "
+                             f"{', '.join(exercises)}; its checks are "
+                             f"{', '.join(c.name for c in checks)}")
         checks = [c for c in checks if c.name in only or c.id in only]
+    if timeout_scale <= 0 or (timeout is not None and timeout <= 0):
+        raise ValueError("a timeout and a timeout scale are positive numbers of seconds "
+                         "(leave them out for each check's own)")
     world_sizes = tuple(world_sizes or DEFAULT_WORLD_SIZES)
     _refuse_world_sizes(checks, world_sizes, exercises)
     # One backend for every world size: a run whose small sizes went to NCCL and large ones
