@@ -26,7 +26,9 @@ concatenation of the D batches (replica 0's first).
 
 Rules your code must follow (the checker tests each one):
 * Layout: the one above; every process makes the same dist.new_group calls in the
-  same order, and each group connects exactly its members.
+  same order (a call with use_local_synchronization=True is made by its members
+  only, and is left out of that comparison), and each group connects exactly its
+  members.
 * Results: after parallelize_2d, sync_gradients and every step, rank (tp_rank t,
   dp_rank d) holds shard t of the serial model trained on the D batches.
 * Communication: sync_gradients makes at most one collective per parameter (fewer,
@@ -82,7 +84,9 @@ def build_groups(tp_size):
     ranks mismatches the groups (a hang). (That is also why there is no base-group
     argument: a process outside a group cannot see its ranks, so it could not make the
     same calls. Megatron's initialize_model_parallel and torch's init_device_mesh also
-    lay out the whole job.)
+    lay out the whole job.) torch also has dist.new_group(ranks,
+    use_local_synchronization=True), which only the members call: the checker accepts it,
+    but write the job-wide form first, the one every other library call here follows.
     ValueError when T does not divide W ("build_groups: the world size 4 is not divisible
     by tp_size=3; ..."), raised before creating any group.
     Communication: only group creation.

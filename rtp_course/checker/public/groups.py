@@ -63,7 +63,9 @@ def watching_new_group(module):
     calls, original = [], dist.new_group
 
     def spy(ranks=None, *args, **kwargs):
-        calls.append(None if ranks is None else sorted(ranks))
+        call = None if ranks is None else sorted(ranks)
+        # only the members make a use_local_synchronization call: not compared across ranks
+        calls.append({"members only": call} if kwargs.get("use_local_synchronization") else call)
         tell = commlog.STATE.on_status or (lambda text: None)  # the watchdog's "waited in"
         tell(f"dist.new_group({calls[-1]}), call {len(calls)} of build_groups")
         try:
@@ -82,12 +84,19 @@ def watching_new_group(module):
 
 def same_on_every_rank(ctx, calls) -> str:
     """Compare this rank's new_group calls with every rank's, through the store (no collective:
-    groups created in different orders can leave the ranks' collectives mismatched)."""
-    ctx.store.set(f"new_group calls {ctx.rank}", json.dumps(calls))
+    groups created in different orders can leave the ranks' collectives mismatched). Calls
+    with use_local_synchronization=True are made by their members only: each must hold the
+    rank that made it, and they are left out of the comparison."""
+    for call in calls:
+        if isinstance(call, dict) and ctx.rank not in (call["members only"] or [ctx.rank]):
+            return (f"no: rank {ctx.rank} called dist.new_group({call['members only']}, "
+                    f"use_local_synchronization=True), a group it is not in")
+    job_wide = [c for c in calls if not isinstance(c, dict)]
+    ctx.store.set(f"new_group calls {ctx.rank}", json.dumps(job_wide))
     for r in range(ctx.world_size):
         theirs = json.loads(ctx.store.get(f"new_group calls {r}"))
-        if theirs != calls:
-            return f"no: rank {ctx.rank} created {calls}, rank {r} created {theirs}"
+        if theirs != job_wide:
+            return f"no: rank {ctx.rank} created {job_wide}, rank {r} created {theirs}"
     return "yes"
 
 
@@ -102,9 +111,10 @@ def probe_groups(ctx, g):
 class BuildGroups(Check):
     exercise, name, world_sizes = "groups", "build_groups", (2, 4)
     tp_size = 2
-    DEADLOCK = ("dist.new_group is collective over the WHOLE job: every rank must create every "
-                "group, members or not, in the same order (all TP groups d = 0..D-1, then all "
-                "DP groups t = 0..T-1) and keep its own")
+    DEADLOCK = ("rule 'Layout': dist.new_group is collective over the WHOLE job: every rank "
+                "must create every group, members or not, in the same order (all TP groups "
+                "d = 0..D-1, then all DP groups t = 0..T-1) and keep its own (or only the "
+                "members call it, each with use_local_synchronization=True)")
     hints = {"structure/": LAYOUT, "deadlock": DEADLOCK, "error/build_groups": DEADLOCK,
              f"error/{PROBE}": DEADLOCK, SAME_ORDER: DEADLOCK,
              "structure/sum of ranks": "the groups report the right members but do not connect "

@@ -4,7 +4,7 @@ dist.new_group is collective over the whole job and must be called in the same o
 everywhere: the groups get mismatched (a hang, or ranks wired to the wrong peers).
 
 WORLD_SIZES: 4
-EXPECT: groups\.build_groups.*(deadlock.*'build_groups'|new_group calls, the same on every rank is 'no: rank).*hint: dist\.new_group is collective over the WHOLE job
+EXPECT: groups\.build_groups.*(deadlock.*'build_groups'|new_group calls, the same on every rank is 'no: rank).*hint: rule 'Layout': dist\.new_group is collective over the WHOLE job
 CLASS: deadlock
 ONLY: build_groups
 """
