@@ -111,4 +111,5 @@ class AverageGradientsSubgroups(Check):
 
     def comm_rules(self, world_size):
         return [CommRule("backward", "collective", Bound(1, pub.N_PARAMS),
-                         "one all-reduce per parameter over `group` (or fewer, flattened)")]
+                         "rule 'Communication': one all-reduce per parameter over `group` "
+                         "(or fewer, flattened)")]

@@ -124,8 +124,10 @@ class AverageGradients(Check):
             return []
         return [CommRule("forward", "*", 0, "forward must not communicate"),
                 CommRule("backward", "collective", Bound(1, N_PARAMS),
-                         "one all-reduce per parameter (or fewer, if you flatten them into one "
-                         "buffer) and nothing else")] + _step_rules()
+                         "rule 'Communication': a backward all-reduces each gradient at most "
+                         "once: one all-reduce per parameter (or fewer, if you flatten them into "
+                         "one buffer) and nothing else (a reduce and a broadcast are two "
+                         "collectives)")] + _step_rules()
 
 
 class DataParallelWrapper(Check):
