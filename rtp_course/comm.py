@@ -34,6 +34,9 @@ rank WITHIN `group` (dist.get_rank(group)) and N = dist.get_world_size(group).
 Rules your code must follow (the checker tests each one):
 * Never modify the caller's tensor: collectives work in place, so communicate
   on a copy (x.clone()) or on a fresh buffer. The same holds for grad_output.
+* Communication: what each class's docstring lists under "Communication", and
+  nothing else; any API of that collective will do (all_gather_into_tensor is
+  an all-gather too).
 * Pass `group=group` to every collective.
 * A function with group size 1 must still work (its communication is trivial).
 * Device: make every tensor on the device of the data it meets

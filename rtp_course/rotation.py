@@ -24,6 +24,9 @@ seen every shard, while storing only one or two of them at any moment.
 Rules your code must follow (the checker tests each one):
 * Point-to-point only: dist.isend / dist.irecv, or dist.batch_isend_irecv with a
   list of dist.P2POp. No all_gather, broadcast, all_reduce... here.
+* Traffic: one rotation is, per rank, one send to the next rank and one receive
+  from the previous one (the other way round counterclockwise); the ring
+  functions make N-1 rotations; with one rank nothing is sent.
 * Post the receive and the send TOGETHER, then wait. If every rank first calls
   a blocking dist.send, every rank waits for a receiver that never comes: a
   deadlock (gloo's send does not return until the peer receives).

@@ -38,6 +38,8 @@ Rules the checker tests:
   size 3; pick sizes divisible by 3".
 * Memory: a layer keeps only its shards (and replicated parameters): no copy of
   the serial weights in an attribute, a dict or a list.
+* Communication: what each layer's docstring lists under "Communication", and
+  nothing more (the E2 comm functions make exactly that).
 * Use `group` for every collective (pass it to the comm functions).
 * Device: create parameters on the serial module's device and dtype, and every
   other tensor on the device of the data it meets (device=x.device,

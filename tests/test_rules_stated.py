@@ -50,6 +50,7 @@ HELD_BY = {
     },
     "comm": {
         "Never modify the": ["Duplication", "AllReduce", "AllGather", "Split"],
+        "Communication:": ["Duplication", "AllReduce", "AllGather", "Split"],
         "Pass `group=group` to": ["subgroups"],
         "A function with": ["Duplication", "AllReduce", "AllGather", "Split"],
         "Device:": ["AllGather"],
@@ -60,11 +61,13 @@ HELD_BY = {
         "Replicated parameters (row-layer": ["RowParallelLinear", "ParallelMLP"],
         "A size that": ["sizes_not_divisible"],
         "Memory:": ["ParallelMLP"],
+        "Communication:": ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP"],
         "Use `group` for": ["ParallelMLP_subgroup", "ParallelEmbedding_subgroup"],
         "Device:": ["ColumnParallelLinear"],
     },
     "rotation": {
         "Point-to-point only:": ["rotate", "ring_all_gather", "ring_reduce_scatter"],
+        "Traffic:": ["rotate", "ring_all_gather", "ring_reduce_scatter"],
         "Post the receive": ["rotate"],
         "Wait on EVERY": ["rotate", "rotate_async", "wait_twice"],
         "r and N are": ["ring_peers", "subgroup"],

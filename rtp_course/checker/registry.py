@@ -63,6 +63,10 @@ class CommRule:
     peers: tuple | None = None
 
 
+# The Rules bullet of each exercise's stub that states how much it communicates.
+COMM_RULE = {"rotation": "Traffic", "flyweight": "Traffic"}     # others: 'Communication'
+
+
 class Check:
     exercise: str = ""
     name: str = ""
@@ -76,6 +80,9 @@ class Check:
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
+    comm_rule: str = ""         # the stub's rule a CommRule's rejection quotes, unless its hint
+                                # quotes one; default: COMM_RULE of the exercise
+
 
     @property
     def id(self) -> str:
@@ -87,6 +94,13 @@ class Check:
             return self.task
         found = course.exercise(self.exercise).task_of(self.name)
         return found.id if found else ""
+
+    def quoting_rule(self, hint: str) -> str:
+        """A communication rule's hint, quoting the stub's rule it enforces."""
+        if "rule '" in hint:
+            return hint
+        name = self.comm_rule or COMM_RULE.get(self.exercise, "Communication")
+        return f"rule '{name}': {hint}" if hint else f"rule '{name}'"
 
     def applies(self, world_size: int) -> bool:
         return world_size in (self.world_sizes or course.exercise(self.exercise).world_sizes)

@@ -231,7 +231,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
             rule, msg = bad
             return Result(**base, status="failed", rank=rank, phase=rule.phase,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
-                          hint=rule.hint)
+                          hint=check.quoting_rule(rule.hint))
     return Result(**base, status="passed")
 
 

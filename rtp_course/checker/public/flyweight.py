@@ -461,7 +461,7 @@ class FlyweightWrapperLinear(Check):
         return exp
 
     def comm_rules(self, world_size):
-        quiet = "ruled by 'Rotation only': the shards travel point-to-point (rotate_async)"
+        quiet = "rule 'Rotation only': the shards travel point-to-point (rotate_async)"
         rules = [CommRule(p, "collective", 0, quiet)
                  for p in ("forward", "backward", "full_state_dict")]
         rules.append(CommRule("structure", "*", 0, "shard_ranges only computes: no communication"))

@@ -51,8 +51,8 @@ def p2p_rules(phase: str, world: int, rotations: int, hint: str) -> list:
     if world == 1:
         return [CommRule(phase, "*", 0, "with one rank there is nobody to talk to: no "
                          "communication, the result is a copy of the input")]
-    return [CommRule(phase, "collective", 0, "a rotation is point-to-point only (isend/irecv or "
-                     "batch_isend_irecv): no all_gather, broadcast, all_reduce..."),
+    return [CommRule(phase, "collective", 0, "rule 'Point-to-point only': a rotation is "
+                     "isend/irecv or batch_isend_irecv: no all_gather, broadcast, all_reduce..."),
             CommRule(phase, RECV, rotations, hint),
             CommRule(phase, SEND, rotations, hint)]
 

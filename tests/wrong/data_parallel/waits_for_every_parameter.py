@@ -1,6 +1,6 @@
 r"""DataParallel averages the gradients in one go once every trainable parameter's hook has fired: with a parameter forward does not use, that never happens, and the gradients stay local.
 
-EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*backward 1: 0 collective call\(s\).*hint: each backward averages the gradients of the parameters it computed.*nothing may wait for it
+EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*backward 1: 0 collective call\(s\).*hint: rule 'Communication': each backward averages the gradients of the parameters it computed.*nothing may wait for it
 CLASS: values
 WORLD_SIZES: 2
 ONLY: DataParallel_frozen_accumulated
