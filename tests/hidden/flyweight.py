@@ -130,6 +130,11 @@ class RTPTransformerLMFloat32(pub.RTPTransformerLM):
     that rounding of 0 flips a gradient (about one fresh draw in a few hundred)."""
     name, hidden, dtype = "TransformerLM_float32", True, "float32"
     opt_steps = (("sgd", 3),)
+    # Three momentum steps carry a correct run's rounding into the step-3 outputs: with noise
+    # of 1e-6 x the outputs' size (a few times float32's rounding) 15% of the draws left the
+    # default (1e-4, 1e-5), none left this one up to 3e-6 (scripts/float32_kinks.py has the
+    # way to measure it). A bug is off by O(1); bfloat16 on the way by 1e-2.
+    tolerance = {torch.float32: (1e-3, 1e-4)}
 
     def build(self):
         return build_model("lm", tiny=True, activation="gelu")

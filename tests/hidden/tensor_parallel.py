@@ -105,6 +105,7 @@ class ModelLMOtherConfig(_Float32, pub.ModelLM):
     kink for float32 rounding to flip (see models.DecoderLayer)."""
     name, seed, steps = "parallelize_transformer_lm_other_config_float32", 21, 3
     overrides = dict(ninp=24, nhid=48, num_decoder_layers=1, activation="gelu")
+    tolerance = {torch.float32: (1e-3, 1e-4)}   # three steps of rounding: see flyweight's
     comm = {"forward": {"all_gather": 1, "all_reduce": 2}, "backward": {"all_reduce": 2}}
 
 
