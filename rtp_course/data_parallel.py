@@ -43,6 +43,9 @@ Rules your code must follow (the checker tests each one):
   A work started with async_op=True is waited (work.wait()) before the
   constructor returns: until then its tensor may still change under you.
 * Use `group` for every collective, rank and world size.
+* Build it yourself, from torch.distributed collectives and autograd hooks:
+  torch's DistributedDataParallel is what this exercise rebuilds (its C++
+  reducer communicates where the checker cannot judge it), so it is refused.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
   torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU

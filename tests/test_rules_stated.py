@@ -46,6 +46,7 @@ HELD_BY = {
                      "average_gradients"],
         "Communication:": ["DataParallel", "average_gradients", "DataParallel_frozen_accumulated"],
         "Use `group` for": ["DataParallel_subgroups"],
+        "Build it yourself,": ["DataParallel", "DataParallel_frozen_accumulated"],
         "Device:": ["DataParallel"],
     },
     "comm": {

@@ -46,7 +46,8 @@ class Bound:
 
 @dataclass(frozen=True)
 class CommRule:
-    """Per rank, in `phase`, the calls of `kind` must number `count` (a Bound or an int).
+    """Per rank, in `phase` ("*": every phase), the calls of `kind` must number `count` (a
+    Bound or an int).
 
     kind names operations or functions, "|"-separated: "all_gather" counts every API that
     all-gathers (all_gather, all_gather_into_tensor, all_gather_single, the functional

@@ -1,7 +1,7 @@
 """Judge what the ranks observed against what the serial model says. Runs in the parent only."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -238,7 +238,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
 def _count_matches(rule, ev) -> bool:
     """A rule's kind names functions or operations: "all_gather" also counts
     all_gather_into_tensor, all_gather_single, funcol.all_gather_tensor ... (any API)."""
-    if ev["phase"] != rule.phase:
+    if rule.phase != "*" and ev["phase"] != rule.phase:
         return False
     family = ev.get("family") or ev["kind"]
     if rule.kind == "*":
@@ -257,6 +257,8 @@ def check_comm(rules, events):
         n = len(hits)
         ok = n in rule.count if isinstance(rule.count, Bound) else n == rule.count
         if not ok:
+            if rule.phase == "*" and hits:     # name the phase it happened in
+                rule = replace(rule, phase=hits[0]["phase"])
             seen = ", ".join(f"{e['kind']} at {e['where']}" for e in hits[:4]) or "none"
             want = rule.count if isinstance(rule.count, Bound) else f"exactly {rule.count}"
             return rule, (f"{rule.phase}: {n} {rule.kind} call(s), expected {want}; seen: {seen}")

@@ -396,11 +396,33 @@ def _wrap_batch(fn):
     return wrapper
 
 
+def _wrap_library(cls):
+    """Log the construction of a torch wrapper that communicates in C++ (its reducer, out of
+    this log's sight) as one call of family "library", for the rules that refuse it."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        if getattr(STATE.local, "depth", 0):
+            return init(self, *args, **kwargs)
+        STATE.events.append(Event(cls.__name__, STATE.phase, 0, None, caller(), "library"))
+        STATE.local.depth = 1          # its own Python-level calls are part of it
+        try:
+            return init(self, *args, **kwargs)
+        finally:
+            STATE.local.depth = 0
+    wrapper.__rtp_wrapped__ = True
+    _ORIGINAL[f"{cls.__name__}.__init__"] = init
+    cls.__init__ = wrapper
+
+
 def install(code_dirs=()) -> None:
     """Wrap the torch.distributed API once per process."""
     STATE.code_dirs = tuple(str(d) for d in code_dirs)
     if _ORIGINAL:
         return
+    from torch.nn.parallel import DistributedDataParallel
+    _wrap_library(DistributedDataParallel)
     for name, (family, position, keyword) in C10D.items():
         fn = getattr(c10d, name, None) or getattr(dist, name, None)
         if fn is None:

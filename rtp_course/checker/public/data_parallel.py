@@ -79,6 +79,13 @@ def expected_for(serial: dict, rank: int, world_size: int, with_init: bool) -> d
     return exp
 
 
+# torch's own DDP all-reduces in its C++ reducer, where no rule can judge what it sends.
+TORCH_DDP = CommRule("*", "DistributedDataParallel", 0,
+                     "rule 'Build it yourself': from torch.distributed collectives and autograd "
+                     "hooks; torch's DistributedDataParallel is what this exercise rebuilds, "
+                     "and it communicates in C++, where the checker cannot judge it")
+
+
 class AverageGradients(Check):
     exercise, name = "data_parallel", "average_gradients"
     tolerance = TIGHT
@@ -203,8 +210,8 @@ class DataParallelWrapper(Check):
 
     def comm_rules(self, world_size):
         if world_size == 1:
-            return []
-        return [CommRule("forward", "*", 0, "forward must not communicate: DDP only "
+            return [TORCH_DDP]
+        return [TORCH_DDP, CommRule("forward", "*", 0, "forward must not communicate: DDP only "
                          "communicates at construction and during backward"),
                 CommRule("init", "broadcast|collective", Bound(1, 64),
                          "the constructor must broadcast rank 0's parameters")] + _step_rules()
@@ -306,9 +313,9 @@ class DataParallelFrozenAccumulated(Check):
 
     def comm_rules(self, world_size):
         if world_size == 1:
-            return []
+            return [TORCH_DDP]
         trainable = N_PARAMS - 2
-        return [CommRule(f"backward {k}", "collective", Bound(1, trainable),
+        return [TORCH_DDP] + [CommRule(f"backward {k}", "collective", Bound(1, trainable),
                          "each backward averages the gradients of the parameters it computed "
                          "(one all-reduce each, or fewer with a flat buffer) before it returns; "
                          "a frozen parameter or one forward did not use has none, and nothing "
