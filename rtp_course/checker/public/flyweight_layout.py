@@ -281,8 +281,9 @@ def _rank_rules(check, members, r, gathers) -> list:
         fwd, bwd = ("forward", "backward") if s == 1 else (f"step{s} forward",
                                                            f"step{s} backward")
         mine += [
-            CommRule(fwd, "collective", 0, "rule 'Rotation only': forward may not use any collective: the weights "
-                     "travel by rotation only (rotate_async, point-to-point)"),
+            CommRule(fwd, "collective", 0, "rule 'Rotation only': forward may not use any "
+                     "collective: the weights travel by rotation only (rotate_async, "
+                     "point-to-point)"),
             CommRule(fwd, RECV, Bound(lay, (n - 1) * ten), FWD_HINT,
                      nbytes=Bound(total - own, (n - 1) * plan["max_sum"]),
                      peers=prev),
@@ -297,8 +298,8 @@ def _rank_rules(check, members, r, gathers) -> list:
                      peers=prev),
         ]
     for phase in gathers:
-        mine += [CommRule(phase, "collective", 0, "rule 'Rotation only': full_state_dict gathers by rotation: no "
-                          "all_gather / broadcast"),
+        mine += [CommRule(phase, "collective", 0, "rule 'Rotation only': full_state_dict "
+                          "gathers by rotation: no all_gather / broadcast"),
                  CommRule(phase, RECV, Bound((n - 1) * lay, (n - 1) * ten),
                           "full_state_dict: N-1 rotations of each layer's shard",
                           nbytes=Bound(total - own, (n - 1) * plan["max_sum"]))]
