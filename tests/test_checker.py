@@ -151,3 +151,30 @@ def test_code_under_test_cannot_import_the_reference_solutions(tmp_path):
 def test_bad_check_arguments_are_refused_before_anything_runs(kw, says):
     with pytest.raises(ValueError, match=says):
         engine.run(["comm"], impl=str(ROOT / "solutions"), world_sizes=[2], **kw)
+
+
+def test_a_script_without_a_main_guard_is_checked_once(tmp_path):
+    """multiprocessing runs the parent's main script again in each new process: the ranks
+    must not, or a plain two-line script checks itself in every rank."""
+    script = tmp_path / "check_me.py"
+    script.write_text("from rtp_course.checker import check\n"
+                      f"check('comm', impl={str(ROOT / 'solutions')!r}, world_sizes=[2])\n"
+                      "print('the script ran')\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "RTP_COURSE_WARM": "0"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "Traceback" not in out, out[-3000:]
+    assert out.count("the script ran") == 1 and "4 / 4" in out, out[-3000:]
+
+
+def test_a_function_defined_in_the_main_script_can_still_be_launched(tmp_path):
+    script = tmp_path / "launch_me.py"
+    script.write_text("import torch.distributed as dist\n"
+                      "from rtp_course.runtime.launcher import launch\n"
+                      "def rank_and_size(rank, world_size):\n"
+                      "    return dist.get_rank(), world_size\n"
+                      "if __name__ == '__main__':\n"
+                      "    print(launch(rank_and_size, 2))\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "[(0, 2), (1, 2)]" in r.stdout, (r.stdout + r.stderr)[-3000:]

@@ -111,6 +111,28 @@ def _environment_for_ranks():
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def without_main_module():
+    """Start processes that do not run the caller's __main__ again. multiprocessing has each
+    new process import the parent's main script first, so a script that calls the checker
+    without `if __name__ == "__main__":` ran it again in every rank (a wall of tracebacks and
+    a failed report). Ranks run course code only; for a function defined in __main__ itself
+    the launcher keeps the default."""
+    from multiprocessing import spawn
+    original = spawn.get_preparation_data
+
+    def preparation(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+    spawn.get_preparation_data = preparation
+    try:
+        yield
+    finally:
+        spawn.get_preparation_data = original
+
+
 def start(optimizers: bool = True) -> None:
     """Start the server now (no-op if it runs, or with another start method); returns at once,
     while the server imports. optimizers=False: no rank will build one (a rank that does

@@ -358,7 +358,10 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
     try:
         if forkserver.method() == "forkserver":
             forkserver.start()                # with the rank environment only, if not running
-        with reaper.LOCK:   # a concurrent launch's sweep must not see these workers unregistered
+        own_main = getattr(fn, "__module__", None) == "__main__"
+        with reaper.LOCK, (contextlib.nullcontext() if own_main
+                           else forkserver.without_main_module()):
+            # (the lock: a concurrent launch's sweep must not see these workers unregistered)
             ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
                                      start_method=forkserver.method())
             reaper.ACTIVE[mark] = {p.pid for p in ctx.processes}
