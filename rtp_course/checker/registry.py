@@ -81,9 +81,6 @@ class Check:
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
-    comm_rule: str = ""         # the stub's rule a CommRule's rejection quotes, unless its hint
-                                # quotes one; default: COMM_RULE of the exercise
-
 
     @property
     def id(self) -> str:
@@ -100,7 +97,7 @@ class Check:
         """A communication rule's hint, quoting the stub's rule it enforces."""
         if "rule '" in hint:
             return hint
-        name = self.comm_rule or COMM_RULE.get(self.exercise, "Communication")
+        name = COMM_RULE.get(self.exercise, "Communication")
         return f"rule '{name}': {hint}" if hint else f"rule '{name}'"
 
     def applies(self, world_size: int) -> bool:
