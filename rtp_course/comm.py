@@ -37,6 +37,9 @@ Rules your code must follow (the checker tests each one):
 * Communication: what each class's docstring lists under "Communication", and
   nothing else; any API of that collective will do (all_gather_into_tensor is
   an all-gather too).
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Pass `group=group` to every collective.
 * A function with group size 1 must still work (its communication is trivial).
 * Device: make every tensor on the device of the data it meets

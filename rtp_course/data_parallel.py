@@ -42,6 +42,9 @@ Rules your code must follow (the checker tests each one):
   constructor, never per forward. Fewer messages (a flat buffer) are fine.
   A work started with async_op=True is waited (work.wait()) before the
   constructor returns: until then its tensor may still change under you.
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Use `group` for every collective, rank and world size.
 * Build it yourself, from torch.distributed collectives and autograd hooks:
   torch's DistributedDataParallel is what this exercise rebuilds (its C++

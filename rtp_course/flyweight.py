@@ -81,6 +81,9 @@ Rules your code must follow (the checker tests each one):
 * Traffic: per layer, forward receives every other shard once (at most N-1
   messages) from rank r-1; backward at most 2N-1 messages (N-1 weight shards, N
   accumulators) from rank r+1. Fewer messages are fine.
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Overlap: start a shard's rotation BEFORE computing with it: between posting
   a receive and waiting for it the rank computes (any operation on data: a
   product, a lookup, indexing; views, allocations and copies do not count).

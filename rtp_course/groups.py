@@ -38,6 +38,9 @@ Rules your code must follow (the checker tests each one):
   make only the TP layers' collectives (no data-parallel hooks left registered,
   e.g. by wrapping in your E1 DataParallel, which would all-reduce every gradient
   a second time), and the gradients are averaged once, in sync_gradients.
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Device: make every tensor on the device of the data it meets
   (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
   torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU

@@ -27,6 +27,9 @@ Rules your code must follow (the checker tests each one):
 * Traffic: one rotation is, per rank, one send to the next rank and one receive
   from the previous one (the other way round counterclockwise); the ring
   functions make N-1 rotations; with one rank nothing is sent.
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Post the receive and the send TOGETHER, then wait. If every rank first calls
   a blocking dist.send, every rank waits for a receiver that never comes: a
   deadlock (gloo's send does not return until the peer receives).

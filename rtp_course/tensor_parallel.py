@@ -40,6 +40,9 @@ Rules the checker tests:
   the serial weights in an attribute, a dict or a list.
 * Communication: what each layer's docstring lists under "Communication", and
   nothing more (the E2 comm functions make exactly that).
+  All of it through torch.distributed's functions (or its functional
+  collectives): the checker counts, outside your processes, what crosses
+  between the ranks, and what no call of yours accounts for fails.
 * Use `group` for every collective (pass it to the comm functions).
 * Device: create parameters on the serial module's device and dtype, and every
   other tensor on the device of the data it meets (device=x.device,

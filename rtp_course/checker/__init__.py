@@ -33,7 +33,8 @@ class CheckReport:
 
 
 def check(*exercises, impl=None, world_sizes=None, hidden=False, dtype=None,
-          quiet=False, only=None, timeout_scale=1.0, grading=False) -> CheckReport:
+          quiet=False, only=None, timeout_scale=1.0, grading=False,
+          backend=None) -> CheckReport:
     """Run the checks of `exercises` (all if none) on `impl` and print the diagnosis.
 
     During nbgrader's autograding the notebook's own check cells are skipped: the graded
@@ -49,7 +50,8 @@ def check(*exercises, impl=None, world_sizes=None, hidden=False, dtype=None,
         torch_warnings()
         try:
             results = run(exercises or None, impl=impl or default_impl(), world_sizes=world_sizes,
-                          hidden=hidden, dtype=dtype, only=only, timeout_scale=timeout_scale)
+                          hidden=hidden, dtype=dtype, only=only, timeout_scale=timeout_scale,
+                          backend=backend)
         except (ImplError, LaunchError, ValueError, FileNotFoundError) as e:
             print(f"check: {e}")
             return CheckReport([])

@@ -16,20 +16,34 @@ from rtp_course.runtime import devices
 DTYPE = torch.float64
 
 
+def _asked(what: str, seed: int, shape, owner, **extra) -> torch.Tensor:
+    """A relay rank's own data, from the parent (checker.inputs: it holds no key)."""
+    _, tensors = inputs.ask({"what": what, "seed": seed, "shape": [int(d) for d in shape],
+                             "owner": inputs.label(owner), **extra})
+    # made as a local draw would be (a factory without a device: rule 'Device' sees the same)
+    return torch.empty(tuple(shape), dtype=tensors[0].dtype).copy_(tensors[0])
+
+
 def randn(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
     """Normal samples from `seed`; `owner`: the global rank whose own data this is (only that
     rank and the parent can draw it), None for data every rank shares."""
+    if owner is not None and inputs.relayed():
+        return _asked("randn", seed, shape, owner, dtype=str(dtype).replace("torch.", ""))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 def rand(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
     """Uniform samples in [0, 1) from `seed` (and `owner`'s key: see randn)."""
+    if owner is not None and inputs.relayed():
+        return _asked("rand", seed, shape, owner, dtype=str(dtype).replace("torch.", ""))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.rand(*shape, generator=g, dtype=dtype)
 
 
 def randint(seed: int, high: int, *shape, owner: int | None = None) -> torch.Tensor:
+    if owner is not None and inputs.relayed():
+        return _asked("randint", seed, shape, owner, high=int(high))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randint(0, high, shape, generator=g)
 
@@ -49,6 +63,25 @@ def seeded(factory, seed: int, dtype=DTYPE, owner: int | None = None) -> nn.Modu
     """factory() with parameters drawn from `seed` (and `owner`'s key: see randn), in `dtype`."""
     manual_seed(seed, owner)
     return factory().to(dtype)
+
+
+def owned_module(check, builder: str, seed: int, owner, dtype=DTYPE) -> nn.Module:
+    """The module `check.<builder>()` builds, with parameters drawn from `seed` and the
+    key of `owner` (a global rank or a set of them): what `seeded` makes, for a module that
+    is a rank's own. `builder` must be listed in the check class's `owned`. A relay rank
+    holds no key: it builds the module's shape and gets its values from the parent, which
+    builds it the same way (checker.inputs.Provider)."""
+    build = check
+    for name in builder.split("."):
+        build = getattr(build, name)
+    if not inputs.relayed():
+        return seeded(build, seed, dtype, owner)
+    reply, tensors = inputs.ask({"what": "module", "check": check.id, "builder": builder,
+                                 "seed": seed, "owner": inputs.label(owner),
+                                 "dtype": str(dtype).replace("torch.", "")})
+    module = seeded(build, seed, dtype)                       # the shape; values follow
+    module.load_state_dict(dict(zip(reply.get("names", []), tensors)), strict=True)
+    return module
 
 
 def rank_slice(t: torch.Tensor, rank: int, world_size: int, dim: int = 0) -> torch.Tensor:

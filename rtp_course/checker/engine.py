@@ -8,11 +8,14 @@ broke, and relaunches the group for the checks that remain.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import json
 import os
+import queue
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +27,7 @@ from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import output, reaper
+from rtp_course.runtime.relay.server import Relay
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
                                          died_how, launch, stderr_tail, validate)
 
@@ -421,24 +425,49 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
             reference.annotate(r, outcomes.get(c.id), reference.load(c, ws, dtype))
 
 
-def _judging(todo, ws, rundir: Path, expect, judged: dict):
+def _judging(todo, ws, rundir: Path, expect, judged: dict, relay=None):
     """Judge each check as soon as every rank has written its result (its status says "done"
-    or a later check), while the ranks go on: reading and comparing results took the parent
-    4 s of the public suite with the ranks idle. `judged`: {check id: (outcomes, Result)}."""
+    or a later check) and the relay has all its traffic, while the ranks go on: reading and
+    comparing results took the parent 4 s of the public suite with the ranks idle.
+    `judged`: {check id: (outcomes, Result)}."""
     def on_change(statuses):
         finished = min(((st or {}).get("index", -1) + ((st or {}).get("phase") == "done")
                         for st in statuses.values()), default=0)
-        for check in todo[:max(finished, 0)]:
+        for i, check in enumerate(todo[:max(finished, 0)]):
             if check.id in judged:
                 continue
+            if relay is not None and not relay.account.complete(i, ws):
+                return
             try:
                 outcomes = _load_outcomes(rundir, check.id, ws)
                 if outcomes is None:
                     return
+                _attach_account(outcomes, relay, i)
                 judged[check.id] = (outcomes, _judge(check, ws, outcomes, expect))
             except Exception:  # noqa: BLE001 - judged again, and reported, after the launch
                 return
     return on_change
+
+
+def _now(fn, *args) -> concurrent.futures.Future:
+    """fn(*args), done, as a future (a launch without an expectations thread)."""
+    future = concurrent.futures.Future()
+    try:
+        future.set_result(fn(*args))
+    except Exception as e:  # noqa: BLE001 - the future carries it
+        future.set_exception(e)
+    return future
+
+
+def _attach_account(outcomes: dict, relay, index: int) -> None:
+    """Each rank's operations in check `index` of the launch, as the relay carried them
+    (checker/audit.py holds the rank's log against them); what a rank posted before its
+    first check (at import) counts toward the first."""
+    if relay is None:
+        return
+    for r, o in outcomes.items():
+        o["carried"] = (relay.account.of(r, None) + relay.account.of(r, -1) if index == 0
+                        else []) + relay.account.of(r, index)
 
 
 def _over_budget(check, ws, budgets: "_Budgets") -> Result:
@@ -472,34 +501,43 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    memory_cap_mb=int(os.environ.get("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
-        inputs.write_rank_keys(rundir, ws)
+        if backend != "gloo":       # a relay rank asks the parent for its inputs instead
+            inputs.write_rank_keys(rundir, ws)
         deadline = sum(budgets.limit(c)[0] for c in todo) + STARTUP + 60   # the watchdog's backstop
         failure, judged = None, {}
+        # On CPU every byte between the ranks crosses the relay (runtime/relay), which keeps
+        # the account of it; NCCL ranks talk to each other directly.
+        relay = Relay(ws, inputs.Provider(ws, todo, expect.urgent if expect else _now)).start() \
+            if backend == "gloo" else None
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
                              tick and (lambda i, base=len(results): tick(base + i)),
-                             _judging(todo, ws, rundir, expect, judged))
+                             _judging(todo, ws, rundir, expect, judged, relay))
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=deadline, rundir=rundir,
                    env=NCCL_ENV if backend == "nccl" else None, on_poll=watchdog,
-                   capture_output=True)
+                   capture_output=True, relay=relay)
         except (_Stuck, RankFailed, RankHung) as e:
             failure = e
         except LaunchError:
             shutil.rmtree(rundir, ignore_errors=True)    # nothing ran: nothing to keep
             raise
+        finally:
+            if relay is not None:
+                relay.stop()
         if 0 <= watchdog.step < len(todo):  # the check the group ended in: its time, hung or not
             budgets.charge(todo[watchdog.step], watchdog.elapsed(),
                            hung=isinstance(failure, _Stuck) and failure.reason in ("own", "hang"))
         else:                               # starting, or leaving after the last check
             budgets.charge_run(watchdog.elapsed())
         done = 0
-        for check in todo:
+        for i, check in enumerate(todo):
             if check.id in judged:
                 outcomes, result = judged[check.id]
             else:
                 outcomes = _load_outcomes(rundir, check.id, ws)
                 if outcomes is None:
                     break
+                _attach_account(outcomes, relay, i)
                 result = _judge(check, ws, outcomes, expect)
             results.append(result)
             seen[check.id] = outcomes
@@ -512,6 +550,9 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                                hint=IMPORT_HINT) for c in todo[done:] if c.exercise == module]
             todo = [c for c in todo[done:] if c.exercise != module]
             done = 0
+        elif done < len(todo) and done > 0 and not _started(rundir, ws, todo[done]):
+            pass    # the group ended after its last judged check (a rank whose relay link broke
+            #         in that check left): the checks that remain run in a new group
         elif done < len(todo):
             broken = todo[done]
             results.append(_diagnose(broken, ws, rundir, failure))
@@ -527,6 +568,12 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
         shutil.rmtree(rundir, ignore_errors=True)
         todo = todo[done:]
     return results, seen
+
+
+def _started(rundir: Path, ws: int, check) -> bool:
+    """Whether some rank says it began `check` (its status names it)."""
+    return any((_read_json(rundir / f"status.{r}.json") or {}).get("check") == check.id
+               for r in range(ws))
 
 
 def _printed(rundir: Path, ws: int, lines: int = 6) -> dict:
@@ -614,21 +661,53 @@ def _compute_expectation(check, ws):
 class _Expectations:
     """Every check's expected values and rules, computed in a thread of this process while
     the workers run (serial torch only, never student code): the parent is idle then, and a
-    check is judged as soon as its results are in."""
+    check is judged as soon as its results are in. The same thread builds the modules a relay
+    rank asks for (checker.inputs.Provider), ahead of the expected values: both seed torch's
+    global generator, and a rank waits for its module."""
 
     def __init__(self, pairs):
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="expected")
-        self._futures = {(c.id, ws): self._pool.submit(_expectation, c, ws) for c, ws in pairs}
+        self._queue = queue.PriorityQueue()
+        self._order = itertools.count()
+        self._futures = {(c.id, ws): self._submit(1, _expectation, c, ws) for c, ws in pairs}
+        self._thread = threading.Thread(target=self._work, name="expected", daemon=True)
+        self._thread.start()
+
+    def _submit(self, priority: int, fn, *args) -> concurrent.futures.Future:
+        future = concurrent.futures.Future()
+        self._queue.put((priority, next(self._order), future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            _, _, future, fn, args = self._queue.get()
+            if fn is None:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the future carries it
+                future.set_exception(e)
 
     def get(self, check, ws):
-        # one thread computes them all: checks seed torch's global generator
         key = (check.id, ws)
         if key not in self._futures:
-            self._futures[key] = self._pool.submit(_expectation, check, ws)
+            self._futures[key] = self._submit(1, _expectation, check, ws)
         return self._futures[key].result()
 
+    def urgent(self, fn, *args) -> concurrent.futures.Future:
+        """`fn(*args)` in the same thread, before the expected values still to compute."""
+        return self._submit(0, fn, *args)
+
     def close(self):
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """Stop: what is still queued (expected values no longer needed, modules a rank asked
+        for and no longer waits for) is cancelled, not computed."""
+        self._queue.put((-1, next(self._order), None, None, ()))
+        self._thread.join()
+        while not self._queue.empty():
+            future = self._queue.get_nowait()[2]
+            if future is not None:
+                future.cancel()
 
 
 def _judge(check, ws, outcomes, expect=None) -> Result:

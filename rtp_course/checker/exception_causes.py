@@ -12,12 +12,21 @@ from __future__ import annotations
 import re
 
 SURE = [
-    (r"Received data size doesn't match expected size|op\.preamble\.length",
+    (r"Received data size doesn't match expected size|op\.preamble\.length|"
+     r"receive buffer holds",
      "a message arrived with another size than the buffer waiting for it: either the ranks' "
      "collectives did not match (every rank must make the same calls, in the same order, "
      "with tensors of the same size), or a receive was allocated with the wrong shape "
      "(allocate it with the shape of what the peer sends; with uneven shards, the shape of "
      "the shard that arrives, not of your own)"),
+    (r"collective calls do not match|calls do not match",
+     "the ranks' collectives did not match: every rank of a group must make the same "
+     "collective calls, in the same order, with tensors of the same shape and dtype (a rank "
+     "that skips a call, or makes one more, pairs its next call with another rank's)"),
+    (r"already waited",
+     "a point-to-point work was waited a second time: gloo can block for ever there (a "
+     "laptop's notebook hangs), so wait on each work once and forget it (keep the result for "
+     "a second wait())"),
     (r"modified by an inplace operation",
      "a tensor autograd saved for backward was changed in place (an in-place collective such "
      "as all_reduce, or +=, on it): communicate a clone, or a tensor autograd did not save"),

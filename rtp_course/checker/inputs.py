@@ -1,5 +1,12 @@
 """Whose inputs a process may draw: per-rank data that only its own rank (and the parent) can make.
 
+On CPU (a relay launch, runtime/relay) a rank holds no key at all: it asks the parent,
+through its own connection to the relay, for each tensor of its own data and for the
+weights of each module it owns (`Provider`), and gets the values, never what they are
+drawn from. So what another rank needs of them is as large as the data itself: a key or
+a seed, a few bytes that would carry a whole model, never exists in a rank. On NCCL
+(no relay) a rank holds its own keys, as below.
+
 A check's inputs are drawn from seeds written in its code, which students can read. A
 rank's OWN data (its batch, its shard, the tensor it rotates, its initial weights) is drawn
 from the seed mixed with a key of that rank's; data a set of ranks shares (a data-parallel
@@ -26,10 +33,13 @@ import secrets
 import threading
 from pathlib import Path
 
+import torch
+
 _master: bytearray | None = None      # the parent's: made on first use, never in a rank
 _lock = threading.Lock()              # the expectations thread and the launch both ask for it
 _rank: int | None = None              # set in a rank: whose key it holds
 _rank_keys: dict = {}                 # in a rank: its sets' keys, by label
+_ask = None                           # in a relay rank: request dict -> (reply, tensors)
 
 
 class NotYourInput(RuntimeError):
@@ -102,12 +112,42 @@ def enter_rank(rank: int, rundir: Path) -> None:
     path.unlink()
 
 
+def enter_relay_rank(rank: int, ask) -> None:
+    """In a relay worker: no key here; its own inputs come from the parent through `ask`."""
+    global _master, _rank, _rank_keys, _ask
+    _rank, _master, _rank_keys, _ask = rank, None, {}, ask
+
+
+def relayed() -> bool:
+    """This process is a rank that gets its own inputs from the parent (it holds no key)."""
+    return _ask is not None
+
+
+def ask(request: dict):
+    """(reply header, tensors) for a request of this rank's own inputs (a relay rank only)."""
+    if isinstance(request.get("owner"), list):
+        label = ",".join(map(str, request["owner"]))
+        if _rank not in request["owner"]:
+            whose = f"rank {label}'s" if len(request["owner"]) == 1 else f"ranks {label}'"
+            raise NotYourInput(f"rank {_rank} asked for {whose} input data, which is drawn "
+                               f"from a key only they and the checker hold")
+    return _ask(request)
+
+
+def label(owner) -> list:
+    """`owner` (a global rank or a set of them) as the sorted list the parent is asked with."""
+    return list(_label(owner))
+
+
 def seed(base: int, owner=None) -> int:
     """The generator seed for `base`: `base` itself for shared data, else mixed with the key of
     `owner` (a global rank, or a set of global ranks), which only those ranks and the parent
     hold."""
     if owner is None:
         return base
+    if _ask is not None:
+        raise NotYourInput(f"rank {_rank} holds no key: its own data comes from the checker "
+                           f"(common.randn / rand / randint / owned_module ask for it)")
     if _rank is not None:
         label = ",".join(map(str, _label(owner)))
         if label not in _rank_keys:
@@ -119,3 +159,91 @@ def seed(base: int, owner=None) -> int:
         key = owner_key(owner)
     digest = hmac.new(key, b"seed %d" % base, hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "little") >> 1     # a non-negative int64
+
+
+# --- the parent's side of a relay launch: each rank's own inputs, on its request ---
+
+MAX_ELEMENTS = 1 << 22          # in one requested tensor
+MAX_SERVED = 256 << 20          # bytes served to one rank in one launch
+MAX_BUILDING = 4                # modules one rank may wait for at once (a rank asks for one)
+KINDS = ("randn", "rand", "randint")
+
+
+class Provider:
+    """Serves a relay launch's ranks their own data (`serve`, called by the relay with the
+    rank its connection belongs to): a tensor drawn from a set's key, or the state of a
+    module a check builds from it, only for a set the asking rank is in. Modules are built
+    by the check's own `owned` builders, in the thread that computes expected values (they
+    seed torch's global generator), ahead of them."""
+
+    def __init__(self, world_size: int, checks: list, urgent):
+        self.world_size, self.urgent = world_size, urgent
+        self.checks = {c.id: c for c in checks}
+        self.served, self.building = {}, {}
+
+    def serve(self, rank: int, request: dict):
+        """(reply header, tensors), or a concurrent Future of them; ValueError: refused."""
+        from rtp_course.checker import common
+        owner = request.get("owner")
+        if not (isinstance(owner, list) and owner and len(owner) <= self.world_size
+                and all(type(r) is int and 0 <= r < self.world_size for r in owner)):
+            raise ValueError("inputs are asked for with their owner ranks")
+        if rank not in owner:
+            raise ValueError(f"rank {rank} asked for the data of ranks {owner}: a rank gets "
+                             f"only its own")
+        base = request.get("seed")
+        if type(base) is not int or not 0 <= base < (1 << 62):
+            raise ValueError("an input's seed is a non-negative int")
+        what = request.get("what")
+        if what in KINDS:
+            shape, dtype = request.get("shape"), request.get("dtype")
+            if not (isinstance(shape, list) and len(shape) <= 8
+                    and all(type(d) is int and 0 <= d <= MAX_ELEMENTS for d in shape)):
+                raise ValueError("a shape that is not one")
+            numel = 1
+            for d in shape:
+                numel *= d
+            if numel > MAX_ELEMENTS:
+                raise ValueError(f"an input of {numel} elements (at most {MAX_ELEMENTS})")
+            if what == "randint":
+                high = request.get("high")
+                if type(high) is not int or not 0 < high < (1 << 62):
+                    raise ValueError("randint's high is a positive int")
+                t = common.randint(base, high, *shape, owner=owner)
+            else:
+                kind = getattr(torch, str(dtype), None)
+                if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
+                    raise ValueError(f"{what} of dtype {dtype}")
+                t = getattr(common, what)(base, *shape, dtype=kind, owner=owner)
+            self._charge(rank, t.numel() * t.element_size())
+            return {}, [t]
+        if what == "module":
+            check = self.checks.get(request.get("check"))
+            builder = request.get("builder")
+            if check is None or builder not in type(check).owned:
+                raise ValueError(f"no check of this run builds {str(builder)[:40]!r}")
+            kind = getattr(torch, str(request.get("dtype")), None)
+            if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
+                raise ValueError("a module's dtype is a floating dtype")
+            if self.building.get(rank, 0) >= MAX_BUILDING:
+                raise ValueError(f"rank {rank} asked for more than {MAX_BUILDING} modules at once")
+            self.building[rank] = self.building.get(rank, 0) + 1
+            future = self.urgent(self._module, rank, check, builder, base, owner, kind)
+            future.add_done_callback(lambda _: self.building.__setitem__(
+                rank, self.building[rank] - 1))
+            return future
+        raise ValueError(f"unknown input {str(what)[:40]!r}")
+
+    def _module(self, rank, check, builder, base, owner, dtype):
+        from rtp_course.checker import common
+        with torch.random.fork_rng(devices=[]):
+            module = common.owned_module(check, builder, base, owner, dtype)
+        state = module.state_dict()
+        tensors = [t.detach().contiguous() for t in state.values()]
+        self._charge(rank, sum(t.numel() * t.element_size() for t in tensors))
+        return {"names": list(state)}, tensors
+
+    def _charge(self, rank: int, nbytes: int) -> None:
+        self.served[rank] = self.served.get(rank, 0) + nbytes
+        if self.served[rank] > MAX_SERVED:
+            raise ValueError(f"rank {rank} asked for more than {MAX_SERVED >> 20} MB of inputs")

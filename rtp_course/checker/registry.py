@@ -81,6 +81,8 @@ class Check:
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
+    owned: tuple = ()           # attribute paths of this check that build a module a rank owns
+                                # (common.owned_module: the parent builds it for a relay rank)
 
     @property
     def id(self) -> str:

@@ -3,9 +3,10 @@
 Each check gets a fresh process group (so one check's mismatched collectives
 cannot poison the next), and its observations are saved to a file per rank
 as soon as it ends, so the parent can judge whatever finished even if a later
-check deadlocks. After each check the ranks meet on the TCP store (not on a
-collective): if a rank failed and its peers do not arrive, it exits, and the
-parent relaunches the remaining checks.
+check deadlocks. After each check the ranks meet (not on a collective: through
+the relay's own synchronisation on CPU, the launch's TCP store on NCCL): if a
+rank failed and its peers do not arrive, it exits, and the parent relaunches the
+remaining checks.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import contextlib
 import datetime
 import json
 import os
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +30,7 @@ from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import commlog, devices, forkserver, gpu_placement, sandbox
 from rtp_course.runtime.launcher import rank_device
+from rtp_course.runtime.relay import group as relay_group
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
 # Bound before any code under test runs: patching os._exit or dist.new_group later changes
@@ -86,19 +89,80 @@ class _Impl:
         return exercise(name)
 
 
+class _Meeting:
+    """How a launch's ranks meet without a collective: the relay's synchronisation on CPU
+    (runtime/relay: no data crosses it), the launch's TCP store on NCCL. Between checks,
+    and for a check that orders its ranks (ctx.flag / ctx.wait_flags / ctx.first_other)."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.relayed = relay_group._LINK is not None
+        self.store = None if self.relayed else c10d._get_default_store()
+        self.check = 0
+
+    def start(self, i: int, phase: str = "setup") -> None:
+        self.check = i
+        self.phase(phase)
+
+    def phase(self, name: str) -> None:
+        if self.relayed:
+            relay_group.mark(self.check, name)
+
+    def after_check(self, ok: bool) -> bool:
+        """Every rank is done with the check (False: a peer did not come within the grace a
+        failed check gives it)."""
+        wait = GRACE_AFTER_FAILURE if not ok else 24 * 3600
+        if self.relayed:
+            try:
+                return relay_group.sync(f"done {self.check}", wait)
+            except relay_group.RelayError:
+                return False
+        self.store.set(f"done/{self.check}/{self.rank}", "1")
+        try:
+            self.store.wait([f"done/{self.check}/{r}" for r in range(self.world_size)],
+                            datetime.timedelta(seconds=wait))
+            return True
+        except Exception:  # noqa: BLE001 - peers are stuck inside a call this rank abandoned
+            return False
+
+    def flag(self) -> None:
+        if self.relayed:
+            relay_group.flag()
+        else:
+            self.store.set(f"check{self.check}/flag/{self.rank}", "1")
+
+    def wait_flags(self, ranks, seconds: float) -> bool:
+        if self.relayed:
+            return relay_group.wait_flags(ranks, seconds)
+        try:
+            self.store.wait([f"check{self.check}/flag/{r}" for r in ranks],
+                            datetime.timedelta(seconds=seconds))
+            return True
+        except Exception:  # noqa: BLE001 - a timeout
+            return False
+
+    def first_other(self, text: str):
+        if self.relayed:
+            return relay_group.first_other(f"same {self.check}", text)
+        self.store.set(f"check{self.check}/same/{self.rank}", text)
+        return next((r for r in range(self.world_size)
+                     if self.store.get(f"check{self.check}/same/{r}").decode() != text), None)
+
+
 class Ctx:
-    def __init__(self, rank, world_size, group, device, dtype, status, store):
+    def __init__(self, rank, world_size, group, device, dtype, status, meeting):
         self.rank, self.world_size, self.group = rank, world_size, group
         self.device, self.dtype = device, dtype
         self.impl = _Impl()
         self.records, self.values = {}, {}
         self.failed_phase = None
         self._status = status
-        self.store = store  # the TCP store: lets a check order ranks without a collective
+        self._meeting = meeting
 
     @contextlib.contextmanager
     def phase(self, name: str):
         commlog.set_phase(name)
+        self._meeting.phase(name)
         self._status.update(phase=name)
         try:
             yield
@@ -107,6 +171,21 @@ class Ctx:
             raise
         finally:
             commlog.set_phase("between phases")
+            self._meeting.phase("between phases")
+
+    # A check that orders its ranks (no data crosses: only that a rank got somewhere)
+    def flag(self) -> None:
+        """This rank has reached the check's flag point."""
+        self._meeting.flag()
+
+    def wait_flags(self, ranks, seconds: float) -> bool:
+        """Whether every rank of `ranks` reached its flag point within `seconds`."""
+        return self._meeting.wait_flags(ranks, seconds)
+
+    def first_other(self, text: str):
+        """The first rank whose `text` differs from this rank's (None: every rank's is the
+        same); the other ranks' texts are never seen here."""
+        return self._meeting.first_other(text)
 
     def record(self, key: str, tensor) -> None:
         if tensor is None:
@@ -186,7 +265,7 @@ def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
 def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confinement:
     if not job.get("confine", True):
         return sandbox.Confinement(False, 0, "disabled (RTP_COURSE_CONFINE=0)")
-    private = rundir / f"tmp.{rank}"
+    private = Path(tempfile.gettempdir())       # the launcher made it: rundir/tmp.<rank>.<secret>
     os.environ["HOME"] = os.environ["MPLCONFIGDIR"] = str(private)
     gpu = job["backend"] == "nccl"
     # NCCL's shared-memory transport creates its segments in /dev/shm; gloo needs none of it.
@@ -200,7 +279,8 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
               *(d for d in _instructor_dirs() if d.resolve() != Path(impl_dir).resolve())]
     return sandbox.confine(read=[str(package), impl_dir], write=write,
                            devices=sandbox.gpu_devices() if gpu else (), unreadable=closed,
-                           other_processes=gpu)
+                           other_processes=gpu, rendezvous=relay_group._LINK is None,
+                           tcp=relay_group._LINK is None)
 
 
 def _instructor_dirs() -> list:
@@ -249,7 +329,10 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     will write is opened BEFORE the process confines itself; only then does the code
     under test run (its import first, under a time limit of its own)."""
     rundir = Path(job["rundir"])
-    inputs.enter_rank(rank, rundir)   # this rank's own data key, and no other rank's
+    if relay_group._LINK is not None:     # no key here: its own data comes from the parent
+        inputs.enter_relay_rank(rank, relay_group.ask_input)
+    else:
+        inputs.enter_rank(rank, rundir)   # this rank's own data key, and no other rank's
     impl_pkg = load_impl(job["impl"])
     refuse_reference_imports()
     code_dir, files = str(impl_pkg.IMPL_DIR), code_files(impl_pkg)
@@ -258,7 +341,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     commlog.STATE.on_status = lambda call, family=None, peer=None: status.update(
         call=call, family=family, peer=peer, sent_to=commlog.STATE.sent_to,
         recv_from=commlog.STATE.recv_from, unwaited_to=commlog.STATE.unwaited_to)
-    store = c10d._get_default_store()
+    meeting = _Meeting(rank, world_size)
     device = rank_device()
     checks = {c.id: c for c in load_checks(job["modules"], side="run")}
     results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
@@ -294,13 +377,13 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                     _end_if_forked()
             for i, cid in enumerate(job["check_ids"]):
                 check = checks[cid]
+                meeting.start(i)
                 status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
                               sent_to={}, recv_from={}, unwaited_to={})
                 groups_before = set(c10d._world.pg_map)
                 group = _new_group(list(range(world_size)))
                 dtype = getattr(torch, job.get("dtype") or check.dtype)
-                ctx = Ctx(rank, world_size, group, device, dtype, status,
-                          dist.PrefixStore(f"check{i}/", store))
+                ctx = Ctx(rank, world_size, group, device, dtype, status, meeting)
                 commlog.reset()
                 manual_seed(1234 + rank)  # code under test drawing random numbers stays repeatable
                 outcome = {"status": "ok"}
@@ -316,13 +399,9 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 results[cid].write(outcome_file.dumps(outcome))
                 results[cid].close()
                 status.update(phase="done", call="waiting for the other ranks to finish this check")
-                store.set(f"done/{i}/{rank}", outcome["status"])
-                keys = [f"done/{i}/{r}" for r in range(world_size)]
-                wait = GRACE_AFTER_FAILURE if outcome["status"] != "ok" else 24 * 3600
-                try:
-                    store.wait(keys, datetime.timedelta(seconds=wait))
-                except Exception:  # peers are stuck inside a call this rank abandoned
-                    _exit(3)
+                meeting.phase("done")
+                if not meeting.after_check(outcome["status"] == "ok"):
+                    _exit(3)                 # peers are stuck inside a call this rank abandoned
                 # NCCL: free the communicators' GPU buffers (the check's and the code's own).
                 # Not after a failed check: destroying a group with an unmatched operation in
                 # flight hangs; the relaunch's exit frees them. Gloo: ~10 ms a rank per check

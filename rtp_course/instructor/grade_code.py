@@ -58,6 +58,7 @@ def grade_student(course: Path, assignment: str, student: str, cells, world_size
     """{grade_id: points} for one student, the reports written under checks/."""
     from rtp_course.checker import check
     from rtp_course.checker.registry import hidden_dir
+    from rtp_course.instructor.grading import grading_backend
     impl = course / "submitted" / student / assignment / "rtp_course"
     out_dir = course / "checks" / student / assignment
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +69,7 @@ def grade_student(course: Path, assignment: str, student: str, cells, world_size
             (out_dir / f"{cell.exercise}.txt").write_text(f"rtp_course/{cell.exercise}.py was not handed in\n")
             continue
         rep = check(cell.exercise, impl=str(impl), hidden=hidden_dir() is not None,
-                    world_sizes=world_sizes, quiet=True, grading=True)
+                    world_sizes=world_sizes, quiet=True, grading=True, backend=grading_backend())
         points[cell.grade_id] = round(cell.points * rep.score(cell.exercise), 2)
         (out_dir / f"{cell.exercise}.txt").write_text(
             f"{cell.exercise}: {points[cell.grade_id]:g} of {cell.points:g} points for your code\n\n"

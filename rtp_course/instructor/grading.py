@@ -32,6 +32,14 @@ def submission_dir() -> str:
     return "rtp_course"
 
 
+def grading_backend() -> str:
+    """Grades are computed on CPU, through the relay, even on a GPU node: there every byte
+    between the ranks is seen outside them (runtime/relay), and the grade is the one a GPU
+    run gives (the checker applies NCCL's rules on CPU). RTP_COURSE_GRADE_BACKEND=nccl grades
+    on the node's GPUs instead, where a rank's log of its communication is its own word."""
+    return os.environ.get("RTP_COURSE_GRADE_BACKEND", "gloo")
+
+
 def grade(exercise: str, points: float | None = None, hidden: bool = True, world_sizes=None,
           timeout_scale: float = 1.0) -> float:
     """Points for `exercise`: its points (default: the course table's) x the fraction of its
@@ -47,5 +55,5 @@ def grade(exercise: str, points: float | None = None, hidden: bool = True, world
     from rtp_course.checker.registry import hidden_dir
     use_hidden = hidden and hidden_dir() is not None
     rep = check(exercise, impl=submission_dir(), hidden=use_hidden, world_sizes=world_sizes,
-                timeout_scale=timeout_scale, grading=True)
+                timeout_scale=timeout_scale, grading=True, backend=grading_backend())
     return round(points * rep.score(exercise), 2)

@@ -12,7 +12,9 @@ On gloo the ranks run on a network of their own (runtime/netns.py), where rank 0
 serves the rendezvous store: no other launch can reach their store or their gloo
 ports, and none collides with them. Otherwise (NCCL, or a kernel without
 unprivileged user namespaces) the parent opens the store on port 0, so the OS
-picks a free port.
+picks a free port. The checker's CPU launches use neither: given a `relay`
+(runtime/relay), the ranks' process groups send everything through it, and each
+rank runs alone in namespaces of its own, with no store and no network.
 
 Under torchrun or srun the processes already exist: call `init_from_env()`.
 """
@@ -23,6 +25,7 @@ import datetime
 import faulthandler
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -79,6 +82,7 @@ class WorkerInfo:
     course_env: dict | None = None  # the parent's RTP_COURSE_* now (a forkserver's are stale),
                                     # and the launch's own variables
     cgroup: str = ""                # the launch's cgroup, which the rank joins first (or none)
+    relay: list | None = None       # the ranks' ends of the relay's socketpairs (each keeps its own)
 
 
 def default_backend(world_size: int = 1) -> str:
@@ -156,7 +160,11 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
     reaper.die_with_parent()
     cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
-    if info.private_network:                  # while this process has a single thread
+    link = _own_relay_end(info, rank)
+    if link is not None:
+        if info.private_network:              # while this process has a single thread
+            netns.isolate()
+    elif info.private_network:
         netns.create(info.rundir) if rank == 0 else netns.join(info.rundir)
     _drop_helpers()
     devices.allow_cuda()                      # the forkserver forbade it for itself
@@ -170,8 +178,10 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
         quiet.torch_warnings(everywhere=True)
     elif info.stderr_to_file:
         _quiet_stderr(rundir / f"stderr.{rank}.txt")
-    private = rundir / f"tmp.{rank}"           # this rank's temp files go with the run
-    private.mkdir(exist_ok=True)
+    # This rank's temp files go with the run, under a name no other rank can guess (it
+    # cannot list the run's directory): a relay rank has no way to find a peer's files.
+    private = rundir / f"tmp.{rank}.{secrets.token_hex(8)}"
+    private.mkdir()
     os.environ["TMPDIR"] = tempfile.tempdir = str(private)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -179,15 +189,20 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     # Opened now: `fn` may confine this process so that it can no longer open files here.
     result_fh = open(rundir / f"result.{rank}.pt", "wb")
     error_fh = open(rundir / f"error.{rank}.txt", "w")
-    if info.private_network:
+    if link is not None:
+        from rtp_course.runtime.relay import group as relay_group
+        relay_group.connect(link, rank)
+        store = dist.HashStore()              # nobody else's: torch wants one, the relay needs none
+    elif info.private_network:
         store = dist.TCPStore("127.0.0.1", netns.PORT, info.world_size, is_master=rank == 0,
                               wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     else:
         store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,
                               timeout=datetime.timedelta(seconds=60))
     global _DEVICE
-    _DEVICE = _init_group(info.backend, store, rank, info.world_size, local_rank,
-                          info.pg_timeout, ranks_on_node=info.world_size)
+    _DEVICE = _init_group("relay" if link is not None else info.backend, store, rank,
+                          info.world_size, local_rank, info.pg_timeout,
+                          ranks_on_node=info.world_size)
     try:
         if info.backend == "gloo" and devices.emulating_nccl():
             from rtp_course.runtime.gpu_placement import nccl_semantics
@@ -197,7 +212,9 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
             result = fn(rank, info.world_size, *args)
         torch.save(_on_host(result), result_fh)
         result_fh.close()
-        _leave_together(store, info.world_size, serves_store=info.private_network and rank == 0)
+        if link is None:                      # (relay ranks hold no sockets to each other)
+            _leave_together(store, info.world_size,
+                            serves_store=info.private_network and rank == 0)
     except BaseException:                     # as text: the parent never unpickles a worker's words
         error_fh.write(traceback.format_exc())
         error_fh.close()
@@ -211,6 +228,21 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
 
 
 _DEVICE: torch.device | None = None
+
+
+def _own_relay_end(info: WorkerInfo, rank: int):
+    """This rank's end of its relay socketpair; the other ranks' ends it was handed (every rank
+    gets them all) are closed before anything else runs."""
+    if info.relay is None:
+        return None
+    mine = None
+    for r, sock in enumerate(info.relay):
+        if r == rank:
+            mine = sock
+        else:
+            sock.close()
+    info.relay = None
+    return mine
 
 
 def rank_device() -> torch.device:
@@ -312,7 +344,7 @@ def _end(processes) -> None:
 def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
            timeout: float = 120.0, rundir: str | os.PathLike | None = None,
            on_poll=None, results: str = "data", env: dict | None = None,
-           capture_output: bool = False) -> list:
+           capture_output: bool = False, relay=None) -> list:
     """Run `fn(rank, world_size, *args)` on `world_size` local processes.
 
     `fn` must be importable (defined in a module, not a notebook cell: spawn
@@ -328,6 +360,9 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     `capture_output`: each rank's stdout and stderr go to capped files of the run
     (runtime/output.py), never to this process's streams (the checker); otherwise its
     stdout is this process's (a notebook shows it) and its stderr a file of the run.
+    `relay`: a started `relay.server.Relay` for `world_size` ranks (gloo only): the ranks
+    communicate through it alone, each in namespaces of its own; the caller reads its
+    account and stops it.
     """
     backend = backend or default_backend(world_size)
     validate(world_size, backend)
@@ -337,22 +372,26 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     rundir.mkdir(parents=True, exist_ok=True)
     with reaper.subreaping():
         return _launch(fn, world_size, args, backend, timeout, rundir, own_dir, on_poll, results,
-                       env or {}, capture_output)
+                       env or {}, capture_output, relay)
 
 
 def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool, on_poll, results,
-            env: dict, capture_output: bool):
+            env: dict, capture_output: bool, relay=None):
     mark, before = uuid.uuid4().hex, reaper.descendants()
+    if relay is not None and (backend != "gloo" or relay.world_size != world_size):
+        raise LaunchError(f"a relay serves {relay.world_size} CPU ranks; this launch is "
+                          f"{world_size} {backend} ranks")
     group = cgroup.create()
     private = backend == "gloo" and netns.available()
-    store = None if private else dist.TCPStore("127.0.0.1", 0, world_size, is_master=True,
-                                               wait_for_workers=False,
-                                               timeout=datetime.timedelta(seconds=60))
+    store = None if private or relay is not None else \
+        dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                      timeout=datetime.timedelta(seconds=60))
     info = WorkerInfo("127.0.0.1", store.port if store else 0, world_size, backend, str(rundir),
                       pg_timeout=timeout + 60, mark=mark, cgroup=str(group or ""),
                       capture=capture_output, private_network=private,
                       course_env={**{k: v for k, v in os.environ.items()
-                                     if k.startswith("RTP_COURSE_")}, **env})
+                                     if k.startswith("RTP_COURSE_")}, **env},
+                      relay=relay.rank_ends() if relay is not None else None)
     ctx = None
     captured = output.Capture(rundir, world_size) if capture_output else None
     try:
@@ -365,6 +404,8 @@ def _launch(fn, world_size, args, backend, timeout, rundir: Path, own_dir: bool,
             ctx = mp.start_processes(_worker, args=(info, fn, args), nprocs=world_size, join=False,
                                      start_method=forkserver.method())
             reaper.ACTIVE[mark] = {p.pid for p in ctx.processes}
+        if relay is not None:
+            relay.close_rank_ends()           # a rank's exit now ends its connection
         deadline = time.monotonic() + timeout
         try:
             while not ctx.join(timeout=0.1):
@@ -442,7 +483,8 @@ def died_how(code: int | None) -> str:
             f"the code it ran, or killed)")
 
 
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "ended before this operation completed")
 
 
 # --- already-launched processes: torchrun (RANK/WORLD_SIZE/LOCAL_RANK) or srun (SLURM_*) ---

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
 PORT = 29500            # the store's port inside the namespace (nothing else listens there)
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -55,13 +55,15 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def _private_network() -> None:
-    """This process into a new user and network namespace, its loopback up."""
+def _private_network(more: int = 0, loopback: bool = True) -> None:
+    """This process into a new user and network namespace (and `more`), its loopback up."""
     uid, gid = os.geteuid(), os.getegid()
-    _check(_libc().unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
+    _check(_libc().unshare(CLONE_NEWUSER | CLONE_NEWNET | more), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    if not loopback:
+        return
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         request = struct.pack("16sH22x", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request)[:18])[1]
@@ -88,6 +90,17 @@ def _possible() -> bool:
                               timeout=20).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
+
+
+def isolate() -> None:
+    """This process alone in a network and IPC namespace of its own, with no network at all
+    (a relay rank's peers are reached through the relay only: runtime/relay). Its SysV IPC
+    and POSIX message queues are its own too, so no other rank shares them. Call while the
+    process has one thread."""
+    try:
+        _private_network(CLONE_NEWIPC, loopback=False)
+    except OSError:             # a kernel that lets users make the others but not this one
+        _private_network(loopback=False)
 
 
 def _marker(rundir: str) -> Path:

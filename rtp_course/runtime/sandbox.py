@@ -35,6 +35,7 @@ REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG = 1 << 4, 1 << 5, 1 << 6,
 MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 9, 1 << 10, 1 << 11, 1 << 12
 REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+BIND_TCP, CONNECT_TCP = 1 << 0, 1 << 1                  # handled_access_net, ABI 4
 
 READ = EXECUTE | READ_FILE | READ_DIR
 FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV   # rights a rule on a file may hold
@@ -139,13 +140,18 @@ def _readable(roots, unreadable) -> tuple[list, list]:
 
 
 def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
-            other_processes: bool = False) -> Confinement:
+            other_processes: bool = False, rendezvous: bool = True,
+            tcp: bool = True) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs) and writing
     under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's);
     `unreadable`: files or directories under those it may list but not open;
     `other_processes`: all of /proc, not only this process's own and PROC_READ (NCCL's
-    bootstrap reads more of it than has been seen run).
-    From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
+    bootstrap reads more of it than has been seen run); `rendezvous`: it may make Unix socket
+    files and FIFOs in `write` (False for a relay rank: a socket file another process could
+    find and connect to, which Landlock does not govern, would be a channel the relay does
+    not carry); `tcp`: it may bind and connect TCP sockets (False for a relay rank, which
+    needs none: from ABI 4 every bind and connect is refused, also where no network
+    namespace of its own could be made). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
     an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
     abi = abi_version()
@@ -155,7 +161,7 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
     libc = _libc()
     handled = _abi_rights(abi)
     scoped = (SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX_SOCKET) if (scope_signals and abi >= 6) else 0
-    attr = _RulesetAttr(handled, 0, scoped)
+    attr = _RulesetAttr(handled, 0 if tcp or abi < 4 else BIND_TCP | CONNECT_TCP, scoped)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16
     fd = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
@@ -168,7 +174,8 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
         rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
                   for p in (*DEVICES, *devices)]
-        rules += [(p, WRITE | READ) for p in write]
+        made = WRITE if rendezvous else WRITE & ~(MAKE_SOCK | MAKE_FIFO)
+        rules += [(p, made | READ) for p in write]
         for path, rights in rules:
             _add_rule(libc, fd, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:

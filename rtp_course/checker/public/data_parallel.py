@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rtp_course.checker.common import (global_randn, make_optimizer, mlp, named_grads,
-                                       named_params, randn, rank_slice, seeded)
+                                       named_params, owned_module, randn, rank_slice, seeded)
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.runtime import commlog
 
@@ -160,6 +160,7 @@ class DataParallelWrapper(Check):
     seed_offset = 10
     data_seed = 0
     factory = staticmethod(mlp)
+    owned = ("factory",)
 
     def groups(self, ctx):
         return ctx.group
@@ -169,7 +170,7 @@ class DataParallelWrapper(Check):
         group = self.groups(ctx)
         gsize = _group_rank(ctx, group)[1]
         def build():   # different weights on every rank on purpose: its own key's
-            return seeded(self.factory, self.seed_offset, owner=ctx.rank).to(ctx.device)
+            return owned_module(self, "factory", self.seed_offset, ctx.rank).to(ctx.device)
         with ctx.phase("init"):
             model = dp.DataParallel(build(), group=group)
         ctx.record_value(f"init/{NEVER_WAITED}", [
@@ -277,9 +278,11 @@ class DataParallelFrozenAccumulated(Check):
                          "wait for a parameter forward did not use (its hook never fires)",
     }
 
-    @staticmethod
-    def build(seed, owner):
-        return seeded(_FrozenAndSpare, seed, owner=owner)
+    spare = staticmethod(_FrozenAndSpare)
+    owned = ("spare",)
+
+    def build(self, seed, owner):
+        return owned_module(self, "spare", seed, owner)
 
     def run(self, ctx):
         dp = ctx.impl.data_parallel

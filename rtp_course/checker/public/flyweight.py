@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from rtp_course.runtime import commlog
 from rtp_course.training import memory
-from rtp_course.checker.common import make_optimizer, manual_seed, randint, randn
+from rtp_course.checker.common import make_optimizer, manual_seed, owned_module, randint, randn
 from rtp_course.checker.public.flyweight_layout import (expected_rank, rtp_comm_rules,
                                                          rtp_groups, sharded_layers, upstream)
 from rtp_course.checker.registry import Check, CommRule
@@ -183,6 +183,7 @@ class RTPCheck(Check):
     task = "E5.2"       # RotatedTensorParallel; its layers are FlyweightWrapper's (E5.1)
     hints = HINTS
     opt_steps = (("sgd", 2), ("adam", 2))   # optimizers in turn, on the same model
+    owned = ("build",)                       # each rank builds the model from its own key
     record_init = True                       # False for big models: fewer bytes to judge
     adam_eps = 1e-6  # 1e-8 would turn ~1e-17 noise on zero-gradient entries into O(lr) steps
     timeout = 40.0
@@ -214,9 +215,9 @@ class RTPCheck(Check):
         if group is None:
             return
         rank = ctx.rank   # global: whose key draws its weights (group rank 0's must win) and data
-        manual_seed(0, owner=rank)
         before = memory.live_storages()   # the harness's and torch's own, before the model
-        model = self.build().to(device=ctx.device, dtype=ctx.dtype)
+        model = owned_module(self, "build", 0, rank, torch.float32).to(device=ctx.device,
+                                                                        dtype=ctx.dtype)
         self._memory_base = (before, list(model.buffers()))
         layers, state_keys = sharded_layers(model), list(model.state_dict())
         serial_buffers = list(model.buffers())   # the model's own (running statistics ...)
@@ -402,10 +403,16 @@ class FlyweightWrapperLinear(Check):
                     "weight[a:b] and bias[a:b] of rank 0's full weights (broadcast first)"})
     U, IN = 10, 5
 
+    owned = ("layer",)
+
+    def layer(self):
+        return nn.Linear(self.IN, self.U)
+
     def run(self, ctx):
         r, n = ctx.rank, ctx.world_size
-        manual_seed(0, owner=r)          # each rank its own weights: rank 0's must win
-        layer = nn.Linear(self.IN, self.U).to(device=ctx.device, dtype=ctx.dtype)
+        # each rank its own weights: rank 0's must win
+        layer = owned_module(self, "layer", 0, r, torch.float32).to(device=ctx.device,
+                                                                    dtype=ctx.dtype)
         with ctx.phase("init"):
             w = ctx.impl.flyweight.FlyweightWrapper(layer, group=ctx.group)
         with ctx.phase("structure"):

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from rtp_course.runtime import commlog
-from rtp_course.checker.common import make_optimizer
+from rtp_course.checker.common import make_optimizer, owned_module
 from rtp_course.checker.public.tensor_parallel import Model
 from rtp_course.checker.public.tensor_parallel_harness import (OPTIMIZERS, cut_all, layout, raises,
                                                                record_structure, tensors)
@@ -83,20 +83,20 @@ def watching_new_group(module):
 
 
 def same_on_every_rank(ctx, calls) -> str:
-    """Compare this rank's new_group calls with every rank's, through the store (no collective:
-    groups created in different orders can leave the ranks' collectives mismatched). Calls
-    with use_local_synchronization=True are made by their members only: each must hold the
-    rank that made it, and they are left out of the comparison."""
+    """Compare this rank's new_group calls with every rank's, without a collective (groups
+    created in different orders can leave the ranks' collectives mismatched): ctx.first_other
+    says which rank, if any, made other calls. Calls with use_local_synchronization=True are
+    made by their members only: each must hold the rank that made it, and they are left out
+    of the comparison."""
     for call in calls:
         if isinstance(call, dict) and ctx.rank not in (call["members only"] or [ctx.rank]):
             return (f"no: rank {ctx.rank} called dist.new_group({call['members only']}, "
                     f"use_local_synchronization=True), a group it is not in")
     job_wide = [c for c in calls if not isinstance(c, dict)]
-    ctx.store.set(f"new_group calls {ctx.rank}", json.dumps(job_wide))
-    for r in range(ctx.world_size):
-        theirs = json.loads(ctx.store.get(f"new_group calls {r}"))
-        if theirs != job_wide:
-            return f"no: rank {ctx.rank} created {job_wide}, rank {r} created {theirs}"
+    other = ctx.first_other(json.dumps(job_wide))
+    if other is not None:
+        return (f"no: rank {ctx.rank} created {job_wide}, rank {other} created other groups "
+                f"(or the same in another order)")
     return "yes"
 
 
@@ -159,6 +159,7 @@ class Train2D(Check):
     """TP over tp_size ranks x DP over the rest, on a tiny course model."""
     exercise, name, world_sizes = "groups", "train_2d_bert", (2, 4)
     tp_size, batch, steps, case = 2, 2, 2, Model()
+    owned = ("case.build",)     # each TP group (a replica) builds the model from its own key
     hints = {
         "init/": "after parallelize_2d, rank (tp_rank t, dp_rank d) holds shard t of REPLICA 0's "
                  "model: parallelize_transformer on groups.tp_group, then broadcast every "
@@ -183,7 +184,8 @@ class Train2D(Check):
         t, d = ctx.rank % T, ctx.rank // T        # the documented layout, whatever G reports
         with ctx.phase("build_groups"):
             groups = G.build_groups(T)
-        serial = case.serial(owner=replica(d, T)).to(device=ctx.device, dtype=ctx.dtype)
+        serial = owned_module(self, "case.build", case.seed, replica(d, T)).to(
+            device=ctx.device, dtype=ctx.dtype)
         pieces = layout(serial)
         for i, opt_name in enumerate(OPTIMIZERS):
             with ctx.phase("init"):
@@ -301,7 +303,8 @@ class Parallelize2D(Train2D):
         tps = [ctx.new_group(list(range(i * T, (i + 1) * T))) for i in range(W // T)]
         dps = [ctx.new_group(list(range(j, W, T))) for j in range(T)]
         groups = G.ParallelGroups(tps[d], dps[t], T, W // T, t, d)
-        serial = case.serial(owner=replica(d, T)).to(device=ctx.device, dtype=ctx.dtype)
+        serial = owned_module(self, "case.build", case.seed, replica(d, T)).to(
+            device=ctx.device, dtype=ctx.dtype)
         pieces = layout(serial)
         with ctx.phase("init"):
             model = G.parallelize_2d(copy.deepcopy(serial), groups)

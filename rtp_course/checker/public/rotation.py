@@ -5,13 +5,11 @@ it must hold rank r-1's (clockwise) or rank r+1's (counterclockwise). The
 communication is part of the contract: one send and one receive per rotation,
 never a collective, and N-1 rotations for a ring all-gather / reduce-scatter.
 That rotate_async returns before the transfer is done is checked by ORDER, not
-by timing: ranks 1..N-1 post their rotation and then set a key on the store,
-while rank 0 waits for those keys before posting its own. A rotate_async that
+by timing: ranks 1..N-1 post their rotation and then raise a flag (ctx.flag: no
+data crosses), while rank 0 waits for those flags before posting its own. A rotate_async that
 waits for its transfer never gets to set its key, since rank 0 has sent nothing.
 """
 from __future__ import annotations
-
-import datetime
 
 import torch
 
@@ -289,12 +287,9 @@ class RotateAsync(Check):
         rot, r, n = ctx.impl.rotation, ctx.rank, ctx.world_size
         x = ctx.to(value(r))
         if r == 0 and n > 1:
-            keys = [f"posted/{q}" for q in range(1, n)]
-            try:  # the other ranks come back from rotate_async although rank 0 has not sent
-                ctx.store.wait(keys, datetime.timedelta(seconds=ASYNC_WAIT_S))
-                arrived = True
-            except Exception:  # noqa: BLE001 - a timeout: they are blocked inside rotate_async
-                arrived = False
+            # the other ranks come back from rotate_async although rank 0 has not sent (a
+            # timeout: they are blocked inside rotate_async)
+            arrived = ctx.wait_flags(range(1, n), ASYNC_WAIT_S)
             ctx.record_value("rotate_async/returned before the transfer was done (ranks 1..N-1)",
                              arrived)
         try:
@@ -303,9 +298,9 @@ class RotateAsync(Check):
                 if r == 1:  # receives from rank 0, which has not posted anything yet
                     ctx.record_value("rotate_async/is_completed() before the source sent",
                                      bool(handle.is_completed()))
-        finally:  # an exception is reported as such: rank 0 need not wait for this key
+        finally:  # an exception is reported as such: rank 0 need not wait for this flag
             if r > 0:
-                ctx.store.set(f"posted/{r}", "1")
+                ctx.flag()
         with ctx.phase("wait"):
             ctx.record("wait/received", handle.wait())
         record_unwaited(ctx, "wait", "rotate_async")

@@ -10,10 +10,10 @@ in tensor_parallel_harness.py; here: the cases and the hints.
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker import inputs
 from rtp_course.checker.common import randint, randn, seeded
 from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, TPCheck, raises
 from rtp_course.checker.registry import Check, CommRule
@@ -202,9 +202,13 @@ class Model(TPCheck):
 
     def serial(self, seed=None, owner=None):
         """The tiny model from `seed`, or from `seed` and the key of `owner` (checker.inputs: a
-        set of ranks, a replica's, in the 2D checks)."""
-        seed = inputs.seed(self.seed if seed is None else seed, owner)
-        return build_model(self.model, seed=seed, tiny=True, **self.overrides).double()
+        set of ranks, a replica's, in the 2D checks; a relay rank asks for it with
+        common.owned_module(check, "case.build", ...))."""
+        with torch.random.fork_rng(devices=[]):     # the global generator left as it was
+            return seeded(self.build, self.seed if seed is None else seed, owner=owner)
+
+    def build(self):
+        return build_model(self.model, tiny=True, **self.overrides)
 
     def parallel(self, tp, serial, group):
         return tp.parallelize_transformer(serial, group)

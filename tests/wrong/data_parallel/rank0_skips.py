@@ -1,6 +1,6 @@
-"""average_gradients: rank 0 skips the all-reduce of biases, the other ranks wait for it forever.
+"""average_gradients: rank 0 skips the all-reduce of biases: its next all-reduce meets the others' bias all-reduce.
 
-EXPECT: average_gradients.*(deadlock|left waiting|crashed.*did not match)
+EXPECT: average_gradients.*(deadlock|left waiting|crashed.*did not match|calls do not match.*hint:.*same collective calls, in the same order)
 CLASS: deadlock
 WORLD_SIZES: 2
 """

@@ -1,6 +1,6 @@
 r"""rotate_async waits on the send's work before returning ('make sure it left'), and wait() waits on every work again: gloo can block for ever on a second wait of a finished work.
 
-EXPECT: HANG +\[E4\.2\] rotation\.rotate .*waited in wait\(\) again on isend.*hint: a work that was already waited on is waited on again
+EXPECT: \[E4\.2\] rotation\.rotate .*wait\(\) on a point-to-point work already waited.*hint: a point-to-point work was waited a second time.*wait on each work once
 CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: rotate

@@ -1,6 +1,6 @@
 r"""wait() keeps the works and waits on them again when called twice (gloo can block on a finished work).
 
-EXPECT: HANG +\[E4.2\] rotation\.wait_twice .*phase second wait.*waited in wait\(\) again on (isend|irecv).*hint: a work that was already waited on is waited on again.*Forget the works once waited
+EXPECT: \[E4.2\] rotation\.wait_twice .*phase second wait.*work already waited.*hint: a point-to-point work was waited a second time.*wait on each work once and forget it
 CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: wait_twice

@@ -1,0 +1,706 @@
+"""The relay: the only way a checker rank's data reaches another rank, and the account of it.
+
+One thread of the launcher serves one launch: it holds its end of each rank's socketpair
+(the rank's end is inherited by that rank alone), reads operations as they come, and
+
+* matches collectives by their order on a group: the k-th collective of every member of a
+  group is one operation, which must be the same on every member (kind, sizes, dtypes,
+  root, reduce op), else every member gets an error that says how the ranks differ;
+* matches point-to-point by order per (group, sender, receiver), as NCCL does (tags
+  ignored); a send completes when its receive is there, so a ring of blocking sends
+  deadlocks here as on a GPU;
+* serves the harness's own synchronisation (`sync`: every rank arrived; `same`: which rank,
+  if any, holds another text than this one; `flag`/`flags`: whether given ranks have
+  reached a point of a check), which carries no data from rank to rank;
+* records every operation in the `Account`: per rank and check, in order, what it sent
+  and received, to whom. The harness's `mark` frames say which check (and phase) a rank
+  is in: the rank's word, which can move its traffic between its checks, never hide it.
+
+Everything a rank sends is validated as data before it is used (wire.py); a rank that
+breaks the protocol loses its connection (and fails), the others go on. What the relay
+keeps for a rank is bounded (MAX_HELD bytes posted and not received, MAX_UNREAD sent and
+not read, MAX_EVENTS operations a check, MAX_WAITING open syncs), so no rank can fill the
+grader's memory.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import queue
+import selectors
+import socket
+import threading
+import time
+
+import torch
+
+from rtp_course.runtime.relay import wire
+
+MAX_HELD = 256 << 20        # bytes a rank may have posted that are not delivered yet
+MAX_UNREAD = 256 << 20      # bytes sent to a rank that it has not read yet
+MAX_EVENTS = 100_000        # operations a rank may post in one check (the checks post hundreds)
+MAX_WAITING = 64            # syncs and flag waits a rank may have open at once
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
+               "scatter", "all_to_all", "barrier")
+P2P = ("send", "recv")
+REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
+
+
+class OpError(Exception):
+    """An operation the ranks cannot complete together (the message goes to each of them)."""
+
+
+class Account:
+    """What each rank sent and received, as the relay saw it: {(rank, check): [event]}, an
+    event {"family", "group", "peer", "bytes", "phase"} in the order the rank posted them.
+    `bytes` follows the rank-side log's convention: what the rank contributes (for a
+    receive, what it received)."""
+
+    def __init__(self):
+        self.events: dict = collections.defaultdict(list)
+        self.broken: dict = {}             # rank -> why its connection was ended
+        self.done: dict = {}               # rank -> the last check it said it was done with
+        self.lock = threading.Lock()
+
+    def add(self, rank: int, check, event: dict) -> None:
+        with self.lock:
+            events = self.events[(rank, check)]
+            if len(events) >= MAX_EVENTS:
+                raise OpError(f"rank {rank} posted more than {MAX_EVENTS} operations in one "
+                              f"check")
+            events.append(event)
+
+    def of(self, rank: int, check) -> list:
+        with self.lock:
+            return list(self.events.get((rank, check), ()))
+
+    def complete(self, check: int, world_size: int) -> bool:
+        """Whether every rank's traffic of `check` is in: it said it was done with the check
+        (what it posted before that has been read), or its connection has ended."""
+        with self.lock:
+            return all(r in self.broken or (type(self.done.get(r)) is int
+                                            and self.done[r] >= check)
+                       for r in range(world_size))
+
+
+class _Conn:
+    def __init__(self, rank: int, sock: socket.socket):
+        self.rank, self.sock = rank, sock
+        self.inbuf = bytearray()
+        self.need = wire.PREFIX.size           # bytes to read before the next step
+        self.header_len = self.payload_len = None
+        self.header = None
+        self.out = collections.deque()         # memoryviews still to write
+        self.unread = 0                        # their bytes
+        self.check = None                      # the check and phase it says it is in
+        self.phase = ""
+        self.held = 0                          # bytes posted and not delivered
+        self.open = True
+
+
+class _Posted:
+    """One rank's part of an operation: its request id, header and tensors."""
+
+    def __init__(self, conn, header, tensors, nbytes):
+        self.conn, self.header, self.tensors, self.nbytes = conn, header, tensors, nbytes
+        self.id = header.get("id")
+
+
+class Relay:
+    """`inputs`: what serves the ranks' requests for their own inputs (checker.inputs.Provider:
+    `serve(rank, request)` -> (header, tensors) or a Future of them; ValueError refuses)."""
+
+    def __init__(self, world_size: int, inputs=None):
+        self.world_size, self.inputs = world_size, inputs
+        self.account = Account()
+        self._later = queue.SimpleQueue()      # replies made in other threads (a Future's)
+        pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(world_size)]
+        self._rank_ends = [b for _, b in pairs]
+        self._conns = [_Conn(r, a) for r, (a, _) in enumerate(pairs)]
+        self._sel = selectors.DefaultSelector()
+        for c in self._conns:
+            c.sock.setblocking(False)
+            self._sel.register(c.sock, selectors.EVENT_READ, c)
+        self._groups: dict = {}                # group key -> members (global ranks)
+        self._seq: dict = collections.defaultdict(int)       # (group, rank) -> collectives posted
+        self._pending: dict = {}               # (group, seq) -> {rank: _Posted}
+        self._sends: dict = collections.defaultdict(collections.deque)   # (group, src, dst)
+        self._recvs: dict = collections.defaultdict(collections.deque)
+        self._syncs: dict = collections.defaultdict(dict)   # name -> {rank: _Posted}
+        self._flags: set = set()               # (check, rank)
+        self._flag_waits: list = []            # (_Posted, check, ranks)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._stop = False
+        self._dead: list = []                  # connections found dead while writing to them
+        self._thread = threading.Thread(target=self._serve, name="relay", daemon=True)
+
+    # --- the launcher's side ---
+
+    def rank_ends(self) -> list:
+        """The ranks' ends of the socketpairs, rank r's at index r (each rank keeps its own)."""
+        return self._rank_ends
+
+    def start(self) -> "Relay":
+        self._thread.start()
+        return self
+
+    def close_rank_ends(self) -> None:
+        """Once the ranks hold their ends: the launcher's copies are closed, so that a rank's
+        exit is seen as the end of its connection."""
+        for s in self._rank_ends:
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def stop(self, drain: float = 2.0) -> None:
+        """End the relay, once it has read what the ranks wrote before their connections
+        ended (at most `drain` s): their last operations belong to the account."""
+        deadline = time.monotonic() + drain
+        while any(c.open for c in self._conns) and time.monotonic() < deadline \
+                and self._thread.is_alive():
+            time.sleep(0.01)
+        self._stop = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        self._thread.join(5)
+        for c in self._conns:
+            with contextlib.suppress(OSError):
+                c.sock.close()
+        self.close_rank_ends()
+        for s in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                s.close()
+        self._sel.close()
+
+    # --- the loop ---
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                ready = self._sel.select(timeout=1.0)
+            except (OSError, ValueError):      # the selector closed under a stop
+                return
+            for key, events in ready:
+                conn = key.data
+                if conn is None:
+                    with contextlib.suppress(OSError):
+                        self._wake_r.recv(4096)
+                    self._guarded(None, self._send_later)
+                    continue
+                self._guarded(conn, self._serve_one, conn, events)
+
+    def _serve_one(self, conn: _Conn, events: int) -> None:
+        if events & selectors.EVENT_READ:
+            self._read(conn)
+        if events & selectors.EVENT_WRITE and conn.open:
+            self._flush(conn)
+
+    def _guarded(self, conn, fn, *args) -> None:
+        """fn(*args); what a rank did wrong ends that rank's connection, never the relay. A
+        connection found dead while writing to it is ended here too, after the step (ending
+        it fails the operations that wait for it, which writes to the others)."""
+        try:
+            fn(*args)
+        except wire.ProtocolError as e:
+            self._break(conn, f"it sent the relay something that is not an operation ({e})")
+        except (ConnectionError, OSError):
+            self._break(conn, "its connection ended")
+        except Exception as e:  # noqa: BLE001 - a rank's frames never stop the relay
+            self._break(conn, f"the relay could not serve it ({type(e).__name__}: {e})")
+        while self._dead:
+            dead = self._dead.pop()
+            try:
+                self._break(dead, "its connection ended")
+            except Exception:  # noqa: BLE001 - the relay goes on
+                pass
+
+    def _read(self, conn: _Conn) -> None:
+        for _ in range(64):                    # then let the other ranks be served too
+            try:
+                chunk = conn.sock.recv(max(conn.need - len(conn.inbuf), 1 << 16))
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._break(conn, "its connection ended")
+                return
+            conn.inbuf += chunk
+            while len(conn.inbuf) >= conn.need:
+                self._step(conn)
+
+    def _step(self, conn: _Conn) -> None:
+        if conn.header_len is None:
+            conn.header_len, conn.payload_len = wire.PREFIX.unpack_from(conn.inbuf)
+            wire.check_prefix(conn.header_len, conn.payload_len)
+            del conn.inbuf[:wire.PREFIX.size]
+            conn.need = conn.header_len
+        elif conn.header is None:
+            conn.header = wire.decode_header(bytes(conn.inbuf[:conn.header_len]), conn.payload_len)
+            del conn.inbuf[:conn.header_len]
+            conn.need = conn.payload_len
+        else:
+            payload = bytearray(conn.inbuf[:conn.payload_len])
+            del conn.inbuf[:conn.payload_len]
+            header = conn.header
+            conn.header_len = conn.header = None
+            conn.need = wire.PREFIX.size
+            self._handle(conn, header, wire.tensors_of(header, payload), len(payload))
+
+    def _send(self, conn: _Conn, header: dict, tensors=()) -> None:
+        if not conn.open:
+            return
+        bufs = [memoryview(b).cast("B") for b in wire.encode(header, tensors)]
+        conn.unread += sum(b.nbytes for b in bufs)
+        if conn.unread > MAX_UNREAD:
+            self._break(conn, f"it left more than {MAX_UNREAD >> 20} MB sent to it unread")
+            return
+        conn.out.extend(bufs)
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        while conn.out:
+            try:
+                n = conn.sock.send(conn.out[0])
+            except BlockingIOError:
+                break
+            except OSError:                    # it is gone: ended after this step (_guarded)
+                conn.out.clear()
+                self._dead.append(conn)
+                return
+            conn.unread -= n
+            if n < len(conn.out[0]):
+                conn.out[0] = conn.out[0][n:]
+                break
+            conn.out.popleft()
+        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.modify(conn.sock, mask, conn)
+
+    def _break(self, conn, why: str) -> None:
+        if conn is None or not conn.open:
+            return
+        conn.open = False
+        self.account.broken.setdefault(conn.rank, why)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(conn.sock)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+        self._fail_waiting_for(conn.rank)
+
+    def _gone(self, rank: int) -> str:
+        return (f"rank {rank} ended before this operation completed (its process exited or "
+                f"crashed)")
+
+    def _fail_waiting_for(self, rank: int) -> None:
+        """Operations that can no longer complete, because `rank` is gone, fail at once (as
+        gloo's do when a peer's connection closes): their ranks do not wait for the watchdog."""
+        text = self._gone(rank)
+        for key in [k for k in self._pending if rank in self._groups.get(k[0], ())]:
+            for p in self._pending.pop(key).values():
+                self._release(p)
+                self._reply_error(p, text)
+        for queues in (self._sends, self._recvs):
+            for key in [k for k, q in queues.items() if q and rank in (k[1], k[2])]:
+                while queues[key]:
+                    p = queues[key].popleft()
+                    if p.header.get("op") == "send":
+                        self._release(p)
+                    self._reply_error(p, text)
+        for name in list(self._syncs):
+            for p in self._syncs.pop(name).values():
+                self._reply_error(p, text)
+        still = []
+        for posted, check, ranks in self._flag_waits:
+            if rank in ranks:
+                self._reply_error(posted, text)
+            else:
+                still.append((posted, check, ranks))
+        self._flag_waits = still
+
+    def _ended(self, ranks) -> int | None:
+        return next((r for r in ranks if not self._conns[r].open), None)
+
+    def _reply_error(self, posted: _Posted, text: str) -> None:
+        self._send(posted.conn, {"id": posted.id, "error": text})
+
+    # --- operations ---
+
+    def _handle(self, conn: _Conn, header: dict, tensors: list, nbytes: int) -> None:
+        op = header.get("op")
+        posted = _Posted(conn, header, tensors, nbytes)
+        if op == "mark":
+            check = header.get("check")
+            conn.check = check if isinstance(check, (int, str)) and len(str(check)) < 200 else None
+            conn.phase = str(header.get("phase", ""))[:200]
+            if conn.phase == "done":
+                with self.account.lock:
+                    self.account.done[conn.rank] = conn.check
+            return
+        if op == "flag":
+            if len(self._flags) >= MAX_EVENTS:
+                raise wire.ProtocolError("too many flags")
+            self._flags.add((conn.check, conn.rank))
+            self._serve_flag_waits()
+            return
+        if not isinstance(posted.id, int):
+            raise wire.ProtocolError("an operation without a request id")
+        want = header.get("want", [])
+        if not isinstance(want, list) or len(want) > wire.MAX_TENSORS:
+            raise wire.ProtocolError("buffer specs that are not a short list")
+        for spec in want:
+            _spec_bytes(spec)
+        if op in ("sync", "same", "flags") and self._open_waits(conn) >= MAX_WAITING:
+            raise wire.ProtocolError(f"more than {MAX_WAITING} syncs open at once")
+        if op in ("sync", "same"):
+            self._sync(posted)
+        elif op == "input":
+            self._input(posted)
+        elif op == "flags":
+            ranks = header.get("ranks")
+            if not (isinstance(ranks, list) and all(type(r) is int for r in ranks)):
+                raise wire.ProtocolError("flags without ranks")
+            self._flag_waits.append((posted, conn.check, ranks))
+            self._serve_flag_waits()
+        elif op in COLLECTIVES or op in P2P:
+            try:
+                group, members = self._group(conn, header)
+                if op in P2P:
+                    self._p2p(posted, op, group, members)
+                else:
+                    self._collective(posted, op, group, members)
+            except OpError as e:
+                self._reply_error(posted, str(e))
+        else:
+            raise wire.ProtocolError(f"unknown operation {str(op)[:40]!r}")
+
+    def _group(self, conn: _Conn, header: dict):
+        key, members = header.get("g"), header.get("m")
+        if not (isinstance(key, str) and len(key) < 200 and isinstance(members, list)
+                and members and len(members) <= self.world_size
+                and all(type(m) is int and 0 <= m < self.world_size for m in members)
+                and len(set(members)) == len(members)):
+            raise wire.ProtocolError("an operation without its group")
+        if conn.rank not in members:
+            raise OpError(f"rank {conn.rank} used a group it is not a member of ({members})")
+        known = self._groups.setdefault(key, tuple(members))
+        if known != tuple(members):
+            raise OpError(f"group {key} has members {list(known)}, not {members}")
+        gone = self._ended(known)
+        if gone is not None:
+            raise OpError(self._gone(gone))
+        return key, known
+
+    def _record(self, posted: _Posted, family: str, members, peer=None, nbytes=None) -> None:
+        conn = posted.conn
+        self.account.add(conn.rank, conn.check, {
+            "family": family, "group": list(members), "peer": peer, "phase": conn.phase,
+            "bytes": posted.nbytes if nbytes is None else nbytes})
+
+    def _hold(self, posted: _Posted) -> None:
+        conn = posted.conn
+        if conn.held + posted.nbytes > MAX_HELD:
+            raise OpError(f"rank {conn.rank} posted more than {MAX_HELD >> 20} MB that no "
+                          f"rank has received yet")
+        conn.held += posted.nbytes
+
+    def _release(self, posted: _Posted) -> None:
+        posted.conn.held -= posted.nbytes
+
+    # point-to-point
+
+    def _p2p(self, posted: _Posted, op: str, group, members) -> None:
+        peer = posted.header.get("peer")
+        if type(peer) is not int or peer not in members:
+            raise OpError(f"rank {posted.conn.rank}: a {op} to or from rank {peer}, which is not "
+                          f"in the group {list(members)}")
+        if peer == posted.conn.rank:
+            raise OpError(f"rank {peer} posted a {op} to itself")
+        me = posted.conn.rank
+        if op == "send":
+            if len(posted.tensors) != 1:
+                raise wire.ProtocolError("a send of other than one tensor")
+            self._record(posted, "send", members, peer)
+            self._hold(posted)
+            self._sends[(group, me, peer)].append(posted)
+            self._match(group, me, peer)
+        else:
+            want = posted.header.get("want")
+            if not (isinstance(want, list) and len(want) == 1):
+                raise wire.ProtocolError("a receive without its buffer")
+            self._record(posted, "recv", members, peer, nbytes=_spec_bytes(want[0]))
+            self._recvs[(group, peer, me)].append(posted)
+            self._match(group, peer, me)
+
+    def _match(self, group, src: int, dst: int) -> None:
+        sends, recvs = self._sends[(group, src, dst)], self._recvs[(group, src, dst)]
+        while sends and recvs:
+            send, recv = sends.popleft(), recvs.popleft()
+            self._release(send)
+            data = send.tensors[0]
+            want = recv.header["want"][0]
+            got = wire.spec(data)
+            text = None
+            if got[0] != want[0]:
+                text = (f"dtype mismatch: rank {src} sent rank {dst} {got[0]} data, and rank "
+                        f"{dst}'s receive buffer is {want[0]}")
+            elif math.prod(got[1]) != math.prod(want[1]):
+                text = (f"rank {src} sent rank {dst} {math.prod(got[1])} elements "
+                        f"({_describe(got)}), and rank {dst}'s receive buffer holds "
+                        f"{math.prod(want[1])} ({_describe(want)})")
+            if text is not None:
+                self._send(send.conn, {"id": send.id, "error": text})
+                self._send(recv.conn, {"id": recv.id, "error": text})
+                continue
+            self._send(send.conn, {"id": send.id})
+            self._send(recv.conn, {"id": recv.id}, [data])
+
+    # collectives
+
+    def _collective(self, posted: _Posted, op: str, group, members) -> None:
+        me = posted.conn.rank
+        self._record(posted, op, members, nbytes=_contributed(op, posted))
+        self._hold(posted)
+        seq = self._seq[(group, me)]
+        self._seq[(group, me)] = seq + 1
+        parts = self._pending.setdefault((group, seq), {})
+        parts[me] = posted
+        if len(parts) < len(members):
+            return
+        del self._pending[(group, seq)]
+        ordered = [parts[m] for m in members]
+        for p in ordered:
+            self._release(p)
+        try:
+            replies = _complete(op, ordered, members)
+        except Exception as e:  # noqa: BLE001 - a part that is not what it says: all fail
+            text = str(e) if isinstance(e, OpError) else \
+                f"the ranks' {op} parts could not be combined ({type(e).__name__}: {e})"
+            for p in ordered:
+                self._reply_error(p, text)
+            return
+        for p, tensors in zip(ordered, replies):
+            self._send(p.conn, {"id": p.id}, tensors)
+
+    # a rank's own inputs, from the checker's parent (checker.inputs.Provider)
+
+    def _open_waits(self, conn: _Conn) -> int:
+        return (sum(conn.rank in arrived for arrived in self._syncs.values())
+                + sum(p.conn is conn for p, _, _ in self._flag_waits))
+
+    def _input(self, posted: _Posted) -> None:
+        if self.inputs is None:
+            self._reply_error(posted, "this launch serves no inputs")
+            return
+        try:
+            got = self.inputs.serve(posted.conn.rank, posted.header)
+        except ValueError as e:
+            self._reply_error(posted, f"input refused: {e}")
+            return
+        if not hasattr(got, "add_done_callback"):
+            self._send(posted.conn, {"id": posted.id, **got[0]}, got[1])
+            return
+
+        def done(future, posted=posted):
+            try:
+                header, tensors = future.result()
+                self._later.put((posted, {"id": posted.id, **header}, tensors))
+            except Exception as e:  # noqa: BLE001 - refused or failed: the rank is told
+                self._later.put((posted, {"id": posted.id, "error": f"input refused: {e}"}, []))
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")
+        got.add_done_callback(done)
+
+    def _send_later(self) -> None:
+        while True:
+            try:
+                posted, header, tensors = self._later.get_nowait()
+            except queue.Empty:
+                return
+            self._send(posted.conn, header, tensors)
+
+    # the harness's synchronisation: no data crosses
+
+    def _sync(self, posted: _Posted) -> None:
+        gone = self._ended(range(self.world_size))
+        if gone is not None:
+            self._reply_error(posted, self._gone(gone))
+            return
+        name = str(posted.header.get("name", ""))[:100]
+        arrived = self._syncs[name]
+        arrived[posted.conn.rank] = posted
+        if len(arrived) == self.world_size:
+            del self._syncs[name]
+            texts = {r: str(p.header.get("text", ""))[:4096] for r, p in arrived.items()}
+            for r, p in arrived.items():
+                # "same": only WHICH rank holds another text crosses, never the text itself
+                differs = next((q for q in sorted(texts) if texts[q] != texts[r]), None)
+                self._send(p.conn, {"id": p.id, "differs": differs})
+
+    def _serve_flag_waits(self) -> None:
+        still = []
+        for posted, check, ranks in self._flag_waits:
+            if all((check, r) in self._flags for r in ranks):
+                self._send(posted.conn, {"id": posted.id})
+            else:
+                still.append((posted, check, ranks))
+        self._flag_waits = still
+
+
+def _describe(spec) -> str:
+    return f"{spec[0]} {list(spec[1])}"
+
+
+def _spec_bytes(spec) -> int:
+    if not (isinstance(spec, list) and len(spec) == 2 and spec[0] in wire.DTYPES
+            and isinstance(spec[1], list) and all(type(d) is int and d >= 0 for d in spec[1])):
+        raise wire.ProtocolError("a buffer spec that is not one")
+    return wire.nbytes_of(spec)
+
+
+def _contributed(op: str, posted: _Posted) -> int:
+    """The bytes the rank-side log counts for this rank's part (see commlog.C10D): its
+    tensors, or for a broadcast's receivers and a scatter's members their buffers."""
+    if op in ("broadcast", "scatter") and not posted.tensors:
+        return sum(_spec_bytes(s) for s in posted.header.get("want", []))
+    if op == "scatter":
+        return sum(_spec_bytes(s) for s in posted.header.get("want", []))
+    return posted.nbytes
+
+
+def _reduce(op: str, tensors: list) -> torch.Tensor:
+    if op not in REDUCE_OPS:
+        raise OpError(f"reduce op {op} is not supported (use SUM, AVG, PRODUCT, MIN, MAX or a "
+                      f"bitwise op)")
+    first = tensors[0]
+    if op in ("BAND", "BOR", "BXOR") and (first.is_floating_point() or first.is_complex()):
+        raise OpError(f"reduce op {op} on a {first.dtype} tensor: bitwise ops take integers")
+    acc = first.clone()
+    for t in tensors[1:]:
+        if op in ("SUM", "AVG"):
+            acc += t
+        elif op == "PRODUCT":
+            acc *= t
+        elif op == "MIN":
+            torch.minimum(acc, t, out=acc)
+        elif op == "MAX":
+            torch.maximum(acc, t, out=acc)
+        elif op == "BAND":
+            acc &= t
+        elif op == "BOR":
+            acc |= t
+        else:
+            acc ^= t
+    if op == "AVG":
+        if acc.is_floating_point() or acc.is_complex():
+            acc /= len(tensors)
+        else:
+            acc //= len(tensors)
+    return acc
+
+
+def _same(op: str, ordered, members, what) -> None:
+    """Every member posted the same `what` (a function of a _Posted), or an OpError saying who."""
+    first = what(ordered[0])
+    for m, p in zip(members[1:], ordered[1:]):
+        mine = what(p)
+        if mine != first:
+            raise OpError(f"the ranks' {op} calls do not match: rank {members[0]} gave "
+                          f"{_explain(first)}, rank {m} gave {_explain(mine)}")
+
+
+def _explain(x) -> str:
+    if isinstance(x, tuple) and x and x[0] == "op":
+        return str(x[1])
+    if isinstance(x, list):       # tensor specs
+        return " + ".join(f"a {_describe(s)} tensor" for s in x) or "no tensor"
+    return str(x)
+
+
+def _specs(p: _Posted):
+    return [wire.spec(t) for t in p.tensors]
+
+
+def _complete(op: str, ordered: list, members) -> list:
+    """What each member gets back, in members' order."""
+    n = len(members)
+    kinds = [p.header.get("op") for p in ordered]
+    if len(set(kinds)) > 1:
+        raise OpError("the ranks' collective calls do not match: " + ", ".join(
+            f"rank {m} called {k}" for m, k in zip(members, kinds)))
+    h0 = ordered[0].header
+    if op == "barrier":
+        return [[] for _ in ordered]
+    if op in ("all_reduce", "reduce", "reduce_scatter"):
+        _same(op, ordered, members, lambda p: ("op", p.header.get("red")))
+    if op in ("broadcast", "reduce", "gather", "scatter"):
+        _same(op, ordered, members, lambda p: ("op", f"root {p.header.get('root')}"))
+        root = h0.get("root")
+        if type(root) is not int or not 0 <= root < n:
+            raise OpError(f"{op} with root {root}, not a rank of the group")
+    red = h0.get("red")
+    if op == "all_reduce":
+        _same(op, ordered, members, _specs)
+        out = [_reduce(red, [p.tensors[i] for p in ordered]) for i in range(len(h0["t"]))]
+        return [out for _ in ordered]
+    if op == "reduce":
+        _same(op, ordered, members, _specs)
+        out = [_reduce(red, [p.tensors[i] for p in ordered]) for i in range(len(h0["t"]))]
+        return [out if i == root else [] for i in range(n)]
+    if op == "all_gather":
+        _same(op, ordered, members, _specs)
+        k = len(ordered[0].tensors)
+        out = [p.tensors[j] for j in range(k) for p in ordered]
+        return [out for _ in ordered]
+    if op == "gather":
+        _same(op, ordered, members, _specs)
+        k = len(ordered[0].tensors)
+        return [[p.tensors[j] for j in range(k) for p in ordered] if i == root else []
+                for i in range(n)]
+    if op == "reduce_scatter":
+        _same(op, ordered, members, _specs)
+        k = len(ordered[0].tensors)
+        if k % n:
+            raise OpError(f"reduce_scatter with {k} input pieces on {n} ranks")
+        per = k // n           # outputs per rank; piece (j, i) at index j * n + i
+        return [[_reduce(red, [p.tensors[j * n + i] for p in ordered]) for j in range(per)]
+                for i in range(n)]
+    if op == "broadcast":
+        data = ordered[root].tensors
+        want = [p.header.get("want", []) for p in ordered]
+        for i, w in enumerate(want):
+            if i != root and [[s[0], s[1]] for s in w] != [wire.spec(t) for t in data]:
+                raise OpError(f"broadcast from rank {members[root]}: it sends "
+                              f"{[_describe(wire.spec(t)) for t in data]}, rank {members[i]}'s "
+                              f"buffer is {[_describe(s) for s in w]} (the same shape and dtype "
+                              f"on every rank)")
+        return [[] if i == root else data for i in range(n)]
+    if op == "scatter":
+        pieces = ordered[root].tensors
+        if len(pieces) != n:
+            raise OpError(f"scatter from rank {members[root]} of {len(pieces)} pieces to {n} ranks")
+        for i, p in enumerate(ordered):
+            w = p.header.get("want", [])
+            if len(w) != 1 or [w[0][0], w[0][1]] != wire.spec(pieces[i]):
+                raise OpError(f"scatter from rank {members[root]}: rank {members[i]}'s piece is "
+                              f"{_describe(wire.spec(pieces[i]))}, its buffer "
+                              f"{[_describe(s) for s in w]}")
+        return [[pieces[i]] for i in range(n)]
+    if op == "all_to_all":
+        for p in ordered:
+            if len(p.tensors) != n or len(p.header.get("want", [])) != n:
+                raise OpError(f"all_to_all: rank {p.conn.rank} gave {len(p.tensors)} pieces for "
+                              f"{n} ranks")
+        out = []
+        for i, p in enumerate(ordered):
+            got = []
+            for j, q in enumerate(ordered):
+                piece, w = q.tensors[i], p.header["want"][j]
+                if wire.spec(piece)[0] != w[0] or math.prod(wire.spec(piece)[1]) != math.prod(w[1]):
+                    raise OpError(f"all_to_all: rank {members[j]} sends rank {members[i]} "
+                                  f"{_describe(wire.spec(piece))}, which expects {_describe(w)}")
+                got.append(piece)
+            out.append(got)
+        return out
+    raise OpError(f"unknown collective {op}")
