@@ -134,7 +134,7 @@ def test_inputs_are_served_to_their_owner_only(relay):
     asked = []
 
     class Inputs:
-        def serve(self, rank, request):
+        def serve(self, rank, request, check):
             asked.append((rank, request["owner"]))
             if rank not in request["owner"]:
                 raise ValueError("a rank gets only its own")
@@ -200,3 +200,43 @@ def test_the_relay_survives_ranks_that_die_together(relay):
     b.post({"op": "sync", "name": "done 0"})
     assert "ended" in b.reply()[0]["error"]
     assert r._thread.is_alive() and set(r.account.broken) == {0, 2}
+
+
+def mark(rank, check, phase="setup"):
+    rank.sock.sendall(b"".join(wire.encode({"op": "mark", "check": check, "phase": phase})))
+
+
+def test_a_rank_names_its_checks_in_order_and_uses_each_harness_operation_once():
+    """A rank's marks say which check its traffic is counted in: never back (its traffic
+    could be moved into a check already judged), and the harness's synchronisation once a
+    check (it carries no data: used again and again, its timing would)."""
+    r = server.Relay(2, checks=3).start()
+    try:
+        a, b = (FakeRank(s, i) for i, s in enumerate(r.rank_ends()))
+        mark(a, 1)
+        mark(b, 1)
+        a.post({"op": "flag"})
+        a.post({"op": "flag"})
+        b.post({"op": "sync", "name": "done 1"})
+        assert "ended" in b.reply()[0]["error"] and "a second flag" in r.account.broken[0]
+        mark(b, 0)
+        b.sock.settimeout(2)
+        assert b.sock.recv(1) == b""
+        assert "a mark of check 0 after check 1" in r.account.broken[1]
+    finally:
+        r.stop(drain=0)
+
+
+def test_settle_reads_what_a_rank_wrote_before_it(relay):
+    r, (a, b) = relay(2)
+    mark(a, 0)
+    for _ in range(200):
+        a.post({"op": "send", "peer": 1, **GROUP}, [torch.zeros(64)])
+    assert r.settle()
+    assert len(r.account.of(0, 0)) == 200
+
+
+def test_a_log_claiming_torchs_ddp_is_not_taken_on_its_word():
+    log = [event("DistributedDataParallel", "library", phase="init", nbytes=0)]
+    _, differs, phase = audit.verify(log, [op("all_gather", 64)])
+    assert "communicates in C++, where the log cannot follow it" in differs and phase == "init"

@@ -54,10 +54,11 @@ def verify(events: list, carried: list) -> tuple[list, str | None, str]:
     """(the log with the relay's bytes and peers, None, "") when the two agree, else (events,
     what differs, in which phase). `events`: the rank's logged calls (commlog.Event dicts),
     `carried`: the relay's operations for that rank and check, both in the order made."""
-    if any(e.get("family") == "library" for e in events):
-        return events, None, ""  # torch's DDP: its reducer is refused by rule, by name
     verified, j = [], 0
     for i, e in enumerate(events):
+        if e.get("family") == "library":   # torch's DDP: its reducer's calls are not logged
+            return events, (f"{e.get('kind')} (at {e.get('where', '?')}) communicates in C++, "
+                            f"where the log cannot follow it"), e.get("phase", "")
         families, low, high = _slot(e)
         taken = []
         while j < len(carried) and len(taken) < high and carried[j]["family"] in families:

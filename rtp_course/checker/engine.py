@@ -427,8 +427,9 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
 
 def _judging(todo, ws, rundir: Path, expect, judged: dict, relay=None):
     """Judge each check as soon as every rank has written its result (its status says "done"
-    or a later check) and the relay has all its traffic, while the ranks go on: reading and
-    comparing results took the parent 4 s of the public suite with the ranks idle.
+    or a later check), while the ranks go on: reading and comparing results took the parent
+    4 s of the public suite with the ranks idle. The relay first reads what the ranks have
+    sent (`settle`): everything a result depends on was sent before it was written.
     `judged`: {check id: (outcomes, Result)}."""
     def on_change(statuses):
         finished = min(((st or {}).get("index", -1) + ((st or {}).get("phase") == "done")
@@ -436,11 +437,9 @@ def _judging(todo, ws, rundir: Path, expect, judged: dict, relay=None):
         for i, check in enumerate(todo[:max(finished, 0)]):
             if check.id in judged:
                 continue
-            if relay is not None and not relay.account.complete(i, ws):
-                return
             try:
                 outcomes = _load_outcomes(rundir, check.id, ws)
-                if outcomes is None:
+                if outcomes is None or (relay is not None and not relay.settle()):
                     return
                 _attach_account(outcomes, relay, i)
                 judged[check.id] = (outcomes, _judge(check, ws, outcomes, expect))
@@ -507,8 +506,8 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
         failure, judged = None, {}
         # On CPU every byte between the ranks crosses the relay (runtime/relay), which keeps
         # the account of it; NCCL ranks talk to each other directly.
-        relay = Relay(ws, inputs.Provider(ws, todo, expect.urgent if expect else _now)).start() \
-            if backend == "gloo" else None
+        relay = Relay(ws, inputs.Provider(ws, todo, expect.urgent if expect else _now),
+                      checks=len(todo)).start() if backend == "gloo" else None
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
                              tick and (lambda i, base=len(results): tick(base + i)),
                              _judging(todo, ws, rundir, expect, judged, relay))
@@ -655,7 +654,8 @@ def _expectation(check, ws):
 
 
 def _compute_expectation(check, ws):
-    return check.expected(ws), check.comm_rules(ws)
+    with inputs.scope(check.id):          # the ranks' own data of this check (checker.inputs)
+        return check.expected(ws), check.comm_rules(ws)
 
 
 class _Expectations:

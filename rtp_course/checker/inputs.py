@@ -25,6 +25,7 @@ a rank, whatever code was loaded there.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -157,8 +158,35 @@ def seed(base: int, owner=None) -> int:
         key = _rank_keys[label]
     else:
         key = owner_key(owner)
-    digest = hmac.new(key, b"seed %d" % base, hashlib.sha256).digest()
+    message = (b"seed %d" % base) + (b" of " + _scope.check.encode() if _scope.check else b"")
+    digest = hmac.new(key, message, hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "little") >> 1     # a non-negative int64
+
+
+# Whose check a draw belongs to: a rank's own data differs from check to check, so what a
+# rank is given (or asks for) in one check is no use in another. Per thread: the parent
+# computes expected values in one thread and serves the ranks' requests in another.
+class _Scope(threading.local):
+    check = ""
+
+
+_scope = _Scope()
+
+
+@contextlib.contextmanager
+def scope(check_id: str):
+    """Draws inside are check `check_id`'s (the parent's expected values, a request served)."""
+    before = getattr(_scope, "check", "")
+    _scope.check = check_id
+    try:
+        yield
+    finally:
+        _scope.check = before
+
+
+def enter_check(check_id: str) -> None:
+    """In a rank that draws its own data (NCCL: it holds its keys): the check it is in now."""
+    _scope.check = check_id
 
 
 # --- the parent's side of a relay launch: each rank's own inputs, on its request ---
@@ -178,11 +206,18 @@ class Provider:
 
     def __init__(self, world_size: int, checks: list, urgent):
         self.world_size, self.urgent = world_size, urgent
-        self.checks = {c.id: c for c in checks}
+        self.order = list(checks)              # the launch's checks, by the index ranks run them
         self.served, self.building = {}, {}
 
-    def serve(self, rank: int, request: dict):
-        """(reply header, tensors), or a concurrent Future of them; ValueError: refused."""
+    def serve(self, rank: int, request: dict, index):
+        """(reply header, tensors), or a concurrent Future of them, of the check at `index`
+        of the launch (the one the asking rank is in); ValueError: refused."""
+        if type(index) is not int or not 0 <= index < len(self.order):
+            raise ValueError("inputs are served inside a check")
+        with scope(self.order[index].id):
+            return self._serve(rank, request, self.order[index])
+
+    def _serve(self, rank: int, request: dict, current):
         from rtp_course.checker import common
         owner = request.get("owner")
         if not (isinstance(owner, list) and owner and len(owner) <= self.world_size
@@ -218,10 +253,9 @@ class Provider:
             self._charge(rank, t.numel() * t.element_size())
             return {}, [t]
         if what == "module":
-            check = self.checks.get(request.get("check"))
-            builder = request.get("builder")
-            if check is None or builder not in type(check).owned:
-                raise ValueError(f"no check of this run builds {str(builder)[:40]!r}")
+            check, builder = current, request.get("builder")
+            if request.get("check") != check.id or builder not in type(check).owned:
+                raise ValueError(f"check {check.id} builds no {str(builder)[:40]!r}")
             kind = getattr(torch, str(request.get("dtype")), None)
             if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
                 raise ValueError("a module's dtype is a floating dtype")
@@ -236,7 +270,7 @@ class Provider:
 
     def _module(self, rank, check, builder, base, owner, dtype):
         from rtp_course.checker import common
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), scope(check.id):
             module = common.owned_module(check, builder, base, owner, dtype)
         state = module.state_dict()
         tensors = [t.detach().contiguous() for t in state.values()]

@@ -224,6 +224,14 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 return Result(**base, status="failed", rank=rank, phase=phase, key=key,
                               message=f"rank {rank}, {key} {msg}",
                               hint=_hint(check, key, details), details=details)
+    for rank in sorted(outcomes):   # a rule that refuses a library by name, before the audit
+        mine = rules.get(rank, []) if isinstance(rules, dict) else rules
+        bad = check_comm([r for r in mine if r.kind in LIBRARIES], outcomes[rank]["events"])
+        if bad:
+            rule, msg = bad
+            return Result(**base, status="failed", rank=rank, phase=rule.phase,
+                          key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
+                          hint=check.quoting_rule(rule.hint))
     for rank in sorted(outcomes):
         events, differs, phase = _verified(outcomes[rank])
         if differs:
@@ -239,6 +247,9 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=check.quoting_rule(rule.hint))
     return Result(**base, status="passed")
+
+
+LIBRARIES = ("DistributedDataParallel",)   # torch wrappers commlog logs by their construction
 
 
 def _verified(outcome: dict) -> tuple[list, str | None, str]:

@@ -378,6 +378,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             for i, cid in enumerate(job["check_ids"]):
                 check = checks[cid]
                 meeting.start(i)
+                inputs.enter_check(cid)      # its own data differs from check to check
                 status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
                               sent_to={}, recv_from={}, unwaited_to={})
                 groups_before = set(c10d._world.pg_map)

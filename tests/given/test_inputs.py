@@ -48,3 +48,15 @@ def test_forget_zeroes_the_master_in_place(fresh_parent):
     key = inputs._master_key()
     inputs.forget()
     assert key == bytearray(32) and inputs._master is None
+
+
+def test_a_ranks_data_differs_from_check_to_check(fresh_parent):
+    """What a rank is given in one check is no use in another: the same seed and owner draw
+    other values in each check (checker.inputs.scope)."""
+    with inputs.scope("comm.AllReduce"):
+        first, again = randn(5, 3, owner=1), randn(5, 3, owner=1)
+    with inputs.scope("comm.AllGather"):
+        other = randn(5, 3, owner=1)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    with inputs.scope("comm.AllReduce"):
+        assert torch.equal(randn(5, 3), randn(5, 3))     # shared data is every check's

@@ -19,17 +19,21 @@ One thread of the launcher serves one launch: it holds its end of each rank's so
 Everything a rank sends is validated as data before it is used (wire.py); a rank that
 breaks the protocol loses its connection (and fails), the others go on. What the relay
 keeps for a rank is bounded (MAX_HELD bytes posted and not received, MAX_UNREAD sent and
-not read, MAX_EVENTS operations a check, MAX_WAITING open syncs), so no rank can fill the
-grader's memory.
+not read, MAX_EVENTS operations, MAX_WAITING open syncs), so no rank can fill the grader's
+memory.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
+import fcntl
+import itertools
 import math
 import queue
 import selectors
 import socket
+import struct
+import termios
 import threading
 import time
 
@@ -39,11 +43,13 @@ from rtp_course.runtime.relay import wire
 
 MAX_HELD = 256 << 20        # bytes a rank may have posted that are not delivered yet
 MAX_UNREAD = 256 << 20      # bytes sent to a rank that it has not read yet
-MAX_EVENTS = 100_000        # operations a rank may post in one check (the checks post hundreds)
+MAX_EVENTS = 200_000        # operations a rank may post in a launch (all checks: thousands)
 MAX_WAITING = 64            # syncs and flag waits a rank may have open at once
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather",
                "scatter", "all_to_all", "barrier")
 P2P = ("send", "recv")
+HARNESS = ("sync", "same", "flag", "flags")   # once per check and rank: they carry no data,
+                                              # and a rank must not make them a channel
 REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 
 
@@ -60,28 +66,19 @@ class Account:
     def __init__(self):
         self.events: dict = collections.defaultdict(list)
         self.broken: dict = {}             # rank -> why its connection was ended
-        self.done: dict = {}               # rank -> the last check it said it was done with
+        self.total: collections.Counter = collections.Counter()   # rank -> operations
         self.lock = threading.Lock()
 
     def add(self, rank: int, check, event: dict) -> None:
         with self.lock:
-            events = self.events[(rank, check)]
-            if len(events) >= MAX_EVENTS:
-                raise OpError(f"rank {rank} posted more than {MAX_EVENTS} operations in one "
-                              f"check")
-            events.append(event)
+            if self.total[rank] >= MAX_EVENTS:
+                raise OpError(f"rank {rank} posted more than {MAX_EVENTS} operations")
+            self.total[rank] += 1
+            self.events[(rank, check)].append(event)
 
     def of(self, rank: int, check) -> list:
         with self.lock:
             return list(self.events.get((rank, check), ()))
-
-    def complete(self, check: int, world_size: int) -> bool:
-        """Whether every rank's traffic of `check` is in: it said it was done with the check
-        (what it posted before that has been read), or its connection has ended."""
-        with self.lock:
-            return all(r in self.broken or (type(self.done.get(r)) is int
-                                            and self.done[r] >= check)
-                       for r in range(world_size))
 
 
 class _Conn:
@@ -96,6 +93,7 @@ class _Conn:
         self.check = None                      # the check and phase it says it is in
         self.phase = ""
         self.held = 0                          # bytes posted and not delivered
+        self.harness = set()                   # (harness operation, check) it has used
         self.open = True
 
 
@@ -109,10 +107,12 @@ class _Posted:
 
 class Relay:
     """`inputs`: what serves the ranks' requests for their own inputs (checker.inputs.Provider:
-    `serve(rank, request)` -> (header, tensors) or a Future of them; ValueError refuses)."""
+    `serve(rank, request, check)` -> (header, tensors) or a Future of them; ValueError
+    refuses). `checks`: how many checks the launch runs: a rank's marks then name them in
+    order (0, 1, ...; never back), and in each it may use each harness operation once."""
 
-    def __init__(self, world_size: int, inputs=None):
-        self.world_size, self.inputs = world_size, inputs
+    def __init__(self, world_size: int, inputs=None, checks: int | None = None):
+        self.world_size, self.inputs, self.checks = world_size, inputs, checks
         self.account = Account()
         self._later = queue.SimpleQueue()      # replies made in other threads (a Future's)
         pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(world_size)]
@@ -154,6 +154,17 @@ class Relay:
         for s in self._rank_ends:
             with contextlib.suppress(OSError):
                 s.close()
+
+    def settle(self, timeout: float = 5.0) -> bool:
+        """Read what the ranks have written so far, all of it, before answering: a rank whose
+        result file the caller has just read sent every operation that result depends on
+        before writing it, so the account then holds them (whatever the rank says of where
+        its check ends). False if the relay did not answer in time."""
+        done = threading.Event()
+        self._later.put(("settle", done))
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+        return done.wait(timeout)
 
     def stop(self, drain: float = 2.0) -> None:
         """End the relay, once it has read what the ranks wrote before their connections
@@ -217,12 +228,19 @@ class Relay:
             except Exception:  # noqa: BLE001 - the relay goes on
                 pass
 
-    def _read(self, conn: _Conn) -> None:
-        for _ in range(64):                    # then let the other ranks be served too
+    def _read(self, conn: _Conn, all_of_it: bool = False) -> None:
+        """What the rank wrote: a few chunks (then the others are served), or `all_of_it`,
+        every byte already waiting when this began (not what it keeps writing after)."""
+        waiting = _unread(conn.sock) if all_of_it else None
+        for _ in itertools.count() if all_of_it else range(64):
+            if waiting is not None and waiting <= 0:
+                return
             try:
                 chunk = conn.sock.recv(max(conn.need - len(conn.inbuf), 1 << 16))
             except BlockingIOError:
                 return
+            if waiting is not None:
+                waiting -= len(chunk)
             if not chunk:
                 self._break(conn, "its connection ended")
                 return
@@ -332,15 +350,20 @@ class Relay:
         posted = _Posted(conn, header, tensors, nbytes)
         if op == "mark":
             check = header.get("check")
+            if self.checks is not None and not (
+                    type(check) is int and 0 <= check < self.checks
+                    and (conn.check is None or check >= conn.check)):
+                raise wire.ProtocolError(f"a mark of check {str(check)[:20]} after check "
+                                         f"{conn.check}")
             conn.check = check if isinstance(check, (int, str)) and len(str(check)) < 200 else None
             conn.phase = str(header.get("phase", ""))[:200]
-            if conn.phase == "done":
-                with self.account.lock:
-                    self.account.done[conn.rank] = conn.check
             return
+        if op in HARNESS and self.checks is not None:
+            used = (op, conn.check)
+            if used in conn.harness:
+                raise wire.ProtocolError(f"a second {op} in check {conn.check}")
+            conn.harness.add(used)
         if op == "flag":
-            if len(self._flags) >= MAX_EVENTS:
-                raise wire.ProtocolError("too many flags")
             self._flags.add((conn.check, conn.rank))
             self._serve_flag_waits()
             return
@@ -494,7 +517,7 @@ class Relay:
             self._reply_error(posted, "this launch serves no inputs")
             return
         try:
-            got = self.inputs.serve(posted.conn.rank, posted.header)
+            got = self.inputs.serve(posted.conn.rank, posted.header, posted.conn.check)
         except ValueError as e:
             self._reply_error(posted, f"input refused: {e}")
             return
@@ -515,9 +538,16 @@ class Relay:
     def _send_later(self) -> None:
         while True:
             try:
-                posted, header, tensors = self._later.get_nowait()
+                item = self._later.get_nowait()
             except queue.Empty:
                 return
+            if item[0] == "settle":
+                for conn in self._conns:
+                    if conn.open:
+                        self._guarded(conn, self._read, conn, True)
+                item[1].set()
+                continue
+            posted, header, tensors = item
             self._send(posted.conn, header, tensors)
 
     # the harness's synchronisation: no data crosses
@@ -546,6 +576,14 @@ class Relay:
             else:
                 still.append((posted, check, ranks))
         self._flag_waits = still
+
+
+def _unread(sock) -> int:
+    """Bytes waiting in `sock` to be read."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
 
 
 def _describe(spec) -> str:
