@@ -101,8 +101,7 @@ class _Link:
             self.waiting[rid] = req
             if self.gone is None:
                 try:
-                    for buf in wire.encode(header, tensors):
-                        self.sock.sendall(buf)
+                    wire.send(self.sock, wire.encode(header, tensors))
                 except (OSError, ValueError) as e:
                     self.waiting.pop(rid, None)
                     if isinstance(e, ValueError):
@@ -115,8 +114,7 @@ class _Link:
     def tell(self, header: dict) -> None:
         """A frame that wants no reply."""
         with self.write_lock, contextlib.suppress(OSError):
-            for buf in wire.encode(header):
-                self.sock.sendall(buf)
+            wire.send(self.sock, wire.encode(header))
 
     def _lost(self, why: str) -> None:
         self.gone = self.gone or why
@@ -126,9 +124,10 @@ class _Link:
                 req.finish(error=self.gone)
 
     def _receive(self) -> None:
+        stream = self.sock.makefile("rb", buffering=1 << 16)     # few system calls a frame
         while True:
             try:
-                header, payload = wire.read_frame(self.sock)
+                header, payload = wire.read_frame(stream)
             except (EOFError, OSError, ValueError) as e:
                 self._lost(f"the relay is gone ({e})")
                 return

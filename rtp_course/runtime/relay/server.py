@@ -94,6 +94,7 @@ class _Conn:
         self.phase = ""
         self.held = 0                          # bytes posted and not delivered
         self.harness = set()                   # (harness operation, check) it has used
+        self.mask = selectors.EVENT_READ       # what the selector watches it for
         self.open = True
 
 
@@ -278,23 +279,29 @@ class Relay:
         self._flush(conn)
 
     def _flush(self, conn: _Conn) -> None:
+        """Write what is queued for `conn`, as much as its socket takes now (one system call
+        for many buffers: a frame is three)."""
         while conn.out:
             try:
-                n = conn.sock.send(conn.out[0])
+                sent = conn.sock.sendmsg(list(itertools.islice(conn.out, 64)))
             except BlockingIOError:
                 break
             except OSError:                    # it is gone: ended after this step (_guarded)
                 conn.out.clear()
                 self._dead.append(conn)
                 return
-            conn.unread -= n
-            if n < len(conn.out[0]):
-                conn.out[0] = conn.out[0][n:]
+            conn.unread -= sent
+            while conn.out and sent >= conn.out[0].nbytes:
+                sent -= conn.out[0].nbytes
+                conn.out.popleft()
+            if sent:
+                conn.out[0] = conn.out[0][sent:]
                 break
-            conn.out.popleft()
         mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        with contextlib.suppress(KeyError, ValueError):
-            self._sel.modify(conn.sock, mask, conn)
+        if mask != conn.mask:                  # (a system call: only when it changes)
+            conn.mask = mask
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.modify(conn.sock, mask, conn)
 
     def _break(self, conn, why: str) -> None:
         if conn is None or not conn.open:

@@ -113,21 +113,34 @@ def tensors_of(header: dict, payload) -> list[torch.Tensor]:
     return out
 
 
-def read_exact(sock, n: int) -> bytearray:
-    """n bytes from a blocking socket, or EOFError when it closes first."""
+def send(sock, buffers) -> None:
+    """A frame's buffers to a blocking socket, in one system call where it takes them all."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        sent = sock.sendmsg(views)
+        while views and sent >= views[0].nbytes:
+            sent -= views[0].nbytes
+            views.pop(0)
+        if views and sent:
+            views[0] = views[0][sent:]
+
+
+def read_exact(stream, n: int) -> bytearray:
+    """n bytes from a blocking binary stream (a socket's makefile), or EOFError when it
+    closes first."""
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
+        k = stream.readinto(view[got:])
+        if not k:
             raise EOFError("the relay closed the connection")
         got += k
     return buf
 
 
-def read_frame(sock) -> tuple[dict, bytearray]:
-    """One frame from a blocking socket (the rank's side: it trusts the relay)."""
-    header_len, payload_len = PREFIX.unpack(read_exact(sock, PREFIX.size))
+def read_frame(stream) -> tuple[dict, bytearray]:
+    """One frame from a blocking binary stream (the rank's side: it trusts the relay)."""
+    header_len, payload_len = PREFIX.unpack(read_exact(stream, PREFIX.size))
     check_prefix(header_len, payload_len)
-    header = decode_header(bytes(read_exact(sock, header_len)), payload_len)
-    return header, read_exact(sock, payload_len)
+    header = decode_header(bytes(read_exact(stream, header_len)), payload_len)
+    return header, read_exact(stream, payload_len)
