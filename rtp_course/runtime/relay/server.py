@@ -137,6 +137,7 @@ class Relay:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._stop = False
         self._dead: list = []                  # connections found dead while writing to them
+        self._pending_out: set = set()         # connections with replies queued this round
         self._thread = threading.Thread(target=self._serve, name="relay", daemon=True)
 
     # --- the launcher's side ---
@@ -203,6 +204,15 @@ class Relay:
                     self._guarded(None, self._send_later)
                     continue
                 self._guarded(conn, self._serve_one, conn, events)
+            self._flush_all()
+
+    def _flush_all(self) -> None:
+        """Write what this round of the loop queued: the replies to one rank go out together
+        (a rotation's send and receive complete at once), in one system call."""
+        while self._pending_out:
+            conn = self._pending_out.pop()
+            if conn.open:
+                self._guarded(conn, self._flush, conn)
 
     def _serve_one(self, conn: _Conn, events: int) -> None:
         if events & selectors.EVENT_READ:
@@ -276,7 +286,7 @@ class Relay:
             self._break(conn, f"it left more than {MAX_UNREAD >> 20} MB sent to it unread")
             return
         conn.out.extend(bufs)
-        self._flush(conn)
+        self._pending_out.add(conn)            # written at the end of this round (_flush_all)
 
     def _flush(self, conn: _Conn) -> None:
         """Write what is queued for `conn`, as much as its socket takes now (one system call
