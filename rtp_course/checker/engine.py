@@ -27,6 +27,7 @@ from rtp_course.checker.verdict import Result, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import output, reaper
+from rtp_course.runtime.relay import supported as relay_supported
 from rtp_course.runtime.relay.server import Relay
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
                                          died_how, launch, stderr_tail, validate)
@@ -500,14 +501,15 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    memory_cap_mb=int(os.environ.get("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
-        if backend != "gloo":       # a relay rank asks the parent for its inputs instead
+        relayed = backend == "gloo" and relay_supported()
+        if not relayed:             # a relay rank asks the parent for its inputs instead
             inputs.write_rank_keys(rundir, ws)
         deadline = sum(budgets.limit(c)[0] for c in todo) + STARTUP + 60   # the watchdog's backstop
         failure, judged = None, {}
         # On CPU every byte between the ranks crosses the relay (runtime/relay), which keeps
         # the account of it; NCCL ranks talk to each other directly.
         relay = Relay(ws, inputs.Provider(ws, todo, expect.urgent if expect else _now),
-                      checks=len(todo)).start() if backend == "gloo" else None
+                      checks=len(todo)).start() if relayed else None
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
                              tick and (lambda i, base=len(results): tick(base + i)),
                              _judging(todo, ws, rundir, expect, judged, relay))
@@ -542,6 +544,8 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
             seen[check.id] = outcomes
             done += 1
         confinement = _read_json(rundir / "confinement.0.json") or {}
+        if relay is not None and confinement.get("describe"):
+            confinement["describe"] += ", its ranks linked only through the relay"
         if isinstance(failure, _Stuck) and failure.check_id.startswith("import:"):
             module = failure.check_id.split(":", 1)[1]
             message = _import_hang_message(module, failure, impl_dir)

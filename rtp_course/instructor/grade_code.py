@@ -175,6 +175,13 @@ def cli_grade(args) -> int:
     from rtp_course.instructor import grading_dir
     from rtp_course.instructor.manifest import AlteredGrader, verify
     course = grading_dir()
+    from rtp_course.runtime import relay
+    if not relay.supported():
+        import torch
+        print(f"rtp-course grade: warning: torch {torch.__version__} cannot run the checker's "
+              f"relay (torch 2.7 or newer can): the submissions' ranks will talk over gloo, and "
+              f"what a rank logs of its communication is then its own word (docs/INSTRUCTORS.md)",
+              file=sys.stderr)
     try:
         verify(course)
         if args.array_task is not None:          # inside a task of `--slurm`'s job array

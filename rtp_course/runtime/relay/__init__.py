@@ -19,3 +19,17 @@ and keeps the account of what each rank sent and received (`server.Account`). So
 Frames are a fixed header, JSON text and raw tensor bytes (`wire`): nothing a rank sends
 is unpickled, and every size is bounded before anything is allocated.
 """
+
+import torch as _torch
+
+# The relay's process group is written in Python, and torch's C++ (the functional
+# collectives, DTensor, torch's own DDP) waits on its handles: torch calls a Python handle's
+# wait() from C++ only from this version on (2.6 blocks for ever there).
+MIN_TORCH = (2, 7)
+
+
+def supported() -> bool:
+    """Whether this torch can run checker ranks through the relay (else they use gloo, as
+    before the relay: their logs are then their own word)."""
+    version = tuple(int(p) for p in _torch.__version__.split("+")[0].split(".")[:2])
+    return version >= MIN_TORCH
