@@ -64,14 +64,20 @@ def test_an_all_reduce_is_summed_and_accounted(relay):
                                    "phase": "forward", "bytes": 8}]
 
 
-def test_mismatched_collectives_fail_every_member_with_what_differs(relay):
-    _, (a, b) = relay(2)
+def test_mismatched_collectives_fail_every_member_and_the_report_says_how(relay):
+    """A rank learns THAT the ranks' calls differ, never what another rank posted (that would
+    carry data from rank to rank); the account keeps it for the report."""
+    r, (a, b) = relay(2)
     a.post({"op": "all_reduce", "red": "SUM", **GROUP}, [torch.zeros(3)])
     b.post({"op": "all_reduce", "red": "SUM", **GROUP}, [torch.zeros(4)])
     for rank in (a, b):
         header, _ = rank.reply()
-        assert header["error"] == ("the ranks' all_reduce calls do not match: rank 0 gave a "
-                                   "float32 [3] tensor, rank 1 gave a float32 [4] tensor")
+        assert header["error"] == "the ranks' all_reduce calls do not match (relay note 1)"
+    assert r.account.notes[1] == "rank 0 gave a float32 [3] tensor, rank 1 gave a float32 [4] tensor"
+    from rtp_course.checker.verdict import _noted
+    assert _noted(header["error"], r.account.notes) == (
+        "the ranks' all_reduce calls do not match: rank 0 gave a float32 [3] tensor, rank 1 "
+        "gave a float32 [4] tensor")
 
 
 def test_a_send_completes_when_its_receive_is_posted(relay):
@@ -85,11 +91,13 @@ def test_a_send_completes_when_its_receive_is_posted(relay):
 
 
 def test_a_receive_of_another_size_is_named(relay):
-    _, (a, b) = relay(2)
+    r, (a, b) = relay(2)
     a.post({"op": "send", "peer": 1, **GROUP}, [torch.zeros(18, dtype=torch.float64)])
     b.post({"op": "recv", "peer": 0, "want": [["float64", [36]]], **GROUP})
-    assert b.reply()[0]["error"] == ("rank 0 sent rank 1 18 elements (float64 [18]), and rank "
-                                     "1's receive buffer holds 36 (float64 [36])")
+    told = b.reply()[0]["error"]
+    assert told == "a send and its receive buffer differ in size (relay note 1)"
+    assert r.account.notes[1] == ("rank 0 sent rank 1 18 elements (float64 [18]), and rank 1's "
+                                  "receive buffer holds 36 (float64 [36])")
 
 
 def test_garbage_ends_that_rank_and_fails_what_waits_for_it(relay):

@@ -465,9 +465,11 @@ def _attach_account(outcomes: dict, relay, index: int) -> None:
     first check (at import) counts toward the first."""
     if relay is None:
         return
+    notes = dict(relay.account.notes)
     for r, o in outcomes.items():
         o["carried"] = (relay.account.of(r, None) + relay.account.of(r, -1) if index == 0
                         else []) + relay.account.of(r, index)
+        o["relay_notes"] = notes
 
 
 def _over_budget(check, ws, budgets: "_Budgets") -> Result:
@@ -558,7 +560,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
             #         in that check left): the checks that remain run in a new group
         elif done < len(todo):
             broken = todo[done]
-            results.append(_diagnose(broken, ws, rundir, failure))
+            results.append(_diagnose(broken, ws, rundir, failure, relay))
             done += 1
             over = [c for c in todo[done:] if budgets.spent(c)]
             results += [_over_budget(c, ws, budgets) for c in over]
@@ -751,10 +753,13 @@ def _crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
     return "the process was killed from outside or by the system (out of memory?)"
 
 
-def _diagnose(check, ws, rundir: Path, failure) -> Result:
+def _diagnose(check, ws, rundir: Path, failure, relay=None) -> Result:
     """The check during which the group ended early."""
     partial = {r: o for r in range(ws)
                if (o := _load_outcome(rundir / f"result.{check.id}.{r}.pt", r)) is not None}
+    if relay is not None:
+        for o in partial.values():
+            o["relay_notes"] = dict(relay.account.notes)
     for status in ("notimpl", "error"):  # the rank that failed first explains the rest
         for r, o in sorted(partial.items()):
             if o["status"] == status:

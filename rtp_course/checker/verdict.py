@@ -1,6 +1,7 @@
 """Judge what the ranks observed against what the serial model says. Runs in the parent only."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -189,6 +190,8 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                                                     outcomes[q].get("type") == "MalformedResult",
                                                     q)):
             o = outcomes[rank]
+            if o["status"] == status and o.get("relay_notes"):
+                o = dict(o, message=_noted(o.get("message", ""), o["relay_notes"]))
             if o["status"] == status:
                 if status == "notimpl":
                     return Result(**base, status="notimpl", rank=rank, phase=o.get("phase", ""),
@@ -247,6 +250,16 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=check.quoting_rule(rule.hint))
     return Result(**base, status="passed")
+
+
+_NOTE = re.compile(r" \(relay note (\d+)\)")
+
+
+def _noted(message: str, notes: dict) -> str:
+    """A rank's error with the relay's whole text in place of its note: what the other ranks
+    posted, which the rank itself was never told (runtime/relay/server.OpError)."""
+    return _NOTE.sub(lambda m: f": {notes[int(m.group(1))]}" if int(m.group(1)) in notes
+                     else "", message)
 
 
 LIBRARIES = ("DistributedDataParallel",)   # torch wrappers commlog logs by their construction

@@ -54,7 +54,13 @@ REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
 
 
 class OpError(Exception):
-    """An operation the ranks cannot complete together (the message goes to each of them)."""
+    """An operation the ranks cannot complete together. With `said`, the message details
+    other ranks' parts: the ranks are told only `said` and a note's number (what one rank
+    posted never reaches another, not even in an error), the report "said: message"."""
+
+    def __init__(self, message: str, said: str | None = None):
+        super().__init__(message)
+        self.said = said
 
 
 class Account:
@@ -67,7 +73,15 @@ class Account:
         self.events: dict = collections.defaultdict(list)
         self.broken: dict = {}             # rank -> why its connection was ended
         self.total: collections.Counter = collections.Counter()   # rank -> operations
+        self.notes: dict = {}              # n -> an error's whole text (a rank got "relay note n")
         self.lock = threading.Lock()
+
+    def note(self, text: str) -> str:
+        """A reference the ranks may see to `text`, which only the report shows."""
+        with self.lock:
+            n = len(self.notes) + 1
+            self.notes[n] = text
+        return f"(relay note {n})"
 
     def add(self, rank: int, check, event: dict) -> None:
         with self.lock:
@@ -357,6 +371,9 @@ class Relay:
     def _ended(self, ranks) -> int | None:
         return next((r for r in ranks if not self._conns[r].open), None)
 
+    def _told(self, e: OpError) -> str:
+        return str(e) if e.said is None else f"{e.said} {self.account.note(str(e))}"
+
     def _reply_error(self, posted: _Posted, text: str) -> None:
         self._send(posted.conn, {"id": posted.id, "error": text})
 
@@ -411,7 +428,7 @@ class Relay:
                 else:
                     self._collective(posted, op, group, members)
             except OpError as e:
-                self._reply_error(posted, str(e))
+                self._reply_error(posted, self._told(e))
         else:
             raise wire.ProtocolError(f"unknown operation {str(op)[:40]!r}")
 
@@ -426,7 +443,8 @@ class Relay:
             raise OpError(f"rank {conn.rank} used a group it is not a member of ({members})")
         known = self._groups.setdefault(key, tuple(members))
         if known != tuple(members):
-            raise OpError(f"group {key} has members {list(known)}, not {members}")
+            raise OpError(f"group {key} has members {list(known)}, not {members}",
+                          "a group that another rank made with other members")
         gone = self._ended(known)
         if gone is not None:
             raise OpError(self._gone(gone))
@@ -483,15 +501,18 @@ class Relay:
             got = wire.spec(data)
             text = None
             if got[0] != want[0]:
-                text = (f"dtype mismatch: rank {src} sent rank {dst} {got[0]} data, and rank "
-                        f"{dst}'s receive buffer is {want[0]}")
+                text = (f"rank {src} sent rank {dst} {got[0]} data, and rank {dst}'s receive "
+                        f"buffer is {want[0]}")
             elif math.prod(got[1]) != math.prod(want[1]):
                 text = (f"rank {src} sent rank {dst} {math.prod(got[1])} elements "
                         f"({_describe(got)}), and rank {dst}'s receive buffer holds "
                         f"{math.prod(want[1])} ({_describe(want)})")
             if text is not None:
-                self._send(send.conn, {"id": send.id, "error": text})
-                self._send(recv.conn, {"id": recv.id, "error": text})
+                said = ("dtype mismatch between a send and its receive" if got[0] != want[0]
+                        else "a send and its receive buffer differ in size")
+                told = f"{said} {self.account.note(text)}"
+                self._send(send.conn, {"id": send.id, "error": told})
+                self._send(recv.conn, {"id": recv.id, "error": told})
                 continue
             self._send(send.conn, {"id": send.id})
             self._send(recv.conn, {"id": recv.id}, [data])
@@ -515,8 +536,8 @@ class Relay:
         try:
             replies = _complete(op, ordered, members)
         except Exception as e:  # noqa: BLE001 - a part that is not what it says: all fail
-            text = str(e) if isinstance(e, OpError) else \
-                f"the ranks' {op} parts could not be combined ({type(e).__name__}: {e})"
+            text = self._told(e) if isinstance(e, OpError) else \
+                f"the ranks' {op} parts could not be combined"
             for p in ordered:
                 self._reply_error(p, text)
             return
@@ -661,8 +682,8 @@ def _same(op: str, ordered, members, what) -> None:
     for m, p in zip(members[1:], ordered[1:]):
         mine = what(p)
         if mine != first:
-            raise OpError(f"the ranks' {op} calls do not match: rank {members[0]} gave "
-                          f"{_explain(first)}, rank {m} gave {_explain(mine)}")
+            raise OpError(f"rank {members[0]} gave {_explain(first)}, rank {m} gave "
+                          f"{_explain(mine)}", f"the ranks' {op} calls do not match")
 
 
 def _explain(x) -> str:
@@ -682,8 +703,8 @@ def _complete(op: str, ordered: list, members) -> list:
     n = len(members)
     kinds = [p.header.get("op") for p in ordered]
     if len(set(kinds)) > 1:
-        raise OpError("the ranks' collective calls do not match: " + ", ".join(
-            f"rank {m} called {k}" for m, k in zip(members, kinds)))
+        raise OpError(", ".join(f"rank {m} called {k}" for m, k in zip(members, kinds)),
+                      "the ranks' collective calls do not match")
     h0 = ordered[0].header
     if op == "barrier":
         return [[] for _ in ordered]
@@ -726,35 +747,39 @@ def _complete(op: str, ordered: list, members) -> list:
         want = [p.header.get("want", []) for p in ordered]
         for i, w in enumerate(want):
             if i != root and [[s[0], s[1]] for s in w] != [wire.spec(t) for t in data]:
-                raise OpError(f"broadcast from rank {members[root]}: it sends "
-                              f"{[_describe(wire.spec(t)) for t in data]}, rank {members[i]}'s "
-                              f"buffer is {[_describe(s) for s in w]} (the same shape and dtype "
-                              f"on every rank)")
+                raise OpError(
+                    f"it sends {[_describe(wire.spec(t)) for t in data]}, rank {members[i]}'s "
+                    f"buffer is {[_describe(s) for s in w]} (the same shape and dtype on every "
+                    f"rank)", f"broadcast from rank {members[root]}: the buffers do not match "
+                              f"what it sends")
         return [[] if i == root else data for i in range(n)]
     if op == "scatter":
         pieces = ordered[root].tensors
         if len(pieces) != n:
-            raise OpError(f"scatter from rank {members[root]} of {len(pieces)} pieces to {n} ranks")
+            raise OpError(f"{len(pieces)} pieces to {n} ranks",
+                          f"scatter from rank {members[root]}: not one piece per rank")
         for i, p in enumerate(ordered):
             w = p.header.get("want", [])
             if len(w) != 1 or [w[0][0], w[0][1]] != wire.spec(pieces[i]):
-                raise OpError(f"scatter from rank {members[root]}: rank {members[i]}'s piece is "
-                              f"{_describe(wire.spec(pieces[i]))}, its buffer "
-                              f"{[_describe(s) for s in w]}")
+                raise OpError(
+                    f"rank {members[i]}'s piece is {_describe(wire.spec(pieces[i]))}, its buffer "
+                    f"{[_describe(s) for s in w]}",
+                    f"scatter from rank {members[root]}: a piece that does not fit its buffer")
         return [[pieces[i]] for i in range(n)]
     if op == "all_to_all":
         for p in ordered:
             if len(p.tensors) != n or len(p.header.get("want", [])) != n:
-                raise OpError(f"all_to_all: rank {p.conn.rank} gave {len(p.tensors)} pieces for "
-                              f"{n} ranks")
+                raise OpError(f"rank {p.conn.rank} gave {len(p.tensors)} pieces for {n} ranks",
+                              "all_to_all: not one piece per rank")
         out = []
         for i, p in enumerate(ordered):
             got = []
             for j, q in enumerate(ordered):
                 piece, w = q.tensors[i], p.header["want"][j]
                 if wire.spec(piece)[0] != w[0] or math.prod(wire.spec(piece)[1]) != math.prod(w[1]):
-                    raise OpError(f"all_to_all: rank {members[j]} sends rank {members[i]} "
-                                  f"{_describe(wire.spec(piece))}, which expects {_describe(w)}")
+                    raise OpError(f"rank {members[j]} sends rank {members[i]} "
+                                  f"{_describe(wire.spec(piece))}, which expects {_describe(w)}",
+                                  "all_to_all: a piece that does not fit its buffer")
                 got.append(piece)
             out.append(got)
         return out
