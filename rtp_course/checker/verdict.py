@@ -257,7 +257,7 @@ _NOTE = re.compile(r" \(relay note (\d+)\)")
 
 def _noted(message: str, notes: dict) -> str:
     """A rank's error with the relay's whole text in place of its note: what the other ranks
-    posted, which the rank itself was never told (runtime/relay/server.OpError)."""
+    posted, which the rank itself was never told (runtime/relay/collectives.OpError)."""
     return _NOTE.sub(lambda m: f": {notes[int(m.group(1))]}" if int(m.group(1)) in notes
                      else "", message)
 

@@ -5,7 +5,7 @@ One thread of the launcher serves one launch: it holds its end of each rank's so
 
 * matches collectives by their order on a group: the k-th collective of every member of a
   group is one operation, which must be the same on every member (kind, sizes, dtypes,
-  root, reduce op), else every member gets an error that says how the ranks differ;
+  root, reduce op), else every member gets an error (collectives.py computes both);
 * matches point-to-point by order per (group, sender, receiver), as NCCL does (tags
   ignored); a send completes when its receive is there, so a ring of blocking sends
   deadlocks here as on a GPU;
@@ -14,7 +14,10 @@ One thread of the launcher serves one launch: it holds its end of each rank's so
   reached a point of a check), which carries no data from rank to rank;
 * records every operation in the `Account`: per rank and check, in order, what it sent
   and received, to whom. The harness's `mark` frames say which check (and phase) a rank
-  is in: the rank's word, which can move its traffic between its checks, never hide it.
+  is in: the rank's word, held to the launch's order of checks, so a rank can move its
+  traffic only forward, into a check it then fails, never hide it;
+* serves each rank's requests for its own inputs (checker.inputs.Provider), in the check
+  it is in.
 
 Everything a rank sends is validated as data before it is used (wire.py); a rank that
 breaks the protocol loses its connection (and fails), the others go on. What the relay
@@ -37,9 +40,8 @@ import termios
 import threading
 import time
 
-import torch
-
 from rtp_course.runtime.relay import wire
+from rtp_course.runtime.relay.collectives import OpError, complete, describe
 
 MAX_HELD = 256 << 20        # bytes a rank may have posted that are not delivered yet
 MAX_UNREAD = 256 << 20      # bytes sent to a rank that it has not read yet
@@ -50,17 +52,6 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduc
 P2P = ("send", "recv")
 HARNESS = ("sync", "same", "flag", "flags")   # once per check and rank: they carry no data,
                                               # and a rank must not make them a channel
-REDUCE_OPS = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR")
-
-
-class OpError(Exception):
-    """An operation the ranks cannot complete together. With `said`, the message details
-    other ranks' parts: the ranks are told only `said` and a note's number (what one rank
-    posted never reaches another, not even in an error), the report "said: message"."""
-
-    def __init__(self, message: str, said: str | None = None):
-        super().__init__(message)
-        self.said = said
 
 
 class Account:
@@ -505,8 +496,8 @@ class Relay:
                         f"buffer is {want[0]}")
             elif math.prod(got[1]) != math.prod(want[1]):
                 text = (f"rank {src} sent rank {dst} {math.prod(got[1])} elements "
-                        f"({_describe(got)}), and rank {dst}'s receive buffer holds "
-                        f"{math.prod(want[1])} ({_describe(want)})")
+                        f"({describe(got)}), and rank {dst}'s receive buffer holds "
+                        f"{math.prod(want[1])} ({describe(want)})")
             if text is not None:
                 said = ("dtype mismatch between a send and its receive" if got[0] != want[0]
                         else "a send and its receive buffer differ in size")
@@ -534,7 +525,7 @@ class Relay:
         for p in ordered:
             self._release(p)
         try:
-            replies = _complete(op, ordered, members)
+            replies = complete(op, ordered, members)
         except Exception as e:  # noqa: BLE001 - a part that is not what it says: all fail
             text = self._told(e) if isinstance(e, OpError) else \
                 f"the ranks' {op} parts could not be combined"
@@ -624,10 +615,6 @@ def _unread(sock) -> int:
         return 0
 
 
-def _describe(spec) -> str:
-    return f"{spec[0]} {list(spec[1])}"
-
-
 def _spec_bytes(spec) -> int:
     if not (isinstance(spec, list) and len(spec) == 2 and spec[0] in wire.DTYPES
             and isinstance(spec[1], list) and all(type(d) is int and d >= 0 for d in spec[1])):
@@ -643,144 +630,3 @@ def _contributed(op: str, posted: _Posted) -> int:
     if op == "scatter":
         return sum(_spec_bytes(s) for s in posted.header.get("want", []))
     return posted.nbytes
-
-
-def _reduce(op: str, tensors: list) -> torch.Tensor:
-    if op not in REDUCE_OPS:
-        raise OpError(f"reduce op {op} is not supported (use SUM, AVG, PRODUCT, MIN, MAX or a "
-                      f"bitwise op)")
-    first = tensors[0]
-    if op in ("BAND", "BOR", "BXOR") and (first.is_floating_point() or first.is_complex()):
-        raise OpError(f"reduce op {op} on a {first.dtype} tensor: bitwise ops take integers")
-    acc = first.clone()
-    for t in tensors[1:]:
-        if op in ("SUM", "AVG"):
-            acc += t
-        elif op == "PRODUCT":
-            acc *= t
-        elif op == "MIN":
-            torch.minimum(acc, t, out=acc)
-        elif op == "MAX":
-            torch.maximum(acc, t, out=acc)
-        elif op == "BAND":
-            acc &= t
-        elif op == "BOR":
-            acc |= t
-        else:
-            acc ^= t
-    if op == "AVG":
-        if acc.is_floating_point() or acc.is_complex():
-            acc /= len(tensors)
-        else:
-            acc //= len(tensors)
-    return acc
-
-
-def _same(op: str, ordered, members, what) -> None:
-    """Every member posted the same `what` (a function of a _Posted), or an OpError saying who."""
-    first = what(ordered[0])
-    for m, p in zip(members[1:], ordered[1:]):
-        mine = what(p)
-        if mine != first:
-            raise OpError(f"rank {members[0]} gave {_explain(first)}, rank {m} gave "
-                          f"{_explain(mine)}", f"the ranks' {op} calls do not match")
-
-
-def _explain(x) -> str:
-    if isinstance(x, tuple) and x and x[0] == "op":
-        return str(x[1])
-    if isinstance(x, list):       # tensor specs
-        return " + ".join(f"a {_describe(s)} tensor" for s in x) or "no tensor"
-    return str(x)
-
-
-def _specs(p: _Posted):
-    return [wire.spec(t) for t in p.tensors]
-
-
-def _complete(op: str, ordered: list, members) -> list:
-    """What each member gets back, in members' order."""
-    n = len(members)
-    kinds = [p.header.get("op") for p in ordered]
-    if len(set(kinds)) > 1:
-        raise OpError(", ".join(f"rank {m} called {k}" for m, k in zip(members, kinds)),
-                      "the ranks' collective calls do not match")
-    h0 = ordered[0].header
-    if op == "barrier":
-        return [[] for _ in ordered]
-    if op in ("all_reduce", "reduce", "reduce_scatter"):
-        _same(op, ordered, members, lambda p: ("op", p.header.get("red")))
-    if op in ("broadcast", "reduce", "gather", "scatter"):
-        _same(op, ordered, members, lambda p: ("op", f"root {p.header.get('root')}"))
-        root = h0.get("root")
-        if type(root) is not int or not 0 <= root < n:
-            raise OpError(f"{op} with root {root}, not a rank of the group")
-    red = h0.get("red")
-    if op == "all_reduce":
-        _same(op, ordered, members, _specs)
-        out = [_reduce(red, [p.tensors[i] for p in ordered]) for i in range(len(h0["t"]))]
-        return [out for _ in ordered]
-    if op == "reduce":
-        _same(op, ordered, members, _specs)
-        out = [_reduce(red, [p.tensors[i] for p in ordered]) for i in range(len(h0["t"]))]
-        return [out if i == root else [] for i in range(n)]
-    if op == "all_gather":
-        _same(op, ordered, members, _specs)
-        k = len(ordered[0].tensors)
-        out = [p.tensors[j] for j in range(k) for p in ordered]
-        return [out for _ in ordered]
-    if op == "gather":
-        _same(op, ordered, members, _specs)
-        k = len(ordered[0].tensors)
-        return [[p.tensors[j] for j in range(k) for p in ordered] if i == root else []
-                for i in range(n)]
-    if op == "reduce_scatter":
-        _same(op, ordered, members, _specs)
-        k = len(ordered[0].tensors)
-        if k % n:
-            raise OpError(f"reduce_scatter with {k} input pieces on {n} ranks")
-        per = k // n           # outputs per rank; piece (j, i) at index j * n + i
-        return [[_reduce(red, [p.tensors[j * n + i] for p in ordered]) for j in range(per)]
-                for i in range(n)]
-    if op == "broadcast":
-        data = ordered[root].tensors
-        want = [p.header.get("want", []) for p in ordered]
-        for i, w in enumerate(want):
-            if i != root and [[s[0], s[1]] for s in w] != [wire.spec(t) for t in data]:
-                raise OpError(
-                    f"it sends {[_describe(wire.spec(t)) for t in data]}, rank {members[i]}'s "
-                    f"buffer is {[_describe(s) for s in w]} (the same shape and dtype on every "
-                    f"rank)", f"broadcast from rank {members[root]}: the buffers do not match "
-                              f"what it sends")
-        return [[] if i == root else data for i in range(n)]
-    if op == "scatter":
-        pieces = ordered[root].tensors
-        if len(pieces) != n:
-            raise OpError(f"{len(pieces)} pieces to {n} ranks",
-                          f"scatter from rank {members[root]}: not one piece per rank")
-        for i, p in enumerate(ordered):
-            w = p.header.get("want", [])
-            if len(w) != 1 or [w[0][0], w[0][1]] != wire.spec(pieces[i]):
-                raise OpError(
-                    f"rank {members[i]}'s piece is {_describe(wire.spec(pieces[i]))}, its buffer "
-                    f"{[_describe(s) for s in w]}",
-                    f"scatter from rank {members[root]}: a piece that does not fit its buffer")
-        return [[pieces[i]] for i in range(n)]
-    if op == "all_to_all":
-        for p in ordered:
-            if len(p.tensors) != n or len(p.header.get("want", [])) != n:
-                raise OpError(f"rank {p.conn.rank} gave {len(p.tensors)} pieces for {n} ranks",
-                              "all_to_all: not one piece per rank")
-        out = []
-        for i, p in enumerate(ordered):
-            got = []
-            for j, q in enumerate(ordered):
-                piece, w = q.tensors[i], p.header["want"][j]
-                if wire.spec(piece)[0] != w[0] or math.prod(wire.spec(piece)[1]) != math.prod(w[1]):
-                    raise OpError(f"rank {members[j]} sends rank {members[i]} "
-                                  f"{_describe(wire.spec(piece))}, which expects {_describe(w)}",
-                                  "all_to_all: a piece that does not fit its buffer")
-                got.append(piece)
-            out.append(got)
-        return out
-    raise OpError(f"unknown collective {op}")
