@@ -251,3 +251,13 @@ def test_a_log_claiming_torchs_ddp_is_not_taken_on_its_word():
     log = [event("DistributedDataParallel", "library", phase="init", nbytes=0)]
     _, differs, phase = audit.verify(log, [op("all_gather", 64)])
     assert "communicates in C++, where the log cannot follow it" in differs and phase == "init"
+
+
+def test_a_peers_departure_is_fallout_not_the_cause():
+    """A rank whose operation failed because a peer left is not the one the report blames:
+    the peer's own error explains it (verdict.fallout, engine._diagnose)."""
+    from rtp_course.checker.verdict import fallout
+    r = server.Relay(2)
+    assert fallout({"message": "RelayError: " + r._gone(1)})
+    assert not fallout({"message": "RuntimeError: start (96) + length (32) exceeds dimension"})
+    r.stop(drain=0)

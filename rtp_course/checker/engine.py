@@ -23,7 +23,7 @@ from rtp_course import course
 from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.checker import exception_causes, hang_causes, inputs, outcome_file
 from rtp_course.checker.registry import check_modules, load_checks
-from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.verdict import Result, fallout, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import output, reaper
@@ -761,7 +761,7 @@ def _diagnose(check, ws, rundir: Path, failure, relay=None) -> Result:
         for o in partial.values():
             o["relay_notes"] = dict(relay.account.notes)
     for status in ("notimpl", "error"):  # the rank that failed first explains the rest
-        for r, o in sorted(partial.items()):
+        for r, o in sorted(partial.items(), key=lambda item: (fallout(item[1]), item[0])):
             if o["status"] == status:
                 res = judge(check, ws, partial, {}, [])
                 stuck = [q for q in range(ws) if q not in partial]

@@ -186,7 +186,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     for status in ("notimpl", "error"):
         # a rank's own exception first: a peer's "connection closed", or a result file cut
         # short when the launcher ended a rank in the middle of writing it, only follows it
-        for rank in sorted(outcomes, key=lambda q: (_fallout(outcomes[q]),
+        for rank in sorted(outcomes, key=lambda q: (fallout(outcomes[q]),
                                                     outcomes[q].get("type") == "MalformedResult",
                                                     q)):
             o = outcomes[rank]
@@ -320,15 +320,17 @@ def _check_error_hint(check, o) -> str:
     return check.hints.get(f"error/{o.get('phase')}") or check.hints.get("error", "")
 
 
-def _fallout(o) -> bool:
-    """An error caused by a peer that left (its own error explains it better)."""
+def fallout(o) -> bool:
+    """An error caused by a peer that left (its own error explains it better): gloo's words
+    for it, or the relay's (runtime/relay/server.Relay._gone)."""
     msg = o.get("message", "")
-    return "Connection closed by peer" in msg or "Connection reset" in msg
+    return any(m in msg for m in ("Connection closed by peer", "Connection reset",
+                                  "ended before this operation completed"))
 
 
 def _error_hint(o) -> str:
     """Fallout: the rank failed because a peer left, whatever it was doing."""
-    if _fallout(o):
+    if fallout(o):
         return ("another rank left a collective this rank was in: ranks must make the same "
                 "collective calls in the same order")
     return ""
