@@ -257,7 +257,9 @@ def test_a_peers_departure_is_fallout_not_the_cause():
     """A rank whose operation failed because a peer left is not the one the report blames:
     the peer's own error explains it (verdict.fallout, engine._diagnose)."""
     from rtp_course.checker.verdict import fallout
-    r = server.Relay(2)
-    assert fallout({"message": "RelayError: " + r._gone(1)})
-    assert not fallout({"message": "RuntimeError: start (96) + length (32) exceeds dimension"})
-    r.stop(drain=0)
+    r = server.Relay(2).start()
+    try:
+        assert fallout({"message": "RelayError: " + r._gone(1)})
+        assert not fallout({"message": "RuntimeError: start (96) + length (32) exceeds dimension"})
+    finally:
+        r.stop(drain=0)
