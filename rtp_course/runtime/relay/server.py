@@ -183,7 +183,8 @@ class Relay:
         self._stop = True
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        self._thread.join(5)
+        if self._thread.ident is not None:       # (started)
+            self._thread.join(5)
         for c in self._conns:
             with contextlib.suppress(OSError):
                 c.sock.close()
