@@ -79,20 +79,25 @@ def test_the_log_is_held_against_what_the_relay_carried(tmp_path, forge, said):
     assert said in text and "rule 'Communication'" in text, text
 
 
-def test_the_bytes_judged_are_the_relays(tmp_path):
-    """A log that under-reports what a call moved is corrected by the relay's count."""
-    shrunk = ("from rtp_course.runtime import commlog as _log\n"
-              "dist.all_reduce(out, group=group)\n"
-              "_log.STATE.events[-1].nbytes = 0")
-    from rtp_course.checker import audit
-    events = [{"kind": "all_reduce", "family": "all_reduce", "phase": "forward", "nbytes": 0,
-               "peer": None, "where": "comm.py:31"}]
-    carried = [{"family": "all_reduce", "group": [0, 1], "peer": None, "bytes": 48,
-                "phase": "forward"}]
-    verified, differs, _ = audit.verify(events, carried)
-    assert differs is None and verified[0]["nbytes"] == 48
-    results, text = comm_run(hostile(tmp_path, all_reduce_becomes(shrunk)), world_sizes=(2,))
-    assert results and all(r.passed for r in results), text
+def test_the_bytes_judged_are_the_relays():
+    """A log that under-reports what its calls moved is judged by the relay's count: a rule
+    on bytes (flyweight's 'Traffic' bounds them) sees what crossed, not what was written."""
+    from rtp_course.checker import verdict
+    from rtp_course.checker.registry import Bound, Check, CommRule
+
+    class Bytes(Check):
+        exercise, name = "flyweight", "bytes_probe"
+    rule = CommRule("forward", "send|isend", 1, "one shard", nbytes=Bound(high=64))
+    event = {"kind": "isend", "family": "isend", "phase": "forward", "nbytes": 64, "peer": 1,
+             "where": "flyweight.py:80 in forward", "completed": True}
+    outcome = {"status": "ok", "records": {}, "values": {}, "events": [event]}
+    honest = {0: dict(outcome, carried=[{"family": "send", "group": [0, 1], "peer": 1,
+                                          "bytes": 64, "phase": "forward"}])}
+    assert verdict.judge(Bytes(), 2, honest, {0: {}}, [rule]).passed
+    forged = {0: dict(outcome, carried=[{"family": "send", "group": [0, 1], "peer": 1,
+                                          "bytes": 4096, "phase": "forward"}])}
+    result = verdict.judge(Bytes(), 2, forged, {0: {}}, [rule])
+    assert not result.passed and "moved 4096 bytes" in result.message, result.message
 
 
 def test_a_rank_cannot_ask_for_another_ranks_inputs(tmp_path):

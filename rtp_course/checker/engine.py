@@ -467,8 +467,8 @@ def _attach_account(outcomes: dict, relay, index: int) -> None:
         return
     notes = dict(relay.account.notes)
     for r, o in outcomes.items():
-        o["carried"] = (relay.account.of(r, None) + relay.account.of(r, -1) if index == 0
-                        else []) + relay.account.of(r, index)
+        o["carried"] = (relay.account.of(r, None) if index == 0 else []) \
+            + relay.account.of(r, index)
         o["relay_notes"] = notes
 
 

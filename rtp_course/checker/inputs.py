@@ -208,6 +208,7 @@ class Provider:
         self.world_size, self.urgent = world_size, urgent
         self.order = list(checks)              # the launch's checks, by the index ranks run them
         self.served, self.building = {}, {}
+        self.lock = threading.Lock()           # the relay's thread counts up, the builder's down
 
     def serve(self, rank: int, request: dict, index):
         """(reply header, tensors), or a concurrent Future of them, of the check at `index`
@@ -259,14 +260,19 @@ class Provider:
             kind = getattr(torch, str(request.get("dtype")), None)
             if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
                 raise ValueError("a module's dtype is a floating dtype")
-            if self.building.get(rank, 0) >= MAX_BUILDING:
-                raise ValueError(f"rank {rank} asked for more than {MAX_BUILDING} modules at once")
-            self.building[rank] = self.building.get(rank, 0) + 1
+            with self.lock:
+                if self.building.get(rank, 0) >= MAX_BUILDING:
+                    raise ValueError(f"rank {rank} asked for more than {MAX_BUILDING} modules "
+                                     f"at once")
+                self.building[rank] = self.building.get(rank, 0) + 1
             future = self.urgent(self._module, rank, check, builder, base, owner, kind)
-            future.add_done_callback(lambda _: self.building.__setitem__(
-                rank, self.building[rank] - 1))
+            future.add_done_callback(lambda _: self._built(rank))
             return future
         raise ValueError(f"unknown input {str(what)[:40]!r}")
+
+    def _built(self, rank: int) -> None:
+        with self.lock:
+            self.building[rank] -= 1
 
     def _module(self, rank, check, builder, base, owner, dtype):
         from rtp_course.checker import common
