@@ -228,3 +228,115 @@ def test_no_tcp_even_without_a_network_namespace(tmp_path, monkeypatch):
                  "dist.all_reduce(out, group=group)")
         results, text = comm_run(hostile(tmp_path, all_reduce_becomes(probe)), world_sizes=(2,))
     assert results and all(r.passed for r in results), text
+
+
+@pytest.mark.skipif(not netns.available(), reason="this machine makes no namespaces")
+def test_a_rank_can_name_no_process_but_its_own(tmp_path):
+    """The calls that take a pid, not governed by Landlock, reach nothing outside the rank's
+    PID namespace: not the grader (here the test's process), whose priority, CPUs, limits
+    and existence it would otherwise see and set (the values set are the ones it has, so a
+    failure of this test harms nothing)."""
+    import os
+    import resource
+    me = os.getpid()
+    nice, core = os.getpriority(os.PRIO_PROCESS, me), resource.getrlimit(resource.RLIMIT_CORE)
+    cpus = sorted(os.sched_getaffinity(me))
+    probe = "\n".join([
+        "import os as _os, resource as _res",
+        f"_grader, _said = {me}, []",
+        "for _what, _call in [",
+        f"        ('its priority', lambda: _os.setpriority(_os.PRIO_PROCESS, _grader, {nice})),",
+        f"        ('its CPUs', lambda: _os.sched_setaffinity(_grader, {cpus})),",
+        f"        ('its limits', lambda: _res.prlimit(_grader, _res.RLIMIT_CORE, {core})),",
+        "        ('that it exists', lambda: _os.kill(_grader, 0)),",
+        "        ('its scheduler', lambda: _os.sched_getscheduler(_grader))]:",
+        "    try:",
+        "        _call()",
+        "        _said.append(_what)",
+        "    except OSError:",
+        "        pass",
+        "if _os.getpid() == _grader or _said:",
+        "    raise RuntimeError('REACHED THE GRADER: ' + ', '.join(_said))",
+        "dist.all_reduce(out, group=group)",
+    ])
+    results, text = comm_run(hostile(tmp_path, all_reduce_becomes(probe)), world_sizes=(2,))
+    assert results and all(r.passed for r in results), text
+    assert os.getpriority(os.PRIO_PROCESS, me) == nice and \
+        resource.getrlimit(resource.RLIMIT_CORE) == core
+
+
+@needs_landlock
+def test_a_rank_reaches_no_service_by_a_socket_path(tmp_path):
+    """A service of the grader's user listening on a Unix socket (a session bus, systemd's
+    user manager; here the test's own) is out of reach: Landlock does not govern connect()
+    by path, so a relay rank makes no socket at all (runtime/seccomp), and a vsock or UDP
+    socket would reach the machine's services the same way."""
+    import socket
+    from rtp_course.runtime import seccomp
+    if not seccomp.supported():
+        pytest.skip("no seccomp filter for this architecture")
+    path = tmp_path / "service.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen()
+        server.settimeout(0)
+        probe = "\n".join([
+            "import socket as _s",
+            "_said = []",
+            f"for _family, _address in [(_s.AF_UNIX, {str(path)!r}), (_s.AF_INET, None),",
+            "                          (getattr(_s, 'AF_VSOCK', 40), None)]:",
+            "    try:",
+            "        _c = _s.socket(_family, _s.SOCK_DGRAM if _address is None else _s.SOCK_STREAM)",
+            "        _said.append(f'made a socket of family {_family}')",
+            "        if _address is not None:",
+            "            _c.connect(_address)",
+            "            _said.append('CONNECTED to ' + _address)",
+            "    except OSError:",
+            "        pass",
+            "_a, _b = _s.socketpair()      # reaches nothing: allowed",
+            "if _said:",
+            "    raise RuntimeError(' / '.join(_said))",
+            "dist.all_reduce(out, group=group)",
+        ])
+        results, text = comm_run(hostile(tmp_path, all_reduce_becomes(probe)), world_sizes=(2,))
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    assert results and all(r.passed for r in results), text
+
+
+@needs_landlock
+def test_ranks_share_no_lock_watch_or_memory_count(tmp_path):
+    """Files every rank may read carry nothing between ranks: no lock, lease or change
+    notification can be set on them (runtime/seccomp), and no rank reads the launch's
+    cgroup, whose memory count a peer's allocations would move (/sys is read only where
+    it describes the CPUs)."""
+    from rtp_course.runtime import seccomp
+    if not seccomp.supported():
+        pytest.skip("no seccomp filter for this architecture")
+    probe = "\n".join([
+        "import ctypes as _ct, fcntl as _fcntl, os as _os",
+        "_said, _libc = [], _ct.CDLL(None, use_errno=True)",
+        "_fh = open(torch.__file__, 'rb')",
+        "for _what, _call in [",
+        "        ('flock', lambda: _fcntl.flock(_fh, _fcntl.LOCK_SH | _fcntl.LOCK_NB)),",
+        "        ('lockf', lambda: _fcntl.lockf(_fh, _fcntl.LOCK_SH | _fcntl.LOCK_NB, 1)),",
+        "        ('F_OFD_SETLK', lambda: _fcntl.fcntl(_fh, 37, bytes(32))),",
+        "        ('F_GETLK', lambda: _fcntl.fcntl(_fh, _fcntl.F_GETLK, bytes(32))),",
+        "        ('a lease', lambda: _fcntl.fcntl(_fh, 1024, _fcntl.F_RDLCK)),",
+        "        ('dnotify', lambda: _fcntl.fcntl(_os.open(_os.path.dirname(torch.__file__),",
+        "                                                  _os.O_RDONLY), 1026, 1)),",
+        "        ('the cgroups', lambda: _os.listdir('/sys/fs/cgroup'))]:",
+        "    try:",
+        "        _call()",
+        "        _said.append(_what)",
+        "    except OSError:",
+        "        pass",
+        "for _name, _args in [('inotify_init1', (0,)), ('fanotify_init', (0, 0))]:",
+        "    if getattr(_libc, _name)(*_args) >= 0:",
+        "        _said.append(_name)",
+        "if _said:",
+        "    raise RuntimeError('A CHANNEL: ' + ', '.join(_said))",
+        "dist.all_reduce(out, group=group)",
+    ])
+    results, text = comm_run(hostile(tmp_path, all_reduce_becomes(probe)), world_sizes=(2,))
+    assert results and all(r.passed for r in results), text

@@ -280,7 +280,7 @@ def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confi
     return sandbox.confine(read=[str(package), impl_dir], write=write,
                            devices=sandbox.gpu_devices() if gpu else (), unreadable=closed,
                            other_processes=gpu, rendezvous=relay_group._LINK is None,
-                           tcp=relay_group._LINK is None)
+                           tcp=relay_group._LINK is None, channels=relay_group._LINK is None)
 
 
 def _instructor_dirs() -> list:

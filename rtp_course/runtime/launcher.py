@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import cgroup, devices, forkserver, netns, output, quiet, reaper
+from rtp_course.runtime import cgroup, devices, forkserver, netns, output, pidns, quiet, reaper
 
 BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
@@ -162,8 +162,8 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
     link = _own_relay_end(info, rank)
     if link is not None:
-        if info.private_network:              # while this process has a single thread
-            netns.isolate()
+        if info.private_network and netns.isolate():   # while this process has one thread
+            pidns.split(close=[link])         # from here on: the rank, pid 2 of its namespace
     elif info.private_network:
         netns.create(info.rundir) if rank == 0 else netns.join(info.rundir)
     _drop_helpers()

@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x10000000, 0x40000000, 0x08000000, \
+    0x20000000
 PORT = 29500            # the store's port inside the namespace (nothing else listens there)
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -92,15 +93,20 @@ def _possible() -> bool:
         return False
 
 
-def isolate() -> None:
-    """This process alone in a network and IPC namespace of its own, with no network at all
-    (a relay rank's peers are reached through the relay only: runtime/relay). Its SysV IPC
-    and POSIX message queues are its own too, so no other rank shares them. Call while the
-    process has one thread."""
-    try:
-        _private_network(CLONE_NEWIPC, loopback=False)
-    except OSError:             # a kernel that lets users make the others but not this one
-        _private_network(loopback=False)
+def isolate() -> bool:
+    """This process alone in a network, IPC and PID namespace of its own, with no network at
+    all (a relay rank's peers are reached through the relay only: runtime/relay). Its SysV
+    IPC and POSIX message queues are its own too, so no other rank shares them. Returns
+    whether the PID namespace was made: its children are then in it (pidns.split). Call
+    while the process has one thread."""
+    for more in (CLONE_NEWIPC | CLONE_NEWPID, CLONE_NEWIPC, 0):
+        try:                    # a kernel may let users make some of them and not others
+            _private_network(more, loopback=False)
+            return bool(more & CLONE_NEWPID)
+        except OSError:
+            if not more:
+                raise
+    return False
 
 
 def _marker(rundir: str) -> Path:

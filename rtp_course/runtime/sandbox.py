@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rtp_course.runtime import seccomp
+
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446   # same numbers on every arch
 _VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
@@ -54,8 +56,13 @@ def _abi_rights(abi: int) -> int:
 
 WRITE = (1 << 13) - 1 | REFER | TRUNCATE        # everything, inside the private dir
 
-# The system's own read-only parts: shared libraries, certificates, /sys for torch.
-SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/sys")
+# The system's own read-only parts: shared libraries, certificates.
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc")
+# Of /sys, what describes the CPUs and memory (torch's and oneDNN's sizing): not the rest,
+# which holds the launch's cgroup (memory.current: one rank's allocations, to the page, read
+# by a peer would carry data the relay does not see).
+SYS_READ = ("/sys/devices/system/cpu", "/sys/devices/system/node",
+            "/sys/kernel/mm/transparent_hugepage")
 # Of /proc, what describes the machine (torch sizes its thread pools from it), besides the
 # process's own /proc/<pid>: not the other processes' command lines, which would tell the code
 # under test the grader's paths and whose work is graded beside it.
@@ -141,17 +148,18 @@ def _readable(roots, unreadable) -> tuple[list, list]:
 
 def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
             other_processes: bool = False, rendezvous: bool = True,
-            tcp: bool = True) -> Confinement:
+            tcp: bool = True, channels: bool = True) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs) and writing
     under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's);
     `unreadable`: files or directories under those it may list but not open;
-    `other_processes`: all of /proc, not only this process's own and PROC_READ (NCCL's
-    bootstrap reads more of it than has been seen run); `rendezvous`: it may make Unix socket
+    `other_processes`: all of /proc and /sys, not only this process's own, PROC_READ and
+    SYS_READ (NCCL's bootstrap and topology search read more of them than has been seen run); `rendezvous`: it may make Unix socket
     files and FIFOs in `write` (False for a relay rank: a socket file another process could
     find and connect to, which Landlock does not govern, would be a channel the relay does
     not carry); `tcp`: it may bind and connect TCP sockets (False for a relay rank, which
     needs none: from ABI 4 every bind and connect is refused, also where no network
-    namespace of its own could be made). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
+    namespace of its own could be made); `channels`: it may make sockets, and lock files
+    and watch them for changes (False for a relay rank: runtime/seccomp). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
     an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
     abi = abi_version()
@@ -168,7 +176,10 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
         # the system's dirs too: a Python (and the course) installed under /usr is there
-        procs = ["/proc"] if other_processes else [*PROC_READ, f"/proc/{os.getpid()}"]
+        # (/proc/self names this process as the machine's /proc numbers it: in a PID namespace
+        # of its own, getpid() would name another)
+        procs = ["/proc", "/sys"] if other_processes else \
+            [*PROC_READ, f"/proc/{os.readlink('/proc/self')}", *SYS_READ]
         full, listed = _readable([*SYSTEM_READ, *procs, *python_dirs(), *read], unreadable)
         rules = [(p, READ) for p in full] + [(p, READ_DIR) for p in listed]
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
@@ -182,6 +193,8 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
             return Confinement(False, abi, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
         if libc.syscall(_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
             return Confinement(False, abi, f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+        if not channels:
+            seccomp.refuse_channels()           # (an unknown architecture keeps them)
     finally:
         os.close(fd)
     return Confinement(True, abi)
