@@ -14,7 +14,8 @@ a folder with the notebooks and rtp_course/ side by side). For each assignment
 and nothing else: the rest of the course (launcher, checker, models) always comes
 from the instructor's installation, so a submission cannot change how it is graded.
 Only regular files are copied: a symlink (to the reference solutions, say) or a special
-file, at any level of the student's folder, is refused and named, and counts as missing.
+file, at any level of the student's folder, is refused and named, and counts as missing;
+so is a module over 1 MB or a notebook over 64 MB (the grader reads them whole).
 A git clone's last commit time becomes nbgrader's timestamp (late penalties).
 Modules that mention the reference solutions or the hidden checks are flagged: the
 grading machine has both, and autograde runs student code with your permissions.
@@ -35,18 +36,26 @@ from rtp_course.instructor import grading_dir as course_dir
 def commit_time(folder: Path):
     if not (folder / ".git").exists():
         return None
-    r = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%cI"],
+    r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(folder), "log", "-1",
+                        "--format=%cI"],
                        capture_output=True, text=True)
     return r.stdout.strip() or None
+
+
+MODULE_BYTES, NOTEBOOK_BYTES = 1 << 20, 64 << 20     # the reference's modules are ~30 KB
+
+
+class TooLarge(OSError):
+    pass
 
 
 SUSPICIOUS = re.compile(r"\bsolutions\b|tests[/.]hidden|RTP_COURSE_HIDDEN_CHECKS")
 
 
-def refusal(path: Path, root: Path) -> str | None:
-    """Why `path` (under `root`) is not copied, or None for a regular file reached through
-    real directories only. None of its components may be a symlink: a link to the reference
-    would be graded as the student's own work."""
+def refusal(path: Path, root: Path, limit: int) -> str | None:
+    """Why `path` (under `root`) is not copied, or None for a regular file of at most `limit`
+    bytes reached through real directories only. None of its components may be a symlink: a
+    link to the reference would be graded as the student's own work."""
     current = root
     for part in path.relative_to(root).parts:
         current = current / part
@@ -56,16 +65,26 @@ def refusal(path: Path, root: Path) -> str | None:
             return "missing"
         if stat.S_ISLNK(mode):
             return f"{current.relative_to(root)} is a symlink"
-    return None if stat.S_ISREG(mode) else "not a regular file"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    return _too_large(limit) if os.lstat(current).st_size > limit else None
 
 
-def copy_regular(src: Path, dest: Path) -> None:
-    """Copy without following a symlink swapped in after the check (O_NOFOLLOW)."""
+def _too_large(limit: int) -> str:
+    return f"larger than {limit >> 20} MB"
+
+
+def copy_regular(src: Path, dest: Path, limit: int) -> None:
+    """Copy without following a symlink swapped in after the check (O_NOFOLLOW), and no more
+    than `limit` bytes, whatever the file grew to since."""
     fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fin, open(dest, "wb") as fout:
+    with os.fdopen(fd, "rb") as fin:
         if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
             raise OSError(f"{src} is not a regular file")
-        shutil.copyfileobj(fin, fout)
+        data = fin.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(_too_large(limit))
+    dest.write_bytes(data)
     shutil.copystat(src, dest, follow_symlinks=False)
 
 
@@ -78,16 +97,20 @@ def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
     (dest / "rtp_course").mkdir(parents=True)
     missing = []
     def refused(path: Path, why: str) -> None:
-        print(f"REFUSED: {path}: {why}; only regular files are collected", file=sys.stderr)
+        print(f"REFUSED: {path}: {why}; only regular files of a sane size are collected",
+              file=sys.stderr)
         missing.append(f"{path.relative_to(student_dir)} (refused: {why})")
 
     for nb in sorted(source.glob("*.ipynb")):
         candidates = (student_dir / "notebooks" / nb.name, student_dir / nb.name,
                       student_dir / assignment / nb.name)
-        why = {c: refusal(c, student_dir) for c in candidates}
+        why = {c: refusal(c, student_dir, NOTEBOOK_BYTES) for c in candidates}
         found = next((c for c in candidates if why[c] is None), None)
         if found:
-            copy_regular(found, dest / nb.name)
+            try:
+                copy_regular(found, dest / nb.name, NOTEBOOK_BYTES)
+            except TooLarge as e:
+                refused(found, str(e))
         elif any(w != "missing" for w in why.values()):
             refused(next(c for c in candidates if why[c] != "missing"),
                     next(w for w in why.values() if w != "missing"))
@@ -95,9 +118,13 @@ def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
             missing.append(nb.name)
     for ex in EXERCISES:
         src = student_dir / "rtp_course" / f"{ex}.py"
-        why = refusal(src, student_dir)
+        why = refusal(src, student_dir, MODULE_BYTES)
         if why is None:
-            copy_regular(src, dest / "rtp_course" / src.name)
+            try:
+                copy_regular(src, dest / "rtp_course" / src.name, MODULE_BYTES)
+            except TooLarge as e:
+                refused(src, str(e))
+                continue
             if SUSPICIOUS.search((dest / "rtp_course" / src.name).read_text(errors="replace")):
                 print(f"WARNING: {src} mentions the solutions or hidden checks: read it before "
                       f"trusting its grade", file=sys.stderr)

@@ -5,7 +5,10 @@ it writes reaches the grader's own streams.
 import subprocess
 import sys
 
-from rtp_course.checker import engine
+import pytest
+
+from rtp_course.checker import engine, report
+from rtp_course.runtime import netns
 from test_attacks import at_forward, at_import, hostile, run
 
 # Finds the worker's status writer (as a recipe would: through the garbage collector), writes
@@ -171,3 +174,62 @@ def test_a_rank_that_claims_every_check_done_is_stopped_soon(tmp_path):
                         timeout=3)
     assert results[0].status == "deadlock", text
     assert f"did not finish within {engine.LEAVING:.0f} s" in results[0].message, text
+
+
+# ---- a rank's disk, in all -----------------------------------------------------------------
+
+def _files_probe(code: str) -> dict:
+    return {"comm": [("        out = x.contiguous().clone()\n        dist.all_reduce(out, group=group)\n",
+                      "        out = x.contiguous().clone()\n"
+                      + "".join(f"        {line}\n" for line in code.splitlines())
+                      + "        dist.all_reduce(out, group=group)\n")]}
+
+
+def _all_reduce(impl, also=()):
+    results = engine.run(["comm"], impl=str(impl), world_sizes=[2], only=["AllReduce", *also])
+    return results, report.text(results)
+
+
+@pytest.mark.skipif(not netns.available(), reason="this machine makes no namespaces")
+def test_a_ranks_private_directory_holds_only_so_much(tmp_path, monkeypatch):
+    """File after file, each under the per-file cap: the rank's tmpfs is full at the disk
+    cap, and the report says what to do."""
+    monkeypatch.setenv("RTP_COURSE_RANK_DISK_MB", "8")
+    probe = ("import tempfile as _tf\n"
+             "for _i in range(16):\n"
+             "    with open(f'{_tf.gettempdir()}/f{_i}', 'wb') as _fh:\n"
+             "        _fh.write(b'x' * (1 << 20))")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
+    assert results and not any(r.passed for r in results), text
+    assert "No space left on device" in text and "RTP_COURSE_RANK_DISK_MB" in text, text
+
+
+def test_results_written_past_the_disk_cap_stop_the_group(tmp_path, monkeypatch):
+    """The files a rank holds open from before it was confined (a result file per check) are
+    capped one by one by RLIMIT_FSIZE; the watchdog caps them in all."""
+    monkeypatch.setenv("RTP_COURSE_RANK_DISK_MB", "4")
+    probe = ("import os as _os, time as _time\n"
+             "for _fd in map(int, _os.listdir('/proc/self/fd')):\n"
+             "    try:\n"
+             "        _name = _os.readlink(f'/proc/self/fd/{_fd}')\n"
+             "        if _name.endswith('.pt') and 'AllReduce' not in _name:   # the others\n"
+             "            _os.write(_fd, b'x' * (3 << 20))\n"
+             "    except OSError:\n"
+             "        pass\n"
+             "_time.sleep(3)")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)), also=["AllGather"])
+    assert results and not any(r.passed for r in results if r.check == "AllReduce"), text
+    assert "wrote" in text and "MB of files (a rank's cap is 4 MB" in text, text
+
+
+def test_a_rank_without_a_tmpfs_makes_only_so_many_files(tmp_path, monkeypatch):
+    """Where no namespace can be made (RTP_COURSE_NETNS=0 stands for such a kernel), the
+    private directory is on the disk: the watchdog counts its files."""
+    monkeypatch.setenv("RTP_COURSE_NETNS", "0")
+    probe = ("import tempfile as _tf, time as _time\n"
+             "for _i in range(12000):\n"
+             "    open(f'{_tf.gettempdir()}/f{_i}', 'wb').close()\n"
+             "_time.sleep(3)")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
+    assert results and not any(r.passed for r in results), text
+    assert "files of files" not in text and "files (a rank's cap is" in text, text

@@ -307,9 +307,9 @@ def test_a_rank_reaches_no_service_by_a_socket_path(tmp_path):
 @needs_landlock
 def test_ranks_share_no_lock_watch_or_memory_count(tmp_path):
     """Files every rank may read carry nothing between ranks: no lock, lease or change
-    notification can be set on them (runtime/seccomp), and no rank reads the launch's
-    cgroup, whose memory count a peer's allocations would move (/sys is read only where
-    it describes the CPUs)."""
+    notification can be set on them (runtime/seccomp), and no rank reads a count a peer
+    moves at will: the launch's cgroup's memory (of /sys a rank reads only what describes
+    the CPUs), the system's AIO contexts, open files and forks (sandbox.PROC_READ_ALONE)."""
     from rtp_course.runtime import seccomp
     if not seccomp.supported():
         pytest.skip("no seccomp filter for this architecture")
@@ -325,7 +325,10 @@ def test_ranks_share_no_lock_watch_or_memory_count(tmp_path):
         "        ('a lease', lambda: _fcntl.fcntl(_fh, 1024, _fcntl.F_RDLCK)),",
         "        ('dnotify', lambda: _fcntl.fcntl(_os.open(_os.path.dirname(torch.__file__),",
         "                                                  _os.O_RDONLY), 1026, 1)),",
-        "        ('the cgroups', lambda: _os.listdir('/sys/fs/cgroup'))]:",
+        "        ('the cgroups', lambda: _os.listdir('/sys/fs/cgroup')),",
+        "        ('aio-nr', lambda: open('/proc/sys/fs/aio-nr').read()),",
+        "        ('file-nr', lambda: open('/proc/sys/fs/file-nr').read()),",
+        "        ('the count of forks', lambda: open('/proc/stat').read())]:",
         "    try:",
         "        _call()",
         "        _said.append(_what)",

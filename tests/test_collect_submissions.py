@@ -55,3 +55,18 @@ def test_a_students_folder_that_is_a_symlink_is_not_collected(tmp_path, capsys):
     assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
     assert "mallory: a student's folder that is a symlink" in capsys.readouterr().err
     assert sorted(p.name for p in (course / "submitted").iterdir()) == ["carol"]
+
+
+def test_a_file_too_large_to_read_whole_is_refused_and_named(tmp_path, capsys):
+    """The grader reads a module whole (to parse it): a gigabyte of comments would be its
+    memory, not the student's."""
+    course, student = _course(tmp_path), tmp_path / "subs" / "dave"
+    (student / "rtp_course").mkdir(parents=True)
+    (student / "rtp_course" / "comm.py").write_bytes(b"#" * (collect_submissions.MODULE_BYTES + 1))
+    (student / "rtp_course" / "rotation.py").write_text("# mine\n")
+    missing = collect_submissions.collect(student, course, "a1")
+    dest = course / "submitted" / "dave" / "a1" / "rtp_course"
+    assert not (dest / "comm.py").exists() and (dest / "rotation.py").exists()
+    said = capsys.readouterr().err
+    assert "rtp_course/comm.py: larger than 1 MB" in said, said
+    assert any("comm.py (refused: larger than 1 MB)" in m for m in missing), missing

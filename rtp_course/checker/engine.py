@@ -26,7 +26,7 @@ from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, fallout, judge
 from rtp_course.checker.worker import run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
-from rtp_course.runtime import output, reaper
+from rtp_course.runtime import output, reaper, scratch
 from rtp_course.runtime.relay import supported as relay_supported
 from rtp_course.runtime.relay.server import Relay
 from rtp_course.runtime.launcher import (LaunchError, RankFailed, RankHung, default_backend,
@@ -49,12 +49,56 @@ STARTUP = 30.0          # s for the ranks to start and join their group
 HARNESS = 5.0           # s for a rank to load its checks and confine itself, before imports
 SLACK = 2.0             # s the parent's clock allows over a limit (a rank reports a little late)
 LEAVING = 15.0          # s for ranks that finished every check to leave (NCCL's destroy: 10 s)
+DISK_MB = 512           # what a rank's files in the run's directory may hold in all
+DISK_FILES = scratch.FILES   # and how many (a rank's tmpfs holds as many, where it has one)
 
 
 class _Stuck(Exception):
     def __init__(self, check_id, stacks, statuses, why="", reason="own", elapsed=0.0):
         self.check_id, self.stacks, self.statuses, self.why = check_id, stacks, statuses, why
         self.reason, self.elapsed = reason, elapsed
+
+
+def _disk_use(rundir: Path, world_size: int) -> tuple[dict, dict]:
+    """({rank: bytes}, {rank: files}) of what each rank wrote in the run's directory: its
+    result, error and status files, and its private directory. Not its captured stdout and
+    stderr, which the launcher caps as it drains them."""
+    used, files = {r: 0 for r in range(world_size)}, {r: 0 for r in range(world_size)}
+
+    def add(rank, entry):
+        try:
+            used[rank] += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            pass
+        files[rank] += 1
+
+    def walk(rank, folder):
+        stack = [folder]
+        while stack and files[rank] <= DISK_FILES:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        add(rank, e)
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+            except OSError:
+                pass
+    try:
+        entries = list(os.scandir(rundir))
+    except OSError:
+        return used, files
+    for e in entries:
+        parts = e.name.split(".")
+        if parts[0] in ("stdout", "stderr"):
+            continue
+        where = parts[1] if parts[0] == "tmp" else parts[-2] if len(parts) >= 3 else ""
+        if not where.isdigit() or int(where) not in used:
+            continue
+        if parts[0] == "tmp":
+            walk(int(where), e.path)
+        else:
+            add(int(where), e)
+    return used, files
 
 
 def _read_json(path: Path):
@@ -76,8 +120,9 @@ class _Watchdog:
     budgets. `on_change(statuses)` is called whenever a rank's status changed."""
 
     def __init__(self, rundir: Path, world_size: int, todo: list, budgets: "_Budgets",
-                 stall: float, tick=None, on_change=None):
+                 stall: float, tick=None, on_change=None, disk_mb: int = DISK_MB):
         self.rundir, self.world_size, self.budgets, self.stall = rundir, world_size, budgets, stall
+        self.disk_mb, self.disk_looked = disk_mb, 0.0
         self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
         self.imports = len({c.exercise for c in todo})
         self.tick, self.on_change = tick, on_change
@@ -98,6 +143,29 @@ class _Watchdog:
             if self.on_change:
                 self.on_change(statuses)
         self._stop_if_stuck(statuses, processes, now)
+        if now - self.disk_looked > 0.5:
+            self.disk_looked = now
+            self._stop_if_flooding(statuses)
+
+    def _stop_if_flooding(self, statuses) -> None:
+        """RLIMIT_FSIZE caps each file, not how many a rank fills: its results (one file per
+        check, opened before it was confined) and, without a tmpfs of its own
+        (runtime/scratch.py), its private directory. Past DISK_MB in all, the group stops."""
+        used, files = _disk_use(self.rundir, self.world_size)
+        for r in range(self.world_size):
+            if used[r] > self.disk_mb << 20 or files[r] > DISK_FILES:
+                check = (statuses.get(r) or {}).get("check") if isinstance(statuses.get(r), dict) \
+                    else None
+                check = check if check in self.by_id else \
+                    self.order[max(0, min(self.step, len(self.order) - 1))]
+                what = f"{used[r] >> 20} MB of files" if files[r] <= DISK_FILES \
+                    else f"{files[r]} files"
+                flood = _Stuck(check, {}, statuses,
+                               f"rank {r} wrote {what} (a rank's cap is {self.disk_mb} "
+                               f"MB and {DISK_FILES} files in all, RTP_COURSE_RANK_DISK_MB)",
+                               reason="disk")
+                flood.rank = r
+                raise flood
 
     def _advance(self, statuses: dict, now: float) -> None:
         if self.step == -2 and all((self.rundir / f"status.{r}.json").exists()
@@ -502,6 +570,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                    check_ids=[c.id for c in todo], dtype=dtype,
                    file_cap_mb=int(os.environ.get("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                    memory_cap_mb=int(os.environ.get("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
+                   disk_cap_mb=int(os.environ.get("RTP_COURSE_RANK_DISK_MB", 0)) or None,
                    confine=os.environ.get("RTP_COURSE_CONFINE", "1") != "0")
         relayed = backend == "gloo" and relay_supported()
         if not relayed:             # a relay rank asks the parent for its inputs instead
@@ -514,7 +583,8 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
                       checks=len(todo)).start() if relayed else None
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
                              tick and (lambda i, base=len(results): tick(base + i)),
-                             _judging(todo, ws, rundir, expect, judged, relay))
+                             _judging(todo, ws, rundir, expect, judged, relay),
+                             disk_mb=job["disk_cap_mb"] or DISK_MB)
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=deadline, rundir=rundir,
                    env=NCCL_ENV if backend == "nccl" else None, on_poll=watchdog,
@@ -595,6 +665,8 @@ def _printed(rundir: Path, ws: int, lines: int = 6) -> dict:
     return found
 
 
+DISK_HINT = ("code under test has nothing to write to disk: a check's results are a few "
+             "tensors, kept in memory")
 IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
                "definitions, and move work into the functions the checks call")
 
@@ -769,6 +841,9 @@ def _diagnose(check, ws, rundir: Path, failure, relay=None) -> Result:
                     res.message += f" (rank(s) {stuck} were left waiting for it)"
                 return res
     base = dict(exercise=check.exercise, check=check.name, world_size=ws)
+    if isinstance(failure, _Stuck) and failure.reason == "disk":
+        return Result(**base, status="error", message=failure.why, rank=failure.rank,
+                      hint=DISK_HINT)
     if isinstance(failure, _Stuck) and failure.reason in ("exercise", "run"):
         where = _deadlock_message(check, failure.statuses, ws)[0].split("; ", 1)[-1]
         return Result(**base, status="failed", hint=SLOW_HINT,

@@ -44,6 +44,10 @@ SURE = [
     (r"\[Errno 27\] File too large",
      "a rank may write files of at most 512 MB each (the checker's cap on a rank's disk, "
      "RTP_COURSE_RANK_FILE_MB): code under test has nothing to write to disk"),
+    (r"\[Errno 28\] No space left on device",
+     "a rank's private directory holds at most 512 MB and 10000 files in all (the checker's "
+     "cap on a rank's disk, unless RTP_COURSE_RANK_DISK_MB says otherwise): code under test "
+     "has nothing to write to disk"),
     (r"can't allocate memory|Cannot allocate memory|MemoryError",
      "a rank on CPU may use at most 4096 MB of memory (the checker's cap, "
      "RTP_COURSE_RANK_MEMORY_MB): the checks' tensors take a few kilobytes; look for a "

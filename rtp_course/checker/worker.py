@@ -28,7 +28,7 @@ from rtp_course.checker import inputs, outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
-from rtp_course.runtime import commlog, devices, forkserver, gpu_placement, sandbox
+from rtp_course.runtime import commlog, devices, forkserver, gpu_placement, netns, sandbox, scratch
 from rtp_course.runtime.launcher import rank_device
 from rtp_course.runtime.relay import group as relay_group
 
@@ -293,7 +293,9 @@ def _instructor_dirs() -> list:
 
 
 FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
+DISK_CAP_MB = 512     # what a relay rank's private directory holds in all (a tmpfs)
 MEMORY_CAP_MB = 4096  # a CPU rank's memory (its heap and anonymous mappings); checks use ~0.5 GB
+TASK_CAP = 512        # a relay rank's processes and threads (a rank runs about ten)
 
 
 def _cap_resources(job: dict) -> None:
@@ -303,14 +305,24 @@ def _cap_resources(job: dict) -> None:
     RLIMIT_FSIZE: a write past the file cap fails ("File too large"), or kills with SIGXFSZ.
     RLIMIT_DATA (CPU ranks): an allocation past the memory cap fails in torch's allocator
     ("can't allocate memory"), so one rank cannot take the machine's memory. Not on a GPU
-    rank: the CUDA driver maps host memory of its own, whose size the course does not own."""
+    rank: the CUDA driver maps host memory of its own, whose size the course does not own.
+    A relay rank's private directory is a tmpfs of DISK_CAP_MB (runtime/scratch.py): past
+    it, "No space left on device". RLIMIT_NPROC (relay ranks, whose count is of their own
+    user namespace's tasks): a fork bomb stops at TASK_CAP; the kernel exempts root, whose
+    rank its PID namespace and cgroup end at once."""
     import resource
+    if netns.MADE[0] & netns.CLONE_NEWNS:     # only in a mount namespace of its own
+        scratch.mount_private(tempfile.gettempdir(),
+                              int(job.get("disk_cap_mb") or DISK_CAP_MB))
     caps = [(resource.RLIMIT_FSIZE, int(job.get("file_cap_mb") or FILE_CAP_MB))]
     if job.get("backend") != "nccl":
         caps.append((resource.RLIMIT_DATA, int(job.get("memory_cap_mb") or MEMORY_CAP_MB)))
-    for which, mb in caps:
+    limits = [(which, mb << 20) for which, mb in caps]
+    if netns.MADE[0]:
+        limits.append((resource.RLIMIT_NPROC, TASK_CAP))
+    for which, value in limits:
         try:
-            resource.setrlimit(which, (mb << 20, mb << 20))
+            resource.setrlimit(which, (value, value))
         except (ValueError, OSError):
             pass
 

@@ -162,7 +162,7 @@ def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
     link = _own_relay_end(info, rank)
     if link is not None:
-        if info.private_network and netns.isolate():   # while this process has one thread
+        if info.private_network and netns.isolate() & netns.CLONE_NEWPID:   # (one thread)
             pidns.split(close=[link])         # from here on: the rank, pid 2 of its namespace
     elif info.private_network:
         netns.create(info.rundir) if rank == 0 else netns.join(info.rundir)

@@ -32,8 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC, CLONE_NEWPID = 0x10000000, 0x40000000, 0x08000000, \
-    0x20000000
+CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNS = 0x20000000, 0x00020000
+MADE = [0]              # the namespaces this process made for itself with isolate()
 PORT = 29500            # the store's port inside the namespace (nothing else listens there)
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
@@ -93,20 +94,23 @@ def _possible() -> bool:
         return False
 
 
-def isolate() -> bool:
-    """This process alone in a network, IPC and PID namespace of its own, with no network at
-    all (a relay rank's peers are reached through the relay only: runtime/relay). Its SysV
-    IPC and POSIX message queues are its own too, so no other rank shares them. Returns
-    whether the PID namespace was made: its children are then in it (pidns.split). Call
-    while the process has one thread."""
-    for more in (CLONE_NEWIPC | CLONE_NEWPID, CLONE_NEWIPC, 0):
+def isolate() -> int:
+    """This process alone in a network, IPC, PID and mount namespace of its own, with no
+    network at all (a relay rank's peers are reached through the relay only:
+    runtime/relay). Its SysV IPC and POSIX message queues are its own too, so no other rank
+    shares them; its children are in the PID namespace (pidns.split); its mounts are its
+    own (scratch.py). Returns the CLONE_* flags of what was made, beyond the user and
+    network namespaces (also in MADE). Call while the process has one thread."""
+    every = CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNS
+    for more in (every, CLONE_NEWIPC, 0):
         try:                    # a kernel may let users make some of them and not others
             _private_network(more, loopback=False)
-            return bool(more & CLONE_NEWPID)
+            MADE[0] = more
+            return more
         except OSError:
             if not more:
                 raise
-    return False
+    return 0
 
 
 def _marker(rundir: str) -> Path:

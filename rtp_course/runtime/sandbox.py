@@ -67,6 +67,13 @@ SYS_READ = ("/sys/devices/system/cpu", "/sys/devices/system/node",
 # process's own /proc/<pid>: not the other processes' command lines, which would tell the code
 # under test the grader's paths and whose work is graded beside it.
 PROC_READ = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys", "/proc/filesystems")
+# A relay rank, which may share no channel with its peers (`confine(channels=False)`), reads
+# less: not the system-wide counters a peer moves at will and another reads exactly on a
+# quiet machine (/proc/sys/fs/aio-nr by io_setup, file-nr by open files, /proc/stat's count
+# of forks).
+PROC_READ_ALONE = ("/proc/cpuinfo", "/proc/meminfo", "/proc/filesystems",
+                   "/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/osrelease",
+                   "/proc/sys/kernel/ngroups_max", "/proc/sys/kernel/pid_max")
 # Of /dev, only the character devices every program may use: not /dev as a whole, which holds
 # /dev/shm (another process's shared memory, and the grader's) and /dev/mqueue.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
@@ -158,8 +165,9 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
     find and connect to, which Landlock does not govern, would be a channel the relay does
     not carry); `tcp`: it may bind and connect TCP sockets (False for a relay rank, which
     needs none: from ABI 4 every bind and connect is refused, also where no network
-    namespace of its own could be made); `channels`: it may make sockets, and lock files
-    and watch them for changes (False for a relay rank: runtime/seccomp). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
+    namespace of its own could be made); `channels`: it may make sockets, lock files and
+    watch them for changes, and read the system's counters (False for a relay rank:
+    runtime/seccomp, PROC_READ_ALONE). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
     an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
     abi = abi_version()
@@ -179,7 +187,8 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
         # (/proc/self names this process as the machine's /proc numbers it: in a PID namespace
         # of its own, getpid() would name another)
         procs = ["/proc", "/sys"] if other_processes else \
-            [*PROC_READ, f"/proc/{os.readlink('/proc/self')}", *SYS_READ]
+            [*(PROC_READ if channels else PROC_READ_ALONE), f"/proc/{os.readlink('/proc/self')}",
+             *SYS_READ]
         full, listed = _readable([*SYSTEM_READ, *procs, *python_dirs(), *read], unreadable)
         rules = [(p, READ) for p in full] + [(p, READ_DIR) for p in listed]
         device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)

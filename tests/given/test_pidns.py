@@ -16,7 +16,7 @@ def split_then(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
     script = textwrap.dedent("""
         import os, sys, time, signal
         from rtp_course.runtime import netns, pidns
-        assert netns.isolate(), "no PID namespace"
+        assert netns.isolate() & netns.CLONE_NEWPID, "no PID namespace"
         pidns.split()
     """) + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -55,7 +55,7 @@ def test_sigusr1_reaches_the_rank():
     script = textwrap.dedent("""
         import os, sys, time, signal, faulthandler
         from rtp_course.runtime import netns, pidns
-        assert netns.isolate()
+        assert netns.isolate() & netns.CLONE_NEWPID
         pidns.split()
         faulthandler.register(signal.SIGUSR1, file=sys.stdout, all_threads=False)
         print("ready", flush=True)
