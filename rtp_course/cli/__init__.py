@@ -128,7 +128,8 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     g.add_argument("assignments", nargs="+", metavar="ASSIGNMENT")
     g.add_argument("--student", nargs="+", metavar="ID", help="only these students (default: all)")
     g.add_argument("--jobs", type=int, metavar="N",
-                   help="submissions graded at once on this machine (default: one per core)")
+                   help="submissions graded at once on this machine, each on cores of its own "
+                        "(default: one per two cores)")
     g.add_argument("--world-size", type=int, nargs="+", metavar="N", help="default: 1 2 3 4")
     cl = g.add_argument_group("a class on Slurm: one array task per student")
     cl.add_argument("--slurm", action="store_true", help="grade as a Slurm job array, then write the gradebook")

@@ -137,10 +137,34 @@ def record(course: Path, assignment: str, student: str, cells, points: dict, log
 
 
 def default_jobs() -> int:
-    """Submissions graded at once on this machine: one per core. Each runs up to 4 ranks, but
-    they spend much of a check starting up and waiting on each other; on 2 cores 2 at once
-    was 1.22x faster than 1, and 4 slower than 2 (scripts/bench_grading.py)."""
-    return max(1, len(os.sched_getaffinity(0)))
+    """Submissions graded at once on this machine: one per two cores. Each keeps to cores of
+    its own (`cores_for`); a submission's ranks, relay and checks on fewer than two cores
+    grade slower than one at a time on both (on 2 cores, 2 pinned at once: 0.85x of 1)."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
+
+
+def cores_for(slot: int, jobs: int, cores: list) -> list:
+    """The cores of grading slot `slot` of `jobs`: a share of its own where there are enough."""
+    if jobs <= len(cores):
+        return cores[slot * len(cores) // jobs:(slot + 1) * len(cores) // jobs]
+    return [cores[slot % len(cores)]]
+
+
+def _take_cores(slots, jobs: int) -> None:
+    """A grading process's first act: keep to cores of its own, it and every process it starts.
+    A submission's ranks may start as many busy processes as they like (a relay rank cannot
+    change its cores: runtime/seccomp); the submission graded beside it keeps its cores."""
+    with slots.get_lock():
+        slot, slots.value = slots.value, slots.value + 1
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores_for(slot, jobs, cores))
+
+
+def grading_pool(jobs: int) -> ProcessPoolExecutor:
+    """`jobs` grading processes, each on cores of its own (spawned: no state shared)."""
+    ctx = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_take_cores,
+                               initargs=(ctx.Value("i", 0), jobs))
 
 
 def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1, world_sizes=None,
@@ -160,8 +184,7 @@ def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1
     # Processes, not threads: the serial references seed torch's global generator, so two
     # gradings in one process would draw each other's weights. The gradebook (SQLite) is
     # written here only, one student at a time, in the order they finish.
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with grading_pool(jobs) as pool:
         futures = {pool.submit(grade_student, course, assignment, s, cells, world_sizes): s
                    for s in students}
         for fut in as_completed(futures):

@@ -1,4 +1,4 @@
-"""No new socket, file lock or file-change notification: channels Landlock leaves open.
+"""What Landlock leaves open to a relay rank, refused: sockets, file locks and watches, cores.
 
 Landlock decides which files a rank may open, not what it may do with a file it may read.
 Every rank may read the same files (Python, torch, the course), and the kernel keeps state
@@ -19,13 +19,17 @@ Either would carry data between ranks that the relay never sees. And a socket:
 * a vsock reaches the hypervisor's services, and a UDP socket the machine's, from any
   network namespace or none.
 
-A relay rank needs no socket but its link to the relay, made before it was confined (and
-`socketpair`, which reaches nothing, stays allowed). A seccomp filter refuses these calls
-with EPERM (a correct rank makes none of them), io_uring (whose operations open sockets
-and files without the system calls a filter sees), and, on x86-64, every system call of
-another ABI (32-bit `int 0x80`, x32), whose numbers differ and which a filter of one
-ABI's numbers would let through. Installed after Landlock (which set
-no_new_privs); inherited by every process the rank starts, and never lifted.
+A relay rank needs no socket but its link to the relay, made before it was confined
+(`socketpair`, which reaches nothing, stays allowed). And its cores: a submission graded
+beside another keeps to cores of its own (instructor/grade_code.py), which a rank could
+leave with `sched_setaffinity`, its busy processes then slowing the other's grading.
+
+A seccomp filter refuses these calls with EPERM (a correct rank makes none of them), and
+io_uring (whose operations open sockets and files without the system calls a filter
+sees), and, on x86-64, every system call of another ABI (32-bit `int 0x80`, x32), whose
+numbers differ and which a filter of one ABI's numbers would let through. Installed after
+Landlock (which set no_new_privs); inherited by every process the rank starts, and never
+lifted.
 """
 from __future__ import annotations
 
@@ -41,10 +45,12 @@ _X32_BIT = 0x40000000
 
 # arch: (AUDIT_ARCH_*, {name: number}); fcntl's number apart, its command is looked at
 _ARCHES = {
-    "x86_64": (0xC000003E, {"socket": 41, "flock": 73, "inotify_init": 253,
+    "x86_64": (0xC000003E, {"socket": 41, "flock": 73, "sched_setaffinity": 203,
+                            "inotify_init": 253,
                             "inotify_add_watch": 254, "inotify_init1": 294, "fanotify_init": 300,
                             "fanotify_mark": 301, "io_uring_setup": 425}, 72),
-    "aarch64": (0xC00000B7, {"socket": 198, "flock": 32, "inotify_init1": 26,
+    "aarch64": (0xC00000B7, {"socket": 198, "flock": 32, "sched_setaffinity": 122,
+                             "inotify_init1": 26,
                              "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
                              "io_uring_setup": 425}, 25),
 }
