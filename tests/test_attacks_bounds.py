@@ -233,3 +233,32 @@ def test_a_rank_without_a_tmpfs_makes_only_so_many_files(tmp_path, monkeypatch):
     results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
     assert results and not any(r.passed for r in results), text
     assert "files of files" not in text and "files (a rank's cap is" in text, text
+
+
+def test_a_crash_writes_no_core_file(tmp_path):
+    """A core file is written by the kernel, where the rank's confinement does not reach
+    (its working directory is the grader's): a rank's core size is capped at 0, for good."""
+    probe = ("import resource as _r\n"
+             "try:\n"
+             "    _r.setrlimit(_r.RLIMIT_CORE, (1 << 30, 1 << 30))\n"
+             "    raise RuntimeError('CORE FILES ALLOWED')\n"
+             "except ValueError:\n"
+             "    pass\n"
+             "assert _r.getrlimit(_r.RLIMIT_CORE) == (0, 0)")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
+    assert results and all(r.passed for r in results), text
+
+
+def test_what_the_code_says_reaches_a_terminal_as_text_never_as_escape_sequences(tmp_path):
+    """An exception (or a print) of the code under test is quoted in a report an instructor
+    reads in a terminal: an escape sequence there could set the clipboard (OSC 52) or clear
+    the screen, and a bidirectional override reorders a feedback line. Each is shown as an
+    escape."""
+    probe = ("print('\\x1b[2J printed')\n"
+             "raise RuntimeError('\\x1b]52;c;ZWNobyBwd25lZA==\\x07 clipboard \\u202egnirts')")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
+    verbose = report.text(results, verbose=True)
+    assert results and not any(r.passed for r in results), text
+    for shown in (text, verbose, str(report.to_json(results))):
+        assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown, shown
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07 clipboard \\u202egnirts" in text, text

@@ -306,3 +306,54 @@ def test_a_rank_reaches_no_tcp_port_outside_its_launch(tmp_path):
                          text), text
         with pytest.raises(socket.timeout):
             server.accept()
+
+
+TYPE_INTO_TERMINAL = """
+import fcntl as _f, os as _os, termios as _t
+_said = []
+for _where in (0, '/dev/tty'):
+    try:
+        _fd = _where if isinstance(_where, int) else _os.open(_where, _os.O_RDWR)
+        for _c in b'echo TYPED-BY-A-RANK\\n':
+            _f.ioctl(_fd, _t.TIOCSTI, bytes([_c]))
+        _said.append(f'TYPED INTO THE TERMINAL through {_where}')
+    except OSError:
+        pass
+if _said:
+    raise RuntimeError(' / '.join(_said))
+"""
+
+RUN_UNDER_A_TERMINAL = """
+import sys
+from rtp_course.checker import engine, report
+results = engine.run(["comm"], impl=sys.argv[1], world_sizes=[2], only=["Duplication"])
+print("PASSED" if results and all(r.passed for r in results) else report.text(results))
+"""
+
+
+def test_a_rank_cannot_type_into_the_graders_terminal(tmp_path):
+    """Graded from a terminal, a rank once held it as its standard input and controlling
+    terminal: ioctl(TIOCSTI) would have typed a command the instructor's shell runs after
+    the grading. A rank runs in a session of its own with stdin from /dev/null, and may not
+    open /dev/tty."""
+    import pty
+    import select
+    impl = hostile(tmp_path, at_forward(TYPE_INTO_TERMINAL))
+    pid, master = pty.fork()
+    if pid == 0:                                  # the grader, its terminal the pty
+        os.execv(sys.executable, [sys.executable, "-c", RUN_UNDER_A_TERMINAL, str(impl)])
+    seen = b""
+    try:
+        while select.select([master], [], [], 300)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:                       # the child closed the terminal: it ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.waitpid(pid, 0)
+        os.close(master)
+    text = seen.decode(errors="replace")
+    assert "TYPED-BY-A-RANK" not in text and "PASSED" in text, text

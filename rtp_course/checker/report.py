@@ -28,10 +28,32 @@ def where_taught(r: Result) -> str:
     return f"task {r.task}, notebook {ex.notebook_number} section {ex.task(r.task).section}"
 
 
+def visible(text: str) -> str:
+    """`text` with every character a terminal would act on, or that hides what follows,
+    shown as an escape: the code under test writes its exceptions and prints, and a report
+    is read in the instructor's terminal (an escape sequence there can set the clipboard,
+    rewrite the screen or retitle the window) and in feedback pages (bidirectional
+    overrides reorder a line)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode()
+                   for c in text)
+
+
+def _visible_strings(obj):
+    if isinstance(obj, str):
+        return visible(obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _visible_strings(v)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_visible_strings(v) for v in obj]
+    return obj
+
+
 def text(results: list[Result], verbose: bool = False, width: int | None = None) -> str:
     """The report; with `width`, long lines wrap under their own indentation (for pages, such
     as nbgrader's feedback, that would otherwise cut them at the right edge)."""
-    body = _text(results, verbose)
+    body = visible(_text(results, verbose))
     return body if width is None else "\n".join(_wrap(line, width) for line in body.splitlines())
 
 
@@ -117,6 +139,7 @@ def to_json(results: list[Result]) -> dict:
                              "vs_reference": r.details.get("vs_reference", "")})
     passed = all(r.passed for r in results) and bool(results)
     s = summary(results)
+    exercises = _visible_strings(exercises)
     return {"passed": passed, "exercises": exercises,
             "confinement": sorted({r.details.get("confinement") for r in results} - {None, ""}),
             "summary": "; ".join(f"{ex} {p}/{t}" for ex, (p, t, _) in s.items())}

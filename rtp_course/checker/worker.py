@@ -317,7 +317,9 @@ def _cap_resources(job: dict) -> None:
     caps = [(resource.RLIMIT_FSIZE, int(job.get("file_cap_mb") or FILE_CAP_MB))]
     if job.get("backend") != "nccl":
         caps.append((resource.RLIMIT_DATA, int(job.get("memory_cap_mb") or MEMORY_CAP_MB)))
-    limits = [(which, mb << 20) for which, mb in caps]
+    # no core file: a crash would write one where the rank's sandbox lets it write nothing
+    # (the kernel writes it, or hands it to the machine's collector)
+    limits = [(which, mb << 20) for which, mb in caps] + [(resource.RLIMIT_CORE, 0)]
     if netns.MADE[0]:
         limits.append((resource.RLIMIT_NPROC, TASK_CAP))
     for which, value in limits:

@@ -156,8 +156,21 @@ def _drop_helpers() -> None:
     server._forkserver_address = server._forkserver_pid = None
 
 
+def _detach_from_terminal() -> None:
+    """A session of its own, and stdin from /dev/null: the forkserver hands every rank the
+    launcher's standard input, which under a terminal is the instructor's; a rank there could
+    type into it (ioctl TIOCSTI on fd 0 or /dev/tty), and the shell would run it after the
+    grading. Without a controlling terminal no such ioctl is allowed on any descriptor."""
+    with contextlib.suppress(OSError):
+        os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
 def _worker(local_rank: int, info: WorkerInfo, fn, args) -> None:
     rank = local_rank
+    _detach_from_terminal()
     reaper.die_with_parent()
     cgroup.join(info.cgroup)                  # before anything else: what it forks stays in
     link = _own_relay_end(info, rank)

@@ -75,8 +75,9 @@ PROC_READ_ALONE = ("/proc/cpuinfo", "/proc/meminfo", "/proc/filesystems",
                    "/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/osrelease",
                    "/proc/sys/kernel/ngroups_max", "/proc/sys/kernel/pid_max")
 # Of /dev, only the character devices every program may use: not /dev as a whole, which holds
-# /dev/shm (another process's shared memory, and the grader's) and /dev/mqueue.
-DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+# /dev/shm (another process's shared memory, and the grader's) and /dev/mqueue; and not
+# /dev/tty, the grader's terminal, into which a process can type (ioctl TIOCSTI).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 
 def gpu_devices() -> list[str]:
