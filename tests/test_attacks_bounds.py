@@ -159,6 +159,33 @@ def test_a_rank_that_takes_too_much_memory_is_stopped_at_its_cap(tmp_path, monke
     assert "can't allocate memory" in text and "RTP_COURSE_RANK_MEMORY_MB" in text, text
 
 
+def test_memory_no_private_mapping_holds_is_capped_too(tmp_path, monkeypatch):
+    """RLIMIT_DATA counts private mappings: a shared one (`mmap.mmap(-1, n)`) is capped by the
+    address space, and memory that no mapping holds (a memfd written to, a System V segment
+    left behind) cannot be made by a relay rank."""
+    from rtp_course.runtime import seccomp
+    monkeypatch.setenv("RTP_COURSE_RANK_MEMORY_MB", "1024")
+    probe = ("import ctypes as _ct, mmap as _mmap, os as _os\n"
+             "_said = []\n"
+             "try:\n"
+             "    _m = _mmap.mmap(-1, 8 << 30)\n"
+             "    _said.append('MAPPED 8 GB SHARED')\n"
+             "except OSError:\n"
+             "    pass\n"
+             f"if {seccomp.supported() and netns.available()}:\n"
+             "    try:\n"
+             "        _os.memfd_create('x')\n"
+             "        _said.append('A MEMFD')\n"
+             "    except OSError:\n"
+             "        pass\n"
+             "    if _ct.CDLL(None).shmget(0, 1 << 20, 0o1600) >= 0:\n"
+             "        _said.append('A SYSV SEGMENT')\n"
+             "if _said:\n"
+             "    raise RuntimeError(' / '.join(_said))")
+    results, text = _all_reduce(hostile(tmp_path, _files_probe(probe)))
+    assert results and all(r.passed for r in results), text
+
+
 # Claims, in its status file, to have finished every check, then computes for ever.
 CLAIM_ALL_DONE = """import gc as _gc, json as _json, os as _os, time as _time
 for _o in _gc.get_objects():

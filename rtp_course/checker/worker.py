@@ -296,6 +296,8 @@ FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own)
 DISK_CAP_MB = 512     # what a relay rank's private directory holds in all (a tmpfs)
 MEMORY_CAP_MB = 4096  # a CPU rank's memory (its heap and anonymous mappings); checks use ~0.5 GB
 TASK_CAP = 512        # a relay rank's processes and threads (a rank runs about ten)
+MAPPED_SLACK_MB = 2048  # address space beyond the memory cap: libraries, stacks, malloc's arenas
+FILES_CAP = 4096      # a relay rank's open descriptors (a rank holds about twenty)
 
 
 def _cap_resources(job: dict) -> None:
@@ -304,8 +306,12 @@ def _cap_resources(job: dict) -> None:
 
     RLIMIT_FSIZE: a write past the file cap fails ("File too large"), or kills with SIGXFSZ.
     RLIMIT_DATA (CPU ranks): an allocation past the memory cap fails in torch's allocator
-    ("can't allocate memory"), so one rank cannot take the machine's memory. Not on a GPU
-    rank: the CUDA driver maps host memory of its own, whose size the course does not own.
+    ("can't allocate memory"), so one rank cannot take the machine's memory. RLIMIT_DATA
+    counts private mappings only: RLIMIT_AS, MAPPED_SLACK_MB above it, caps shared ones
+    (`mmap.mmap(-1, size)`), the rest of the address space an honest rank uses (about 0.8 GB
+    in all). Not on a GPU rank: the CUDA driver maps host memory of its own, whose size the
+    course does not own. (Memory no mapping holds, a relay rank cannot make: runtime/seccomp
+    refuses memfd_create and shmget, and RLIMIT_NOFILE caps its pipes' buffers.)
     A relay rank's private directory is a tmpfs of DISK_CAP_MB (runtime/scratch.py): past
     it, "No space left on device". RLIMIT_NPROC (relay ranks, whose count is of their own
     user namespace's tasks): a fork bomb stops at TASK_CAP; the kernel exempts root, whose
@@ -316,12 +322,13 @@ def _cap_resources(job: dict) -> None:
                               int(job.get("disk_cap_mb") or DISK_CAP_MB))
     caps = [(resource.RLIMIT_FSIZE, int(job.get("file_cap_mb") or FILE_CAP_MB))]
     if job.get("backend") != "nccl":
-        caps.append((resource.RLIMIT_DATA, int(job.get("memory_cap_mb") or MEMORY_CAP_MB)))
+        memory = int(job.get("memory_cap_mb") or MEMORY_CAP_MB)
+        caps += [(resource.RLIMIT_DATA, memory), (resource.RLIMIT_AS, memory + MAPPED_SLACK_MB)]
     # no core file: a crash would write one where the rank's sandbox lets it write nothing
     # (the kernel writes it, or hands it to the machine's collector)
     limits = [(which, mb << 20) for which, mb in caps] + [(resource.RLIMIT_CORE, 0)]
     if netns.MADE[0]:
-        limits.append((resource.RLIMIT_NPROC, TASK_CAP))
+        limits += [(resource.RLIMIT_NPROC, TASK_CAP), (resource.RLIMIT_NOFILE, FILES_CAP)]
     for which, value in limits:
         try:
             resource.setrlimit(which, (value, value))

@@ -1,4 +1,5 @@
-"""What Landlock leaves open to a relay rank, refused: sockets, file locks and watches, cores.
+"""What Landlock leaves open to a relay rank, refused: sockets, file locks and watches, cores,
+unmapped memory.
 
 Landlock decides which files a rank may open, not what it may do with a file it may read.
 Every rank may read the same files (Python, torch, the course), and the kernel keeps state
@@ -22,7 +23,10 @@ Either would carry data between ranks that the relay never sees. And a socket:
 A relay rank needs no socket but its link to the relay, made before it was confined
 (`socketpair`, which reaches nothing, stays allowed). And its cores: a submission graded
 beside another keeps to cores of its own (instructor/grade_code.py), which a rank could
-leave with `sched_setaffinity`, its busy processes then slowing the other's grading.
+leave with `sched_setaffinity`, its busy processes then slowing the other's grading. And
+memory that no mapping of the rank holds, so that no limit of the rank counts it: a memfd
+written with write(), a System V segment detached after use (worker._cap_resources caps
+what is mapped).
 
 A seccomp filter refuses these calls with EPERM (a correct rank makes none of them), and
 io_uring (whose operations open sockets and files without the system calls a filter
@@ -45,14 +49,14 @@ _X32_BIT = 0x40000000
 
 # arch: (AUDIT_ARCH_*, {name: number}); fcntl's number apart, its command is looked at
 _ARCHES = {
-    "x86_64": (0xC000003E, {"socket": 41, "flock": 73, "sched_setaffinity": 203,
-                            "inotify_init": 253,
-                            "inotify_add_watch": 254, "inotify_init1": 294, "fanotify_init": 300,
-                            "fanotify_mark": 301, "io_uring_setup": 425}, 72),
-    "aarch64": (0xC00000B7, {"socket": 198, "flock": 32, "sched_setaffinity": 122,
-                             "inotify_init1": 26,
-                             "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
-                             "io_uring_setup": 425}, 25),
+    "x86_64": (0xC000003E, {
+        "shmget": 29, "socket": 41, "flock": 73, "sched_setaffinity": 203, "inotify_init": 253,
+        "inotify_add_watch": 254, "inotify_init1": 294, "fanotify_init": 300,
+        "fanotify_mark": 301, "memfd_create": 319, "io_uring_setup": 425}, 72),
+    "aarch64": (0xC00000B7, {
+        "inotify_init1": 26, "inotify_add_watch": 27, "flock": 32, "sched_setaffinity": 122,
+        "shmget": 194, "socket": 198, "fanotify_init": 262, "fanotify_mark": 263,
+        "memfd_create": 279, "io_uring_setup": 425}, 25),
 }
 # F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE,
 # F_NOTIFY
