@@ -24,7 +24,7 @@ from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.checker import exception_causes, hang_causes, inputs, outcome_file
 from rtp_course.checker.registry import check_modules, load_checks
 from rtp_course.checker.verdict import Result, fallout, judge
-from rtp_course.checker.worker import run_checks, syntax_error_outcome
+from rtp_course.checker.worker import DISK_CAP_MB, run_checks, syntax_error_outcome
 from rtp_course.course.impl import resolve
 from rtp_course.runtime import output, reaper, scratch
 from rtp_course.runtime.relay import supported as relay_supported
@@ -49,8 +49,7 @@ STARTUP = 30.0          # s for the ranks to start and join their group
 HARNESS = 5.0           # s for a rank to load its checks and confine itself, before imports
 SLACK = 2.0             # s the parent's clock allows over a limit (a rank reports a little late)
 LEAVING = 15.0          # s for ranks that finished every check to leave (NCCL's destroy: 10 s)
-DISK_MB = 512           # what a rank's files in the run's directory may hold in all
-DISK_FILES = scratch.FILES   # and how many (a rank's tmpfs holds as many, where it has one)
+DISK_FILES = scratch.FILES   # a rank's files in the run's directory (as many as its tmpfs holds)
 
 
 class _Stuck(Exception):
@@ -120,7 +119,7 @@ class _Watchdog:
     budgets. `on_change(statuses)` is called whenever a rank's status changed."""
 
     def __init__(self, rundir: Path, world_size: int, todo: list, budgets: "_Budgets",
-                 stall: float, tick=None, on_change=None, disk_mb: int = DISK_MB):
+                 stall: float, tick=None, on_change=None, disk_mb: int = DISK_CAP_MB):
         self.rundir, self.world_size, self.budgets, self.stall = rundir, world_size, budgets, stall
         self.disk_mb, self.disk_looked = disk_mb, 0.0
         self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
@@ -150,12 +149,12 @@ class _Watchdog:
     def _stop_if_flooding(self, statuses) -> None:
         """RLIMIT_FSIZE caps each file, not how many a rank fills: its results (one file per
         check, opened before it was confined) and, without a tmpfs of its own
-        (runtime/scratch.py), its private directory. Past DISK_MB in all, the group stops."""
+        (runtime/scratch.py), its private directory. Past the disk cap in all, the group stops."""
         used, files = _disk_use(self.rundir, self.world_size)
         for r in range(self.world_size):
             if used[r] > self.disk_mb << 20 or files[r] > DISK_FILES:
-                check = (statuses.get(r) or {}).get("check") if isinstance(statuses.get(r), dict) \
-                    else None
+                st = statuses.get(r)
+                check = st.get("check") if isinstance(st, dict) else None
                 check = check if check in self.by_id else \
                     self.order[max(0, min(self.step, len(self.order) - 1))]
                 what = f"{used[r] >> 20} MB of files" if files[r] <= DISK_FILES \
@@ -584,7 +583,7 @@ def _run_world(todo, ws, impl_dir, modules, dtype, budgets, backend, stall=STALL
         watchdog = _Watchdog(rundir, ws, todo, budgets, stall,
                              tick and (lambda i, base=len(results): tick(base + i)),
                              _judging(todo, ws, rundir, expect, judged, relay),
-                             disk_mb=job["disk_cap_mb"] or DISK_MB)
+                             disk_mb=job["disk_cap_mb"] or DISK_CAP_MB)
         try:
             launch(run_checks, ws, args=(job,), backend=backend, timeout=deadline, rundir=rundir,
                    env=NCCL_ENV if backend == "nccl" else None, on_poll=watchdog,

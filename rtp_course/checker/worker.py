@@ -293,7 +293,7 @@ def _instructor_dirs() -> list:
 
 
 FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
-DISK_CAP_MB = 512     # what a relay rank's private directory holds in all (a tmpfs)
+DISK_CAP_MB = 512     # what a rank's files hold in all: a relay rank's tmpfs; the watchdog's sum
 MEMORY_CAP_MB = 4096  # a CPU rank's memory (its heap and anonymous mappings); checks use ~0.5 GB
 TASK_CAP = 512        # a relay rank's processes and threads (a rank runs about ten)
 MAPPED_SLACK_MB = 2048  # address space beyond the memory cap: libraries, stacks, malloc's arenas

@@ -23,10 +23,10 @@ live on), and the process the launcher started must stay outside to be its child
     launcher's child (the supervisor, outside)  ->  init (pid 1)  ->  the rank (pid 2)
 
 Each of the two upper processes forwards the launcher's signals down (SIGUSR1 for a
-stack, SIGTERM and SIGHUP as SIGKILL), ignores Ctrl-C (the terminal sends it to the rank
-itself), and ends as the rank ended, so the launcher sees the rank's own exit code or
-signal. Only for relay ranks: NCCL's transports pass pids
-between ranks (pidfd_getfd), which a namespace would break.
+stack, SIGTERM and SIGHUP as SIGKILL), ignores Ctrl-C (the launcher, which gets it, ends
+the rank), and ends as the rank ended, so the launcher sees the rank's own exit code or
+signal. Only for relay ranks: NCCL's transports pass pids between ranks (pidfd_getfd),
+which a namespace would break.
 """
 from __future__ import annotations
 
@@ -64,8 +64,7 @@ def split(close=()) -> None:
 
 
 def _forward_to(pid: int) -> None:
-    """The launcher's signals, passed down; Ctrl-C stays ignored (the terminal sends it to
-    the rank itself)."""
+    """The launcher's signals, passed down; Ctrl-C stays ignored."""
     def forward(sig, _frame):
         try:
             os.kill(pid, signal.SIGUSR1 if sig == signal.SIGUSR1 else signal.SIGKILL)

@@ -101,10 +101,12 @@ class _PathBeneath(ctypes.Structure):
 class Confinement:
     active: bool
     abi: int = 0
-    reason: str = ""            # why not, when inactive
+    reason: str = ""            # why not, when inactive; what is missing, when active
 
     def describe(self) -> str:
-        return f"confined (Landlock ABI {self.abi})" if self.active else f"unconfined: {self.reason}"
+        if not self.active:
+            return f"unconfined: {self.reason}"
+        return f"confined (Landlock ABI {self.abi}" + (f"; {self.reason})" if self.reason else ")")
 
 
 def _libc():
@@ -161,15 +163,16 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
     under `write`; `devices`: device nodes it may also read, write and ioctl (a GPU's);
     `unreadable`: files or directories under those it may list but not open;
     `other_processes`: all of /proc and /sys, not only this process's own, PROC_READ and
-    SYS_READ (NCCL's bootstrap and topology search read more of them than has been seen run); `rendezvous`: it may make Unix socket
-    files and FIFOs in `write` (False for a relay rank: a socket file another process could
-    find and connect to, which Landlock does not govern, would be a channel the relay does
-    not carry); `tcp`: it may bind and connect TCP sockets (False for a relay rank, which
-    needs none: from ABI 4 every bind and connect is refused, also where no network
-    namespace of its own could be made); `channels`: it may make sockets, lock files and
-    watch them for changes, and read the system's counters (False for a relay rank:
-    runtime/seccomp, PROC_READ_ALONE). From ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to
-    an abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
+    SYS_READ (NCCL's bootstrap and topology search read more of them than has been seen
+    run); `rendezvous`: it may make Unix socket files and FIFOs in `write` (False for a
+    relay rank: a socket file another process could find and connect to, which Landlock
+    does not govern, would be a channel the relay does not carry); `tcp`: it may bind and
+    connect TCP sockets (False for a relay rank, which needs none: from ABI 4 every bind
+    and connect is refused, also where no network namespace of its own could be made);
+    `channels`: it may make sockets, lock files and watch them for changes, and read the
+    system's counters (False for a relay rank: runtime/seccomp, PROC_READ_ALONE). From
+    ABI 6, signals and abstract Unix sockets are scoped: it can signal, and connect to an
+    abstract socket of, only processes of its own sandbox. Irreversible. Returns what was
     done; never raises for a missing Landlock."""
     abi = abi_version()
     if abi < 1:
@@ -203,11 +206,10 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
             return Confinement(False, abi, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
         if libc.syscall(_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
             return Confinement(False, abi, f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
-        if not channels:
-            seccomp.refuse_channels()           # (an unknown architecture keeps them)
+        missing = "" if channels else seccomp.refuse_channels()
     finally:
         os.close(fd)
-    return Confinement(True, abi)
+    return Confinement(True, abi, missing)
 
 
 def _add_rule(libc, ruleset_fd: int, path, rights: int) -> None:

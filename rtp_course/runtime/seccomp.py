@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 import platform
 import struct
 
@@ -91,8 +92,8 @@ class _Fprog(ctypes.Structure):
 
 
 def refuse_channels() -> str:
-    """Install the filter in this process ('' when done, else why not). no_new_privs must be
-    set already (sandbox.confine sets it)."""
+    """Install the filter in this process: '' when done, else what the report's confinement
+    line says instead. no_new_privs must be set already (sandbox.confine sets it)."""
     arch = platform.machine()
     if arch not in _ARCHES:
         return f"no seccomp filter for {arch}"
@@ -102,5 +103,5 @@ def refuse_channels() -> str:
     fprog = _Fprog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        return f"seccomp: {ctypes.get_errno() and errno.errorcode.get(ctypes.get_errno(), '')}"
+        return f"no seccomp filter: {os.strerror(ctypes.get_errno())}"
     return ""
