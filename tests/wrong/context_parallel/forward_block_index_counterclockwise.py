@@ -1,0 +1,16 @@
+r"""Forward rotates clockwise but takes the block in hand at step i for rank (r + i) % N's, the
+backward's formula: the same at two ranks, a wrong causal case at three or four.
+
+EXPECT: ring_attention_causal.*world size 3.*causal forward/output .*\(r - i\) % N
+CLASS: 3-4-ranks off-by-one
+WORLD_SIZES: 2 3
+ONLY: ring_attention_causal
+"""
+
+# The bug, as edits of the reference solution (solutions/context_parallel.py):
+REPLACE = [
+    (r'''        s = (rank - i) % world                                   # whose block is in hand
+''',
+     r'''        s = (rank + i) % world                                   # whose block is in hand
+'''),
+]

@@ -1,0 +1,17 @@
+r"""FullyShardedDataParallel reduce-scatters each unit's full gradient but never sets full.grad
+to None: the next step's backward ADDS its gradient to the stale one.
+
+EXPECT: full\.grad kept from the previous step.*rule 'Memory'.*no full gradient
+CLASS: memory
+WORLD_SIZES: 2
+ONLY: FullyShardedDataParallel
+"""
+
+# The bug, as edits of the reference solution (solutions/sharding.py):
+REPLACE = [
+    (r'''            self.shard.grad += grad
+        full.grad = None
+''',
+     r'''            self.shard.grad += grad
+'''),
+]
