@@ -10,7 +10,8 @@ per graded notebook (docs/INSTRUCTORS.md has the commands):
     grading/autograded/<student>/<assignment>/            where the kernel runs the hidden checks
 
 The notebooks run in a confined kernel; their grading cells award nothing while
-autograding. `rtp-course grade ASSIGNMENT`, run after `nbgrader autograde`,
+autograding. `rtp-course grade ASSIGNMENT`, run after the notebooks' autograde
+(`rtp-course autograde ASSIGNMENT`: nbgrader autograde, several students at once),
 runs the public and hidden checks on each student's collected modules
 (grading/submitted/<student>/<assignment>/rtp_course) and writes the points into
 the gradebook (rtp_course/instructor/grade_code.py).
@@ -46,6 +47,13 @@ write_kernelspec(GRADING / ".jupyter")
 os.environ["JUPYTER_PATH"] = os.pathsep.join(
     p for p in (str(GRADING / ".jupyter"), os.environ.get("JUPYTER_PATH", "")) if p)
 c.Execute.kernel_name = KERNEL_NAME
+
+# A grading cell with hidden tests always logs "Attribute 'checksum' ... has changed!" (the
+# release gave the student the checksum of the cell without them); autograde restores the
+# cell all the same. That warning is dropped for those cells only (instructor/autograde.py).
+from rtp_course.instructor.autograde import quiet_known_noise  # noqa: E402
+
+quiet_known_noise(source)
 
 # The notebook's grading cells award nothing while autograding (a cell could have patched
 # grade()): `rtp-course grade ASSIGNMENT`, run after autograde, writes the points for code.

@@ -31,25 +31,22 @@ Two more pairs move a tensor split along a dimension `dim`:
 "The r-th slice" of a dimension of size S is [r*S/N, (r+1)*S/N), with r the
 rank WITHIN `group` (dist.get_rank(group)) and N = dist.get_world_size(group).
 
-Rules your code must follow (the checker tests each one):
-* Never modify the caller's tensor: collectives work in place, so communicate
-  on a copy (x.clone()) or on a fresh buffer. The same holds for grad_output.
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Contiguity',
+'Dtypes'.
+* Results: what each class's docstring says, for every group size (with one rank
+  the communication is trivial and the formulas still hold), also when a function
+  is called again before the first call's backward.
+* New tensors: never modify the caller's tensor: collectives work in place, so
+  communicate on a copy (x.clone()) or on a fresh buffer. The same holds for
+  grad_output. Return new tensors, never a buffer kept for the next call.
 * Communication: what each class's docstring lists under "Communication", and
-  nothing else; any API of that collective will do (all_gather_into_tensor is
-  an all-gather too).
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
-* Pass `group=group` to every collective.
-* A function with group size 1 must still work (its communication is trivial).
-* Device: make every tensor on the device of the data it meets
-  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
-  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
-  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
-  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
-  CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
+  nothing else; any API of that collective will do (all_gather_into_tensor is an
+  all-gather too). Every rank makes the same calls, whatever its data.
+* Group: pass `group=group` to every collective; r and N are the group's
+  (dist.get_rank(group), dist.get_world_size(group)); its ranks need not be
+  consecutive.
+* Raises: Split raises ValueError naming the sizes when N does not divide S.
 
 Each class is a torch.autograd.Function (see "Extending torch.autograd" in the
 PyTorch docs): forward(ctx, ...) may save what backward needs on ctx;

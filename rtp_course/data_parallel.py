@@ -29,34 +29,27 @@ every collective and for the rank and world size: dist.get_rank(group),
 dist.get_world_size(group). A broadcast's `src` is a GLOBAL rank: the global
 rank of group rank 0 is dist.get_global_rank(group, 0) (or just 0 when group is None).
 
-Rules your code must follow (the checker tests each one):
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Results: every rank of `group` starts from group rank 0's parameters AND buffers;
   after backward (DataParallel) or average_gradients, every .grad is the mean
-  over the ranks of `group`, on every rank. As in serial PyTorch, a parameter
-  that does not require grad (frozen) gets no gradient (and takes no hook), one
-  that forward did not use gets none either (its hook never fires: wait for
-  nothing that depends on it), and two backward passes without zero_grad leave
-  the SUM of both passes' means.
+  over the ranks of `group`, on every rank.
+* Frozen and unused: as in serial PyTorch, a parameter that does not require grad
+  (frozen) gets no gradient (and takes no hook); one that forward did not use gets
+  none either (its hook never fires: wait for nothing that depends on it).
+* Accumulation: two backward passes without zero_grad leave the SUM of both
+  passes' means: average the .grad autograd accumulated, in place.
 * Communication: forward communicates nothing; a backward (a training step)
-  all-reduces each gradient at most once: register the hooks once, in the
-  constructor, never per forward. Fewer messages (a flat buffer) are fine.
-  A work started with async_op=True is waited (work.wait()) before the
-  constructor returns: until then its tensor may still change under you.
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
-* Use `group` for every collective, rank and world size.
-* Build it yourself, from torch.distributed collectives and autograd hooks:
-  torch's DistributedDataParallel is what this exercise rebuilds (its C++
-  reducer communicates where the checker cannot judge it), so it is refused.
-* Device: make every tensor on the device of the data it meets
-  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
-  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
-  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
-  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
-  CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
+  all-reduces each gradient at most once, on `group`: register the hooks once, in
+  the constructor, never per forward. Fewer messages (a flat buffer) are fine. A
+  work started with async_op=True is waited (work.wait()) before its tensor is
+  used: before the constructor returns, before backward returns. Every rank makes
+  the same calls, whatever its data (a rank whose gradient is zero all-reduces it).
+* Group: use `group` for every collective, rank and size; its ranks need not be
+  consecutive ({0, 2}): the broadcast's src is dist.get_global_rank(group, 0).
+* Build it yourself: from torch.distributed collectives and autograd hooks.
+  torch's DistributedDataParallel is what this exercise rebuilds (its C++ reducer
+  communicates out of the checker's sight), so it is refused.
 """
 import torch
 import torch.distributed as dist

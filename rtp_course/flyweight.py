@@ -73,38 +73,39 @@ BACKWARD on rank r (dy: gradient of this rank's loss w.r.t. y):
     hand, recomputes that shard's output under torch.enable_grad() and calls
     torch.autograd.grad(y_s, [x, shard], dy_s).
 
-Rules your code must follow (the checker tests each one):
-* Each rank's forward output equals the serial model's output on its batch;
-  after backward, each shard's .grad is the slice of the DDP-averaged gradient.
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
+'Send buffers'.
+* Results: each rank's forward output equals the serial model's output on its
+  batch (whatever the wrapped modules' settings: stride, dilation, padding mode,
+  unbatched inputs, masks); after backward, each shard's .grad is the slice of the
+  DDP-averaged gradient, and each replicated parameter's .grad the DDP mean.
+* Layout: shard s holds the slices of the SHARDS table above; shard_layout() says so.
+* Accumulation: two backward passes without zero_grad leave the SUM of both: add to
+  a shard's .grad, never replace it; two forwards before one backward give the
+  gradient of both (keep per-call state in the autograd context, not on the module).
+* Frozen and unused: a parameter that does not require grad stays so in its shard
+  (nn.Parameter(t) requires grad whatever t did: pass requires_grad=...) and gets
+  no gradient.
 * Rotation only (your exercise E4 functions, `from . import rotation`): no
   all_gather / broadcast of weights during forward, backward or full_state_dict.
-* Traffic: per layer, forward receives every other shard once (at most N-1
+* Communication: per layer, forward receives every other shard once (at most N-1
   messages) from rank r-1; backward at most 2N-1 messages (N-1 weight shards, N
-  accumulators) from rank r+1. Fewer messages are fine.
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
+  accumulators) from rank r+1. Fewer messages are fine. Every rank makes the same
+  calls, whatever its data.
 * Overlap: start a shard's rotation BEFORE computing with it: between posting
   a receive and waiting for it the rank computes (any operation on data: a
   product, a lookup, indexing; views, allocations and copies do not count).
 * Memory: see FORWARD above; never keep received shards in a list, and no
   tensor of the weights besides your shard, wherever it would be kept (an
-  attribute, a dict, a buffer of your own, a global, a closure): the checker
-  counts every tensor the rank holds after forward (less what autograd saved
-  for backward) and after a step, less its parameters, gradients, optimizer
-  state and the model's own buffers. Backward rotates the weights again: keep
-  no copy of a shard from forward to backward.
-* Use `group` for every rank, size and communication.
-* Device: make every tensor on the device of the data it meets
-  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
-  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
-  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
-  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
-  CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
-  On NCCL, batch_isend_irecv returns ONE handle for the whole batch: wait on
-  every handle it returns (for w in works: w.wait()), never unpack them.
+  attribute, a dict, a buffer of your own, a global, a closure), nor a shard that
+  is a view of the full weight (nn.Parameter(w[a:b]) keeps all of w alive: clone
+  the slice). The checker counts every tensor the rank holds after forward (less
+  what autograd saved for backward) and after a step, less its parameters,
+  gradients, optimizer state and the model's own buffers. Backward rotates the
+  weights again: keep no copy of a shard from forward to backward.
+* Group: use `group` for every rank, size and communication; its ranks need not be
+  consecutive, and the initial weights come from its rank 0.
 """
 import torch
 import torch.distributed as dist

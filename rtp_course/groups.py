@@ -24,31 +24,29 @@ The ranks of one TP group feed the SAME batch (the replica's); the D replicas fe
 different batches of equal size. The result must equal serial training on the
 concatenation of the D batches (replica 0's first).
 
-Rules your code must follow (the checker tests each one):
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Layout: the one above; every process makes the same dist.new_group calls in the
   same order (a call with use_local_synchronization=True is made by its members
   only, and is left out of that comparison), and each group connects exactly its
   members.
 * Results: after parallelize_2d, sync_gradients and every step, rank (tp_rank t,
   dp_rank d) holds shard t of the serial model trained on the D batches.
-* Communication: sync_gradients makes at most one collective per parameter (fewer,
-  with a flat buffer, is fine). Replicated parameters are equal inside a TP group
-  already: averaging them over tp_group too gives the same numbers and wastes a
-  message per parameter. Over a whole step the same holds: forward and backward
-  make only the TP layers' collectives (no data-parallel hooks left registered,
-  e.g. by wrapping in your E1 DataParallel, which would all-reduce every gradient
-  a second time), and the gradients are averaged once, in sync_gradients.
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
-* Device: make every tensor on the device of the data it meets
-  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
-  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
-  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
-  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
-  CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
+* Frozen and unused: a parameter that does not require grad (a frozen embedding)
+  stays frozen and gets no gradient: sync_gradients skips a .grad that is None.
+* Raises: build_groups raises ValueError when tp_size does not divide the world
+  size, before creating any group.
+* Group: every collective runs on the group it belongs to: sync_gradients on
+  groups.dp_group, the layers' on groups.tp_group (a helper you call with a group,
+  such as your E1 average_gradients, must use it).
+* Communication: sync_gradients makes at most one collective per parameter, on
+  groups.dp_group (fewer, with a flat buffer, is fine). Replicated parameters are
+  equal inside a TP group already: averaging them over tp_group too gives the same
+  numbers and wastes a message per parameter. Over a whole step the same holds:
+  forward and backward make only the TP layers' collectives (no data-parallel hooks
+  left registered, e.g. by wrapping in your E1 DataParallel, which would all-reduce
+  every gradient a second time), and the gradients are averaged once, in
+  sync_gradients.
 """
 from dataclasses import dataclass
 

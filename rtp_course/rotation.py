@@ -21,40 +21,35 @@ RTP (exercise E5) rotates weight shards with this: after k clockwise rotations
 rank r holds what rank (r - k) % N had, so after N-1 of them every rank has
 seen every shard, while storing only one or two of them at any moment.
 
-Rules your code must follow (the checker tests each one):
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Contiguity',
+'Dtypes', 'Send buffers'.
+* Results: what each function's docstring says, for every group size.
 * Point-to-point only: dist.isend / dist.irecv, or dist.batch_isend_irecv with a
   list of dist.P2POp. No all_gather, broadcast, all_reduce... here.
-* Traffic: one rotation is, per rank, one send to the next rank and one receive
-  from the previous one (the other way round counterclockwise); the ring
+* Communication: one rotation is, per rank, one send to the next rank and one
+  receive from the previous one (the other way round counterclockwise); the ring
   functions make N-1 rotations; with one rank nothing is sent.
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
-* Post the receive and the send TOGETHER, then wait. If every rank first calls
-  a blocking dist.send, every rank waits for a receiver that never comes: a
-  deadlock (gloo's send does not return until the peer receives).
-* Wait on EVERY work you start, the send's as well as the receive's, before the
+* Post together: post the receive and the send TOGETHER, then wait. If every rank
+  first calls a blocking dist.send, every rank waits for a receiver that never
+  comes: a deadlock (gloo's send does not return until the peer receives).
+* Wait on every work you start, the send's as well as the receive's, before the
   function that finishes the transfer returns (wait() for rotate_async; the
-  function itself otherwise). A send's buffer may be reused only once its work
-  is complete: NCCL may still be reading it (gloo happens to hide this).
-* r and N are GROUP ranks: dist.get_rank(group), dist.get_world_size(group).
-  The p2p calls take GLOBAL ranks: translate the peers with
-  dist.get_global_rank(group, peer) when a group is given.
-* Never modify the caller's tensor; return a NEW tensor (with one rank: a clone).
-* Receivers allocate the buffer, so they must know what arrives: by default
-  the same shape and dtype as what they send; with uneven shards the caller
-  passes recv_shape (and recv_dtype).
-* Nothing here is differentiable (send `tensor.detach()`).
-* Device: make every tensor on the device of the data it meets
-  (torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape),
-  torch.empty_like(x)). On a GPU run a tensor made without device= is in CPU
-  memory, where CUDA refuses to mix it with GPU tensors and NCCL refuses to send
-  it (a 0-dim CPU scalar or an index tensor is fine); the checker treats it so on
-  CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
-  On NCCL, batch_isend_irecv returns ONE handle for the whole batch: wait on
-  every handle it returns (for w in works: w.wait()), never unpack them.
+  function itself otherwise). A send's buffer may be reused only once its work is
+  complete. batch_isend_irecv returns ONE handle on NCCL: wait on every handle it
+  returns (for w in works: w.wait()), never unpack them.
+* Group: r and N are GROUP ranks: dist.get_rank(group), dist.get_world_size(group),
+  and a group's ranks need not be consecutive. The p2p calls take GLOBAL ranks:
+  translate the peers with dist.get_global_rank(group, peer) when a group is given.
+* New tensors: never modify the caller's tensor; return a NEW tensor (with one
+  rank: a clone), never the input, a view of it, or a buffer kept for the next call.
+* Receivers allocate the buffer, so they must know what arrives: by default the
+  same shape and dtype as what they send; with uneven shards the caller passes
+  recv_shape, and recv_dtype when the source sends another dtype.
+* Raises: a direction other than the two in DIRECTIONS raises ValueError naming
+  both, before any communication; ring_reduce_scatter raises ValueError when N does
+  not divide the size.
+Nothing here is differentiable (send `tensor.detach()`).
 """
 import torch
 import torch.distributed as dist
@@ -72,8 +67,8 @@ def ring_peers(direction="clockwise", group=None):
     raises ValueError, and the message names both valid values.
 
     Checked on its own, before everything that uses it (`rotation.ring_peers`):
-    both directions at 1 to 4 ranks, and on the group of ranks 1..N-1, whose
-    group ranks differ from the global ones.
+    both directions at 1 to 4 ranks, and on the group of every rank but rank 1
+    ({0, 2}, {0, 2, 3}), whose group ranks differ from the global ones.
     """
     raise NotImplementedError("[E4.1] ring_peers: validate `direction`, compute the group-rank peers "
                               "with % N, translate them with dist.get_global_rank(group, peer)")

@@ -25,32 +25,32 @@ The communication comes from your E2 functions (`from . import comm`):
 duplicate (f: forward identity, backward all-reduce), all_reduce (g: forward
 all-reduce, backward identity), all_gather and split (along a dim).
 
-Rules the checker tests:
-* from_serial(module) builds the layer from an existing serial module; the
-  checker compares your shards with the serial weights sliced as above, and your
-  outputs, input gradients, shard gradients and weights after SGD and Adam steps
-  with serial training.
-* Replicated parameters (row-layer biases, LayerNorms, heads) must get the same
-  FULL gradient on every rank. With the same batch everywhere this needs no extra
-  communication: think about why.
-* A size that N does not divide raises ValueError naming the layer and the sizes:
-  "ColumnParallelLinear: out_features=10 is not divisible by the tensor-parallel
-  size 3; pick sizes divisible by 3".
-* Memory: a layer keeps only its shards (and replicated parameters): no copy of
-  the serial weights in an attribute, a dict or a list.
+Rules your code must follow (the checker tests each one).
+Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
+* Layout: from_serial(module) builds the layer from an existing serial module,
+  slicing it as in the table above; its parameters keep the serial module's device,
+  dtype and requires_grad.
+* Results: your outputs, input gradients, shard gradients and weights after SGD and
+  Adam steps equal serial training's (the slice each rank holds), also when a model
+  is called twice before one backward.
+* Frozen and unused: a serial parameter that does not require grad (a frozen
+  embedding) stays frozen in its shard and gets no gradient. nn.Parameter(t)
+  requires grad whatever t did: pass requires_grad=t.requires_grad.
+* Replicated: replicated parameters (row-layer biases, LayerNorms, heads) must get
+  the same FULL gradient on every rank. With the same batch everywhere this needs no
+  extra communication: think about why.
+* Raises: a size that N does not divide raises ValueError naming the layer and the
+  sizes: "ColumnParallelLinear: out_features=10 is not divisible by the
+  tensor-parallel size 3; pick sizes divisible by 3"; parallelize_transformer
+  raises TypeError for a model it does not know.
+* Memory: a layer keeps only its shards (and replicated parameters): no copy of the
+  serial weights in an attribute, a buffer, a dict, a list or a global, and no
+  shard that is a view of a serial weight (nn.Parameter(w[a:b]) keeps all of w
+  alive): copy the slice into the new parameter.
 * Communication: what each layer's docstring lists under "Communication", and
   nothing more (the E2 comm functions make exactly that).
-  All of it through torch.distributed's functions (or its functional
-  collectives): the checker counts, outside your processes, what crosses
-  between the ranks, and what no call of yours accounts for fails.
-* Use `group` for every collective (pass it to the comm functions).
-* Device: create parameters on the serial module's device and dtype, and every
-  other tensor on the device of the data it meets (device=x.device,
-  x.new_empty(shape), torch.empty_like(x)). On a GPU run a tensor made without
-  device= is in CPU memory, where CUDA refuses to mix it with GPU tensors and
-  NCCL refuses to send it; the checker treats it so on CPU too.
-  A tensor you give a collective or a send must be contiguous: NCCL refuses a
-  view such as x.t() or x[:, 1:] (gloo takes it), so send x.contiguous().
+* Group: use `group` for every collective (pass it to the comm functions) and for
+  r and N; its ranks need not be consecutive.
 """
 import math
 
@@ -227,9 +227,12 @@ class ParallelSelfAttention(nn.Module):
     shards (wo = your Wo columns, bo = None, num_heads = H/N): read its docstring.
 
     Call it like the module it replaces (parallelize_transformer swaps them in place):
-    from a SelfAttention: forward(x) -> y. From an nn.MultiheadAttention (batch_first,
-    TransformerLM calls self_attn(x, x, x, attn_mask=causal_mask, need_weights=False)[0]):
-    return (y, None). Only self-attention (key = value = query) and the causal mask are needed.
+    from a SelfAttention: forward(x) -> y. From an nn.MultiheadAttention: its inputs are
+    [B, S, E] if it has batch_first=True, else [S, B, E] (its default: read it from the module),
+    TransformerLM calls self_attn(x, x, x, attn_mask=causal_mask, need_weights=False)[0], and
+    you return (y, None). Only self-attention (key = value = query) and the causal mask are
+    needed: apply it when the module was marked causal, when is_causal=True, and when the
+    call passes it as attn_mask (a module not marked causal may be called with it).
     ValueError if N does not divide num_heads ("ParallelSelfAttention: num_heads=...").
     """
 

@@ -3,9 +3,9 @@
     python scripts/bench_rtp_designs.py                  # default LM, 2 CPU ranks, 30 rounds
     python scripts/bench_rtp_designs.py --world-size 4 --steps 20
 
-"simple" is solutions/simple/flyweight.py, the design the stub describes (every shard's
-part recomputed in backward, each layer's last accumulator waited before moving on);
-"fast" is solutions/flyweight.py, the reference. Both train the `rtp-course bench` model
+"simple" is the design the stub describes (every shard's part recomputed in backward, each
+layer's last accumulator waited before moving on): solutions/flyweight.py up to its faster
+design; "fast" is solutions/flyweight.py, the reference. Both train the `rtp-course bench` model
 on the same batches as DDP; round k times one step of each, in a rotated order
 (rtp_course.training.timing), and the report gives each one's median step and the median
 (and quartiles) of its step-by-step ratio to DDP's, from the slowest rank of each step.
@@ -13,7 +13,7 @@ on the same batches as DDP; round k times one step of each, in a rotated order
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import types
 import statistics
 import sys
 from pathlib import Path
@@ -26,16 +26,21 @@ from rtp_course.training.train import (DEFAULT_CONFIGS, Task, make_optimizer, to
                                        train_step)
 
 ROOT = Path(__file__).resolve().parents[1]
-DESIGNS = {"simple": ROOT / "solutions" / "simple" / "flyweight.py",
-           "fast": ROOT / "solutions" / "flyweight.py"}
+REFERENCE = ROOT / "solutions" / "flyweight.py"
+DESIGNS = ("simple", "fast")
+FASTER = "\n# ===== THE FASTER DESIGN"   # the line where the reference's faster design begins
 
 
 def _flyweight(design: str):
-    """solutions/…/flyweight.py as a module of the `solutions` package (its rotation.py)."""
-    spec = importlib.util.spec_from_file_location(f"solutions.flyweight_{design}", DESIGNS[design])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    """The design as a module of the `solutions` package (its rotation.py): the whole
+    reference, or, for "simple", the stub's design it starts with."""
+    source = REFERENCE.read_text()
+    if design == "simple":
+        source = source[:source.index(FASTER)]
+    module = types.ModuleType(f"solutions.flyweight_{design}")
+    module.__package__, module.__file__ = "solutions", str(REFERENCE)
+    sys.modules[module.__name__] = module
+    exec(compile(source, str(REFERENCE), "exec"), module.__dict__)
     return module
 
 

@@ -16,16 +16,22 @@ from the instructor's installation, so a submission cannot change how it is grad
 Only regular files are copied: a symlink (to the reference solutions, say) or a special
 file, at any level of the student's folder, is refused and named, and counts as missing;
 so is a module over 1 MB or a notebook over 64 MB (the grader reads them whole).
-A git clone's last commit time becomes nbgrader's timestamp (late penalties).
+The submission time (nbgrader's timestamp, for late penalties) is one the student cannot
+set: the time of this collection, or the hand-in system's record of it (`--times FILE`, a
+CSV of `student,time` rows, the time in ISO 8601), never a commit date (a student sets
+those at will). Collecting again files that have not changed keeps the time of the first
+collection, so a repeated collection makes no one late. `nbgrader autograde` reads it from
+submitted/<student>/<assignment>/timestamp.txt into the gradebook.
 Modules that mention the reference solutions or the hidden checks are flagged: the
 grading machine has both, and autograde runs student code with your permissions.
 """
 import argparse
+import csv
+import datetime
 import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,13 +39,29 @@ from rtp_course.course import EXERCISES
 from rtp_course.instructor import grading_dir as course_dir
 
 
-def commit_time(folder: Path):
-    if not (folder / ".git").exists():
-        return None
-    r = subprocess.run(["git", "-c", "core.fsmonitor=false", "-C", str(folder), "log", "-1",
-                        "--format=%cI"],
-                       capture_output=True, text=True)
-    return r.stdout.strip() or None
+def now() -> str:
+    """This moment in UTC, as nbgrader's timestamp.txt holds it."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_times(path: Path) -> dict:
+    """{student: time} from the hand-in system's CSV (`student,time` rows; a header is skipped)."""
+    out = {}
+    with open(path, newline="") as fh:
+        for row in csv.reader(fh):
+            if len(row) >= 2 and row[0].strip() and not row[0].strip().lower().startswith("student"):
+                stamp = row[1].strip()
+                datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))   # refuse a typo now
+                out[row[0].strip()] = stamp
+    return out
+
+
+def _contents(folder: Path) -> dict:
+    """{relative path: bytes} of the collected files of one submission ({} if none)."""
+    if not folder.is_dir():
+        return {}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "timestamp.txt"}
 
 
 MODULE_BYTES, NOTEBOOK_BYTES = 1 << 20, 64 << 20     # the reference's modules are ~30 KB
@@ -88,10 +110,12 @@ def copy_regular(src: Path, dest: Path, limit: int) -> None:
     shutil.copystat(src, dest, follow_symlinks=False)
 
 
-def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
-    """Copy one student's files for one assignment; return what was missing."""
+def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | None = None) -> list[str]:
+    """Copy one student's files for one assignment; return what was missing. `handed_in`: the
+    hand-in system's time for it (default: now, or the earlier collection's if nothing changed)."""
     source = course / "source" / assignment
     dest = course / "submitted" / student_dir.name / assignment
+    before, earlier = _contents(dest), _earlier_time(dest)
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "rtp_course").mkdir(parents=True)
@@ -132,10 +156,16 @@ def collect(student_dir: Path, course: Path, assignment: str) -> list[str]:
             missing.append(f"rtp_course/{ex}.py")
         else:
             refused(src, why)
-    stamp = commit_time(student_dir)
-    if stamp:
-        (dest / "timestamp.txt").write_text(stamp)
+    unchanged = earlier and before == _contents(dest)
+    (dest / "timestamp.txt").write_text(handed_in or (earlier if unchanged else now()))
     return missing
+
+
+def _earlier_time(dest: Path) -> str | None:
+    try:
+        return (dest / "timestamp.txt").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def main(argv=None) -> int:
@@ -143,7 +173,11 @@ def main(argv=None) -> int:
     p.add_argument("submissions", type=Path, help="one folder per student, named by student id")
     p.add_argument("assignments", nargs="*", help="default: every assignment in <course>/source")
     p.add_argument("--course", type=Path, default=None, help="course directory (default: nbgrader_config.py's)")
+    p.add_argument("--times", type=Path, metavar="CSV",
+                   help="the hand-in system's submission times: `student,time` rows (ISO 8601); "
+                        "default: the time of this collection")
     args = p.parse_args(argv)
+    times = read_times(args.times) if args.times else {}
     course = (args.course or course_dir()).resolve()
     assignments = args.assignments or sorted(d.name for d in (course / "source").glob("*") if d.is_dir())
     if not assignments:
@@ -157,13 +191,24 @@ def main(argv=None) -> int:
     students = [d for d in entries if d.is_dir() and not d.is_symlink()]
     for student in students:
         for a in assignments:
-            missing = collect(student, course, a)
+            missing = collect(student, course, a, times.get(student.name))
             note = f" (missing: {', '.join(missing)})" if missing else ""
-            print(f"{student.name}/{a}{note}")
-    print(f"{len(students)} student(s) -> {course / 'submitted'}; next (nbgrader takes one "
-          f"assignment per command):\n" + "\n".join(
-              f"    nbgrader autograde {a} && rtp-course grade {a}" for a in assignments))
+            stamp = (course / "submitted" / student.name / a / "timestamp.txt").read_text()
+            print(f"{student.name}/{a}: handed in {stamp}{note}")
+    print(f"{len(students)} student(s) -> {course / 'submitted'}; next:\n" + "\n".join(
+        f"    {next_step(course, a)}" for a in assignments))
     return 0
+
+
+def next_step(course: Path, assignment: str) -> str:
+    """The commands that grade `assignment`: its notebooks, then its code if a cell grades code
+    (a quiz has none: `rtp-course grade` has nothing to do there, and says so)."""
+    from rtp_course.instructor.grade_code import graded_cells
+    try:
+        code = f" && rtp-course grade {assignment}" if graded_cells(course, assignment) else ""
+    except Exception:               # a source notebook nbformat cannot read: nbgrader will say
+        code = ""
+    return f"rtp-course autograde {assignment}{code}"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from hidden.flyweight import RTPTransformerLMFloat32  # noqa: E402  (instructor edition)
 from rtp_course.checker import inputs  # noqa: E402

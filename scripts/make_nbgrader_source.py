@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rtp_course.course import EXERCISES, GRADED_NOTEBOOKS
+from rtp_course.course import COURSE, EXERCISES, GRADED_NOTEBOOKS, QUIZZES
 from rtp_course.instructor import REPOSITORY as ROOT, grading_dir as course_dir
 
 
@@ -58,10 +58,19 @@ def main(argv=None) -> int:
     plan = {args.group: chosen} if args.group else {nb.stem: [nb] for nb in chosen}
     for name, nbs in plan.items():
         folder = make_assignment(course, name, nbs)
-        print(f"{folder}: {', '.join(nb.name for nb in nbs)} + rtp_course/ stubs")
+        print(f"{folder}: {', '.join(nb.name for nb in nbs)} + rtp_course/ stubs, "
+              f"{points_of([nb.stem for nb in nbs]):g} points")
+    print(f"{sum(points_of([nb.stem for nb in nbs]) for nbs in plan.values()):g} points in all "
+          f"(the course: {sum(points_of([n]) for n in GRADED_NOTEBOOKS):g})")
     # nbgrader takes one assignment per command
     print("next:\n" + "\n".join(f"    nbgrader generate_assignment {a}" for a in plan))
     return 0
+
+
+def points_of(notebooks) -> float:
+    """The course table's points of these notebooks: their exercises' and quizzes'."""
+    return sum(e.points for e in COURSE if e.notebook in notebooks) + \
+        sum(QUIZZES.get(n, 0) for n in notebooks)
 
 
 if __name__ == "__main__":

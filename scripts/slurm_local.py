@@ -58,7 +58,8 @@ SchedulerType=sched/builtin
 SchedulerParameters=batch_sched_delay=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-# Let the node declare more CPUs than the machine has, so 4-rank jobs fit on 2 cores.
+# Let the node declare more CPUs (and memory) than the machine has, so 4-rank jobs fit on 2
+# cores and the templates' --mem-per-cpu on a small machine (memory is not a consumable here).
 SlurmdParameters=config_overrides
 ReturnToService=2
 # Quick clean-up after a time limit or a cancel; keep finished jobs visible to scontrol.
@@ -159,7 +160,7 @@ def start(d=None, cpus=None, timeout=60):
     cpus = cpus or max(4, os.cpu_count() or 1)
     with open(os.path.join(d, "slurm.conf"), "w") as f:
         f.write(SLURM_CONF.format(dir=d, ctld_port=free_port(), slurmd_port=free_port(),
-                                  cpus=cpus, mem_mb=machine_memory_mb()))
+                                  cpus=cpus, mem_mb=max(machine_memory_mb(), 64 * 1024)))
     try:
         _start_munge(d)
         conf = os.path.join(d, "slurm.conf")

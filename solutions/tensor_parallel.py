@@ -44,6 +44,15 @@ def _slice(tensor, dim, world, rank):
     return tensor.detach().narrow(dim, rank * size, size)
 
 
+def _frozen_like(layer, **serial):
+    """A serial tensor that does not require grad (a frozen, pretrained table) stays frozen in
+    its shard: a fresh nn.Parameter requires grad whatever it was made from."""
+    for name, t in serial.items():
+        if t is not None:
+            getattr(layer, name).requires_grad_(t.requires_grad)
+    return layer
+
+
 def _uniform(shape, fan_in, device, dtype):
     # nn.Linear's default init; fan_in is the SERIAL layer's, not the shard's.
     bound = 1.0 / math.sqrt(fan_in)
@@ -77,7 +86,7 @@ class ColumnParallelLinear(nn.Module):
             layer.weight.copy_(_slice(weight, 0, layer.tp_size, layer.tp_rank))
             if bias is not None:
                 layer.bias.copy_(_slice(bias, 0, layer.tp_size, layer.tp_rank))
-        return layer
+        return _frozen_like(layer, weight=weight, bias=bias)
 
     @classmethod
     def from_serial(cls, linear, gather_output=False, group=None):
@@ -119,7 +128,7 @@ class RowParallelLinear(nn.Module):
             layer.weight.copy_(_slice(weight, 1, layer.tp_size, layer.tp_rank))
             if bias is not None:
                 layer.bias.copy_(bias.detach())
-        return layer
+        return _frozen_like(layer, weight=weight, bias=bias)
 
     @classmethod
     def from_serial(cls, linear, input_is_parallel=True, group=None):
@@ -200,7 +209,7 @@ class ParallelEmbedding(nn.Module):
                     device=embedding.weight.device, dtype=embedding.weight.dtype)
         with torch.no_grad():
             layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
-        return layer
+        return _frozen_like(layer, weight=embedding.weight)
 
     def forward(self, ids):
         local = F.embedding(ids, self.weight, self.padding_idx)

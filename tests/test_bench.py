@@ -12,7 +12,7 @@ from rtp_course import cli
 from rtp_course.course import todo
 from rtp_course.models import build_model
 
-STRATEGIES = ("ddp", "fsdp", "tp", "rtp")
+STRATEGIES = bench.DEFAULT_STRATEGIES        # ddp fsdp tp rtp fsdp_yours
 
 
 @pytest.fixture(scope="session")  # one build per test process (conftest: SHARED_FIXTURES)
@@ -40,12 +40,12 @@ def test_every_strategy_runs_and_writes_csv_png_and_table(run, capsys):
             assert row[c] != "" and int(row[c]) >= 0, c
         assert int(row["parameters"]) > 0 and int(row["activations"]) > 0
         assert float(row["step_time_s"]) > 0
-    for s in ("ddp", "fsdp", "rtp"):            # buckets, gathered units, in-flight shards
+    for s in ("ddp", "fsdp", "rtp", "fsdp_yours"):  # buckets, gathered units, in-flight shards
         assert int(rows[s, 0]["communication"]) > 0, s
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = (out / "bench.txt").read_text()
     assert "46.3 GB" in text and "NOT measured here" in text
-    for label in ("DDP", "FSDP", "TP", "RTP"):
+    for label in ("DDP", "FSDP", "TP", "RTP", "FSDP (yours)"):
         assert f"\n{label} " in text
 
 
@@ -81,7 +81,9 @@ def test_rtp_and_fsdp_hold_about_a_half_of_ddp_states_on_two_ranks(run):
         ddp = _bytes(rows["ddp", rank], *states)
         assert _bytes(rows["rtp", rank], *states) < 0.6 * ddp
         assert _bytes(rows["fsdp", rank], *states) < 0.6 * ddp
-        assert int(rows["fsdp", rank]["parameters"]) < 0.6 * int(rows["ddp", rank]["parameters"])
+        assert _bytes(rows["fsdp_yours", rank], *states) < 0.6 * ddp
+        for s in ("fsdp", "fsdp_yours"):
+            assert int(rows[s, rank]["parameters"]) < 0.6 * int(rows["ddp", rank]["parameters"])
 
 
 def test_every_strategy_trains_the_same_model(run):
@@ -118,13 +120,34 @@ def test_a_stub_is_skipped_with_the_notebook_to_do(one_rank_group, monkeypatch):
 
 
 @pytest.mark.parametrize("strategy, exercise, notebook", [
-    ("rtp", "flyweight", "06"), ("tp", "tensor_parallel", "04"), ("dp", "data_parallel", "02")])
+    ("rtp", "flyweight", "06"), ("tp", "tensor_parallel", "04"), ("dp", "data_parallel", "02"),
+    ("fsdp_yours", "sharding", "09")])
 def test_wrap_says_which_exercise_to_implement(monkeypatch, strategy, exercise, notebook):
     monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")     # stubs raise before communicating
     with pytest.raises(todo.ExerciseNotImplemented,
                        match=f"implement {exercise}\\.\\w+ in rtp_course/{exercise}.py first "
                              f"\\(task E\\d\\.\\d, notebook {notebook} section"):
         strategies.wrap(build_model("lm", seed=0, tiny=True), strategy)
+
+
+def test_zero1_is_ddps_training_with_the_optimizer_sharded(tmp_path, monkeypatch):
+    """ZeRO-1 (your ShardedOptimizer around Adam) trains DDP's model; on 4 ranks it keeps
+    DDP's parameters and gradients and, for the optimizer, 1/4 of Adam's state plus the
+    shards and their gradients: half of DDP's optimizer bytes. A stub says what to do."""
+    code = cli.main(["bench", "--world-size", "4", "--tiny", "--warmup", "1", "--steps", "1",
+                     "--strategies", "ddp", "zero1", "--sequential", "--impl", "solutions",
+                     "--timeout", "300", "--out", str(tmp_path)])
+    with open(tmp_path / "bench.csv") as fh:
+        rows = {(r["strategy"], int(r["rank"])): r for r in csv.DictReader(fh)}
+    assert code == 0 and rows["zero1", 0]["status"] == "ok"
+    ddp, zero = rows["ddp", 0], rows["zero1", 0]
+    assert (ddp["parameters"], ddp["gradients"]) == (zero["parameters"], zero["gradients"])
+    assert int(zero["optimizer"]) < 0.6 * int(ddp["optimizer"])
+    assert abs(float(zero["loss_end"]) - float(ddp["loss_end"])) < 1e-4
+    monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")
+    with pytest.raises(todo.ExerciseNotImplemented, match=r"implement sharding\.ShardedOptimizer "
+                       r"in rtp_course/sharding.py first \(task E7\.1, notebook 09 section 2\)"):
+        strategies.optimizer("zero1", build_model("lm", seed=0, tiny=True).parameters())
 
 
 def test_sequential_timing_still_pairs_step_k_with_ddp(tmp_path):
@@ -136,3 +159,60 @@ def test_sequential_timing_still_pairs_step_k_with_ddp(tmp_path):
     assert code == 0 and doc["interleaved"] is False
     assert set(doc["step_time"]) == {"ddp", "rtp"} and doc["step_time"]["ddp"]["ratio"] == 1.0
     assert "(--sequential)" in (tmp_path / "bench.txt").read_text()
+
+
+def test_the_gpu_preset_keeps_a_data_centre_gpu_busy():
+    """The benchmark's only model was a few million fp32 parameters at batch 8: on a GPU it
+    measures kernel launches. `--preset gpu`: bf16, hidden size 1024, sequence 512, ~370M
+    parameters; a flag given with it wins."""
+    import torch
+    from rtp_course.training.train import model_config
+    args = bench.add_bench_arguments(__import__("argparse").ArgumentParser()).parse_args(
+        ["--preset", "gpu"])
+    bench.apply_preset(args)
+    config = model_config(args)
+    assert (args.model, args.dtype) == ("lm", "bfloat16")
+    assert config["ninp"] >= 1024 and config["seq_len"] >= 512
+    with torch.device("meta"):
+        params = sum(p.numel() for p in build_model("lm", seed=0, **config).parameters())
+    assert params > 300e6
+    args = bench.add_bench_arguments(__import__("argparse").ArgumentParser()).parse_args(
+        ["--preset", "gpu", "--num-decoder-layers", "2", "--batch-size", "2"])
+    bench.apply_preset(args)
+    assert (model_config(args)["num_decoder_layers"], args.batch_size) == (2, 2)
+    plain = bench.add_bench_arguments(__import__("argparse").ArgumentParser()).parse_args([])
+    bench.apply_preset(plain)
+    assert (plain.model, plain.batch_size, plain.dtype) == ("lm", 8, "float32")
+
+
+def test_bf16_parameters_hold_half_the_bytes(run, tmp_path):
+    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "1",
+                     "--strategies", "ddp", "rtp", "--dtype", "bfloat16", "--sequential",
+                     "--impl", "solutions", "--timeout", "300", "--out", str(tmp_path)])
+    with open(tmp_path / "bench.csv") as fh:
+        rows = {(r["strategy"], int(r["rank"])): r for r in csv.DictReader(fh)}
+    assert code == 0 and rows["ddp", 0]["dtype"] == "bfloat16"
+    for s in ("ddp", "rtp"):
+        assert 2 * int(rows[s, 0]["parameters"]) == int(run[2][s, 0]["parameters"]), s
+
+
+def test_memory_as_the_device_sees_it_is_reported_beside_the_categories(monkeypatch):
+    """cuda_max_allocated leaves out the CUDA context and NCCL's buffers: the device's own
+    count (mem_get_info: total - free) goes in the table, with what it includes."""
+    import torch
+    from rtp_course.training import memory
+    from rtp_course.training.train import Task
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 << 30, 80 << 30))
+    assert memory.device_used_bytes(torch.device("cuda", 0)) == 50 << 30
+    assert memory.device_used_bytes("cpu") is None
+    row = dict(strategy="ddp", rank=0, status="ok", step_time_s=0.1, loss_start=1.0,
+               loss_end=0.9, cuda_max_allocated=20 << 30, device_base=2 << 30,
+               device_used=50 << 30, **{c: 1 << 20 for c in bench.CATEGORIES})
+    row["total"] = sum(row[c] for c in bench.CATEGORIES)
+    info = dict(task=Task("lm", {}, 16), backend="nccl", world_size=2, steps=1, warmup=1,
+                batch_size=8, optimizer="adam", num_params=1, wall_s=0.0, dtype="bfloat16",
+                preset="gpu")
+    text = bench.report([row], info)
+    head = next(line for line in text.splitlines() if line.startswith("strategy"))
+    assert "cuda peak" in head and "device" in head.split("cuda peak")[1]
+    assert "53.7 GB" in text and "CUDA context, NCCL's buffers" in text and "preset gpu" in text

@@ -70,3 +70,67 @@ def test_a_file_too_large_to_read_whole_is_refused_and_named(tmp_path, capsys):
     said = capsys.readouterr().err
     assert "rtp_course/comm.py: larger than 1 MB" in said, said
     assert any("comm.py (refused: larger than 1 MB)" in m for m in missing), missing
+
+
+def _git(folder, *args, date=None):
+    import subprocess
+    env = dict(os.environ, GIT_AUTHOR_NAME="s", GIT_AUTHOR_EMAIL="s@x", GIT_COMMITTER_NAME="s",
+               GIT_COMMITTER_EMAIL="s@x")
+    if date:
+        env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
+    subprocess.run(["git", "-C", str(folder), *args], env=env, check=True, capture_output=True)
+
+
+def test_the_submission_time_is_the_collections_not_the_commit_date(tmp_path):
+    """A git clone's last commit time became nbgrader's timestamp: a student who commits with
+    GIT_COMMITTER_DATE in the past was never late."""
+    import datetime
+    course, student = _course(tmp_path), tmp_path / "subs" / "erin"
+    (student / "rtp_course").mkdir(parents=True)
+    (student / "rtp_course" / "comm.py").write_text("# mine\n")
+    _git(student, "init", "-q")
+    _git(student, "add", "-A")
+    _git(student, "commit", "-qm", "on time, honest", date="2001-01-01T00:00:00+00:00")
+    before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    collect_submissions.collect(student, course, "a1")
+    stamp = (course / "submitted" / "erin" / "a1" / "timestamp.txt").read_text()
+    assert datetime.datetime.fromisoformat(stamp) >= before
+
+
+def test_collecting_unchanged_work_again_keeps_its_time_and_changed_work_gets_a_new_one(tmp_path):
+    course, student = _course(tmp_path), tmp_path / "subs" / "erin"
+    (student / "rtp_course").mkdir(parents=True)
+    (student / "rtp_course" / "comm.py").write_text("# mine\n")
+    stamp = course / "submitted" / "erin" / "a1" / "timestamp.txt"
+    collect_submissions.collect(student, course, "a1", handed_in="2030-01-01T10:00:00+00:00")
+    collect_submissions.collect(student, course, "a1")
+    assert stamp.read_text() == "2030-01-01T10:00:00+00:00"        # a repeat makes no one late
+    (student / "rtp_course" / "comm.py").write_text("# mine, later\n")
+    collect_submissions.collect(student, course, "a1")
+    assert stamp.read_text() != "2030-01-01T10:00:00+00:00"
+
+
+def test_the_hand_in_systems_times_win(tmp_path, capsys):
+    course, subs = _course(tmp_path), tmp_path / "subs"
+    (subs / "erin" / "rtp_course").mkdir(parents=True)
+    (tmp_path / "times.csv").write_text("student,time\nerin,2030-02-03T04:05:06+00:00\n")
+    assert collect_submissions.main([str(subs), "a1", "--course", str(course),
+                                     "--times", str(tmp_path / "times.csv")]) == 0
+    assert (course / "submitted" / "erin" / "a1" / "timestamp.txt").read_text() == "2030-02-03T04:05:06+00:00"
+    assert "erin/a1: handed in 2030-02-03T04:05:06+00:00" in capsys.readouterr().out
+
+
+def test_the_next_step_grades_code_only_where_a_cell_grades_code(tmp_path, capsys):
+    """It suggested `rtp-course grade 00_why_distributed`, which exits 2 (a quiz grades no code)."""
+    import nbformat
+    from grading_course import grading_cell
+    course, subs = _course(tmp_path), tmp_path / "subs"
+    (subs / "erin").mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [grading_cell("comm", "e2", 10)]
+    (course / "source" / "a2").mkdir()
+    nbformat.write(nb, course / "source" / "a2" / "a2.ipynb")
+    assert collect_submissions.main([str(subs), "--course", str(course)]) == 0
+    out = capsys.readouterr().out
+    assert "    rtp-course autograde a1\n" in out and "rtp-course grade a1" not in out
+    assert "    rtp-course autograde a2 && rtp-course grade a2" in out

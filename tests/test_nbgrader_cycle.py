@@ -36,7 +36,7 @@ import pytest
 from test_release import instructor_copy, write_fixture_notebooks
 
 # The module's first test also pays for the whole cycle (a session fixture): about 2 minutes on
-# 2 cores, 2.5 in the full suite. Slow (conftest.py): `pytest --slow` and CI run it.
+# 2 cores, 2.5 in the full suite. Marked slow (conftest.py): `-m "not slow"` skips it.
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 WORLD_SIZES = (2,)
@@ -353,7 +353,7 @@ def test_feedback_shows_the_diagnosis_wrapped_and_without_the_graders_paths(cycl
 def test_notebook_cells_cannot_write_the_installed_course(cycle):
     """The autograde kernel is confined: mallory's cell could not open the course for writing."""
     import nbformat as nbf
-    from rtp_course.runtime import sandbox
+    from rtp_course.confinement import landlock as sandbox
     if sandbox.abi_version() < 1:
         pytest.skip("this kernel offers no Landlock")
     texts = []

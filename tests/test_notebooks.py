@@ -3,7 +3,7 @@ table, and they run top to bottom, with the reference solutions and with the stu
 
 Select with `pytest -m notebooks`. Structure tests are instant; executing a notebook takes a
 kernel and spawned ranks (tens of seconds each); the runs with the stubs are marked slow
-(`pytest --slow` and CI run them).
+(`-m "not slow"` skips them).
 
 * with RTP_COURSE_IMPL=solutions every demo runs, every check cell passes and every
   grading cell returns the points of the course table;

@@ -6,6 +6,7 @@ two small fixture notebooks (test_nbgrader_cycle.py grades those same fixtures).
 """
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -211,6 +212,13 @@ def test_pyproject_packages_rtp_course_only(edition):
     find = tomllib.loads((edition / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(where=str(edition), include=find["include"])
     assert "rtp_course" in packages and all(p.startswith("rtp_course") for p in packages)
+
+
+def test_students_install_no_instructor_tools(edition):
+    """nbgrader installed in a student's environment shows its instructor menus ("Create
+    Assignment", formgrader) in JupyterLab: the edition's dev extra leaves it out."""
+    dev = re.search(r"^dev = \[(.*)\]", (edition / "pyproject.toml").read_text(), re.M).group(1)
+    assert "nbgrader" not in dev and "jupyterlab" in dev
 
 
 def test_checker_reports_not_implemented(edition):

@@ -45,6 +45,124 @@ def test_slurm_states_fold_onto_six(raw, state):
     assert slurm.normalize_state(raw) == state
 
 
+ECHO_ARGS = "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], 'env': dict(os.environ)}))"
+
+
+def run_template(tmp_path, template, env, fakes=()) -> subprocess.CompletedProcess:
+    """A template run by bash as a job's batch step would run it, with `fakes` (srun,
+    scontrol...) on the PATH printing their arguments, and RTP_COURSE printing its own."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in {"srun": 'echo "srun $*"', "scontrol": "echo node1", **dict(fakes)}.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / "course.py").write_text(ECHO_ARGS)        # the template splits RTP_COURSE on spaces
+    full = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path),
+            "RTP_COURSE": f"{sys.executable} {bin_dir / 'course.py'}", **env}
+    return subprocess.run(["bash", str(ROOT / template)], env=full, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+
+
+def course_call(r: subprocess.CompletedProcess) -> dict:
+    import json
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("tasks, sizes", [("8", ["1", "2", "3", "4"]), ("2", ["1", "2"]),
+                                          ("1", ["1"])])
+def test_a_check_job_runs_the_course_sizes_its_gpus_hold(tmp_path, tasks, sizes):
+    """slurm/check.sbatch on 8 GPUs ran `--world-size 8` (no check runs there: exit 2); it runs
+    the course table's world sizes that fit its tasks, one per GPU, on NCCL."""
+    argv = course_call(run_template(tmp_path, "slurm/check.sbatch", {
+        "SLURM_NTASKS": tasks, "SLURM_GPUS_PER_TASK": "1", "SLURM_JOB_ID": "7"}))["argv"]
+    i = argv.index("--world-size")
+    assert argv[i + 1:i + 1 + len(sizes) + 1] == [*sizes, "--json"], argv
+    assert argv[argv.index("--backend") + 1] == "nccl"
+
+
+def test_world_sizes_asked_for_win_and_the_template_follows_the_course_table(tmp_path):
+    import re
+    from rtp_course.course import COURSE
+    argv = course_call(run_template(tmp_path, "slurm/check.sbatch", {
+        "SLURM_NTASKS": "8", "RTP_WORLD_SIZES": "2 4"}))["argv"]
+    assert argv[argv.index("--world-size"):][:3] == ["--world-size", "2", "4"]
+    line = re.search(r"^course_sizes=\((.*)\)$", (ROOT / "slurm" / "check.sbatch").read_text(), re.M)
+    assert [int(n) for n in line[1].split()] == sorted({n for ex in COURSE for n in ex.world_sizes})
+
+
+def test_a_check_submitted_for_8_gpus_runs_the_course_sizes(monkeypatch, tmp_path):
+    """`rtp-course submit check --gpus 8` asked the job for world size 8 (exit 2)."""
+    seen = {}
+    monkeypatch.setattr(slurm, "_require_slurm", lambda command: None)
+    monkeypatch.setattr(slurm, "sbatch", lambda template, args, **kw: seen.update(kw) or "42")
+    slurm.submit_check(["comm"], gpus=8, impl=ROOT / "solutions", out_dir=tmp_path)
+    assert seen["env"]["RTP_WORLD_SIZES"] == "1 2 3 4" and "--ntasks=8" in seen["flags"]
+
+
+def test_multinode_srun_gets_the_cpus_and_a_port_of_the_job(tmp_path):
+    """Slurm 22.05+ does not hand sbatch's --cpus-per-task to srun: the template passes it.
+    Two jobs on one head node took torchrun's 29500 both; the port now follows the job id."""
+    r = run_template(tmp_path, "slurm/train_multinode.sbatch", {
+        "SLURM_JOB_ID": "12345", "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_CPUS_PER_TASK": "16", "SLURM_GPUS_ON_NODE": "4"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    srun = r.stdout[r.stdout.index("srun "):]        # its arguments, the bash -c script's lines too
+    assert "--cpus-per-task=16" in srun.split(), srun
+    assert "--rdzv_endpoint node1:32345" in srun and "29500" not in srun, srun
+
+
+def test_a_gpu_bench_job_measures_the_gpu_preset(tmp_path):
+    """On GPUs the bench job ran the few-million-parameter fp32 default (kernel-launch latency)."""
+    bench_env = {"SLURM_NTASKS": "4", "SLURM_JOB_ID": "5", "RTP_BENCH_OUT": str(tmp_path / "b")}
+    argv = course_call(run_template(tmp_path, "slurm/bench.sbatch",
+                                    {**bench_env, "SLURM_GPUS_PER_TASK": "1"}))["argv"]
+    assert argv[argv.index("--preset") + 1] == "gpu" and "nccl" in argv
+    argv = course_call(run_template(tmp_path, "slurm/bench.sbatch",
+                                    {**bench_env, "SLURM_GPUS_PER_TASK": "0"}))["argv"]
+    assert "--preset" not in argv
+
+
+@pytest.mark.parametrize("template", ["slurm/check.sbatch", "slurm/bench.sbatch",
+                                      "slurm/doctor.sbatch", "slurm/train_multinode.sbatch",
+                                      "rtp_course/instructor/grade.sbatch"])
+def test_every_template_asks_for_memory(template):
+    """Without a memory request a job gets the partition's default, often a few hundred MB
+    per CPU on clusters that set none: a GPU rank's CUDA context alone needs more."""
+    import re
+    text = (ROOT / template).read_text()
+    assert re.search(r"^#SBATCH --mem(-per-cpu|-per-gpu)?=\d+[KMGT]?$", text, re.M), template
+
+
+@pytest.mark.parametrize("gpus, backend", [("4", "nccl"), ("0", None)])
+def test_a_grading_task_with_gpus_grades_on_nccl(tmp_path, gpus, backend):
+    """grade.sbatch with --gpus-per-task=4 reserved GPUs and graded on CPU (gloo): a task
+    with GPUs now grades on them, with NCCL (grading.grading_backend reads the variable)."""
+    env = course_call(run_template(tmp_path, "rtp_course/instructor/grade.sbatch", {
+        "SLURM_GPUS_PER_TASK": gpus, "SLURM_ARRAY_TASK_ID": "0", "RTP_STUDENTS": "students.txt",
+        "RTP_ASSIGNMENT": "05_ring_rotation"}))["env"]
+    assert env.get("RTP_COURSE_GRADE_BACKEND") == backend
+
+
+def test_grade_slurm_gpus_submits_nccl_grading_at_the_sizes_they_hold(monkeypatch, tmp_path):
+    """`rtp-course grade --slurm --gpus 4`: the array's tasks grade on NCCL at 1 to 4 ranks; a
+    world size the GPUs cannot hold is refused before anything is submitted."""
+    from rtp_course.cli import build_parser
+    from rtp_course.instructor import grade_slurm
+    seen = {}
+    monkeypatch.setattr(grade_slurm, "sbatch", lambda template, **kw: seen.update(kw) or "9")
+    grade_slurm.submit(tmp_path, "05_ring_rotation", ["alice"], gpus=4)
+    assert seen["env"]["RTP_COURSE_GRADE_BACKEND"] == "nccl"
+    assert seen["env"]["RTP_WORLD_SIZES"] == "1 2 3 4" and "--gpus-per-task=4" in seen["flags"]
+    seen.clear()
+    grade_slurm.submit(tmp_path, "05_ring_rotation", ["alice"], gpus=0)
+    assert "RTP_COURSE_GRADE_BACKEND" not in seen["env"]
+    with pytest.raises(ValueError, match="world size 4 needs 4 GPUs"):
+        grade_slurm.submit(tmp_path, "05_ring_rotation", ["alice"], gpus=2, world_sizes=[2, 4])
+    grade = build_parser(["grade"])._subparsers._group_actions[0].choices["grade"]
+    assert "NCCL" in next(a.help for a in grade._actions if "--gpus" in a.option_strings)
+
+
 # ---- a real Slurm -----------------------------------------------------------------------------
 
 
@@ -227,7 +345,7 @@ def venv_on_path(monkeypatch):
 
 
 def _small_class(tmp_path, students):
-    """A grading directory with one assignment graded by grade("comm") (3 points), one
+    """A grading directory with one assignment graded by grade("comm") (the table's 10 points), one
     submission per student ({name: (old, new) edit of solutions/comm.py or None}) and a
     gradebook that knows them, as `nbgrader autograde` would have left it."""
     import nbformat
@@ -235,13 +353,13 @@ def _small_class(tmp_path, students):
     course, a = tmp_path / "course", "03_tp_communication"
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell('grade("comm")', metadata={"nbgrader": {
-        "grade": True, "solution": False, "locked": True, "grade_id": "comm-code", "points": 3}})]
+        "grade": True, "solution": False, "locked": True, "grade_id": "comm-code", "points": 10}})]
     (course / "source" / a).mkdir(parents=True)
     nbformat.write(nb, course / "source" / a / f"{a}.ipynb")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
         gb.add_assignment(a)
         gb.add_notebook(a, a)
-        gb.add_grade_cell("comm-code", a, a, max_score=3, cell_type="code")
+        gb.add_grade_cell("comm-code", a, a, max_score=10, cell_type="code")
         for student, edit in students.items():
             impl = course / "submitted" / student / a / "rtp_course"
             shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
@@ -284,13 +402,13 @@ def test_class_graded_as_a_slurm_array_matches_local_grading(slurm_cluster, tmp_
     reports = {s: (course / "checks" / s / a / "comm.txt").read_text() for s in students}
     logs = sorted((course / "slurm" / a).glob("rtp-grade-*_*.out"))
     assert len(logs) == 3, logs
-    assert on_slurm["alice"] == 3 and 0 < on_slurm["mallory"] < 3 and on_slurm["sam"] == 0, (on_slurm, out)
+    assert on_slurm["alice"] == 10 and 0 < on_slurm["mallory"] < 10 and on_slurm["sam"] == 0, (on_slurm, out)
     assert "FAIL  [E2.1] comm.Duplication" in reports["mallory"], reports["mallory"]
     assert "comm.py does not parse" in reports["sam"], reports["sam"]
 
     out = grade("--jobs", "2")
     assert _gradebook_scores(course, a, students) == on_slurm, out
-    assert "alice/03_tp_communication: comm 3/3" in out, out
+    assert "alice/03_tp_communication: comm 10/10" in out, out
 
 
 def test_merge_reports_a_student_whose_task_left_nothing(slurm_cluster, tmp_path, capsys, venv_on_path):

@@ -46,7 +46,7 @@ def test_a_plain_value_error_keeps_the_checks_own_hint():
 
 
 # ---------------------------------------------------------------- exceptions: hint by cause
-from rtp_course.checker import exception_causes  # noqa: E402
+from rtp_course.checker.diagnosis import exception_hint  # noqa: E402
 from rtp_course.checker.registry import Check  # noqa: E402
 from rtp_course.checker.verdict import judge  # noqa: E402
 
@@ -72,9 +72,9 @@ RAISED = {  # what torch and gloo say -> a word the hint must contain
 
 def test_each_exception_gets_the_hint_of_its_cause():
     for text, word in RAISED.items():
-        hint = exception_causes.hint_for(text, "sure") or exception_causes.hint_for(text, "likely")
+        hint = exception_hint(text, "sure") or exception_hint(text, "likely")
         assert word in hint, text
-    assert exception_causes.hint_for("ValueError: something else entirely", "likely") == ""
+    assert exception_hint("ValueError: something else entirely", "likely") == ""
 
 
 class _Check(Check):
@@ -105,16 +105,16 @@ def test_ranks_waiting_in_new_group_get_the_checks_own_hint_not_a_missing_group(
     """A rank that finished while others wait in a collective usually means a collective without
     group=; ranks waiting in dist.new_group (collective over the whole job) made the calls in
     another order: the check's own hint says so, not the missing-group one."""
-    from rtp_course.checker import hang_causes
+    from rtp_course.checker.diagnosis import hang_hint
     done = {"check": "groups.build_groups", "phase": "done"}
     waiting = lambda call: {"check": "groups.build_groups", "phase": "build_groups",  # noqa: E731
                             "call": call, "family": None}
     statuses = {0: waiting("dist.new_group([0, 1]), call 1 of build_groups"), 1: done,
                 2: waiting("dist.new_group([1, 3]), call 4 of build_groups")}
-    assert hang_causes.hint_for("groups.build_groups", statuses) == ""
+    assert hang_hint("groups.build_groups", statuses) == ""
     statuses[2] = waiting("all_reduce")
     statuses[0] = waiting("all_reduce")
-    assert "finished this check" in hang_causes.hint_for("groups.build_groups", statuses)
+    assert "finished this check" in hang_hint("groups.build_groups", statuses)
 
 
 def test_a_ranks_own_exception_is_reported_before_a_peers_unreadable_result():

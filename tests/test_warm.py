@@ -115,6 +115,35 @@ def test_the_fingerprint_follows_the_course_files_but_not_the_exercises(tmp_path
     assert warm.fingerprint() != after
 
 
+def test_two_slurm_jobs_or_cgroups_of_one_user_never_share_a_server(monkeypatch, tmp_path):
+    """Two jobs of one user on a node that see the same CUDA_VISIBLE_DEVICES had one
+    fingerprint, so the second job's checks ran in the first job's server (its GPUs, its
+    cgroup's CPUs, and gone when that job ends). The job, its step and the process's cgroup
+    are in the fingerprint."""
+    import builtins
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("SLURM_JOB_ID", "100")
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    first = warm.fingerprint()
+    assert warm.fingerprint() == first
+    monkeypatch.setenv("SLURM_JOB_ID", "101")
+    assert warm.fingerprint() != first
+    monkeypatch.setenv("SLURM_JOB_ID", "100")
+    monkeypatch.setenv("SLURM_STEP_ID", "1")
+    assert warm.fingerprint() != first
+    monkeypatch.setenv("SLURM_STEP_ID", "0")
+    real_open = builtins.open
+
+    def other_cgroup(path, *args, **kwargs):
+        if str(path) == "/proc/self/cgroup":
+            other = tmp_path / "cgroup"
+            other.write_text("0::/system.slice/slurmstepd.scope/job_101/step_0/user/task_0\n")
+            return real_open(other, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", other_cgroup)
+    assert warm.fingerprint() != first
+
+
 def test_a_directory_others_can_open_is_not_used(tmp_path, monkeypatch):
     open_dir = tmp_path / "open"
     open_dir.mkdir()
@@ -180,8 +209,8 @@ def test_a_served_rank_cannot_find_the_expected_values_in_memory(server_dir, tmp
     impl = tmp_path / "impl"
     shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))
     path = impl / "comm.py"
-    probe = ("        from rtp_course.checker import engine\n"
-             "        raise RuntimeError(f'FOUND {len(engine._PRECOMPUTED)} EXPECTED')\n")
+    probe = ("        from rtp_course.checker import judging\n"
+             "        raise RuntimeError(f'FOUND {len(judging.PRECOMPUTED)} EXPECTED')\n")
     text = path.read_text()
     start = text.index("    def forward(ctx", text.index("class Duplication"))
     body = text.index("\n", text.index("):", start)) + 1

@@ -19,11 +19,34 @@ class CheckReport:
         return bool(self.results) and all(r.passed for r in self.results)
 
     def score(self, exercise: str | None = None) -> float:
-        """Fraction of checks (over every world size) that pass: partial credit for grading."""
-        groups = report.by_check([r for r in self.results if exercise in (None, r.exercise)])
-        if not groups:
-            return 0.0
-        return sum(all(r.passed for r in rs) for rs in groups.values()) / len(groups)
+        """Weighted fraction of the GRADED checks (over every world size) that pass: partial
+        credit for grading. A check the machine was too busy to finish (and that failed at no
+        other world size) is left out, never counted as failed; a check weighs what the course
+        table says (`Exercise.weights`), 1 by default. 0.0 when no check was graded."""
+        graded = [(self.weight(*key), all(r.passed for r in rs))
+                  for key, rs in self._checks(exercise) if not self._busy(rs)]
+        total = sum(w for w, _ in graded)
+        return sum(w for w, ok in graded if ok) / total if total else 0.0
+
+    def not_graded(self, exercise: str | None = None) -> int:
+        """Checks left out of `score`: the machine was too busy to finish them."""
+        return sum(self._busy(rs) for _, rs in self._checks(exercise))
+
+    def _checks(self, exercise):
+        return report.by_check([r for r in self.results if exercise in (None, r.exercise)]).items()
+
+    @staticmethod
+    def _busy(results) -> bool:
+        """Not graded: some world size was too busy to finish, and none failed."""
+        return any(r.status == "busy" for r in results) and \
+            all(r.passed or r.status == "busy" for r in results)
+
+    @staticmethod
+    def weight(exercise: str, name: str) -> float:
+        """Check `name`'s weight in its exercise's points: the course table's, 1 by default."""
+        from rtp_course import course
+        row = course.BY_MODULE.get(exercise)
+        return float(dict(row.weights).get(name, 1.0)) if row else 1.0
 
     def __str__(self):
         return report.text(self.results)

@@ -17,7 +17,7 @@ DTYPE = torch.float64
 
 
 def _asked(what: str, seed: int, shape, owner, **extra) -> torch.Tensor:
-    """A relay rank's own data, from the parent (checker.inputs: it holds no key)."""
+    """A rank's own data, from the parent (checker.inputs: it holds no key)."""
     _, tensors = inputs.ask({"what": what, "seed": seed, "shape": [int(d) for d in shape],
                              "owner": inputs.label(owner), **extra})
     # made as a local draw would be (a factory without a device: rule 'Device' sees the same)
@@ -27,7 +27,7 @@ def _asked(what: str, seed: int, shape, owner, **extra) -> torch.Tensor:
 def randn(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
     """Normal samples from `seed`; `owner`: the global rank whose own data this is (only that
     rank and the parent can draw it), None for data every rank shares."""
-    if owner is not None and inputs.relayed():
+    if owner is not None and inputs.in_rank():
         return _asked("randn", seed, shape, owner, dtype=str(dtype).replace("torch.", ""))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randn(*shape, generator=g, dtype=dtype)
@@ -35,14 +35,14 @@ def randn(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Ten
 
 def rand(seed: int, *shape, dtype=DTYPE, owner: int | None = None) -> torch.Tensor:
     """Uniform samples in [0, 1) from `seed` (and `owner`'s key: see randn)."""
-    if owner is not None and inputs.relayed():
+    if owner is not None and inputs.in_rank():
         return _asked("rand", seed, shape, owner, dtype=str(dtype).replace("torch.", ""))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.rand(*shape, generator=g, dtype=dtype)
 
 
 def randint(seed: int, high: int, *shape, owner: int | None = None) -> torch.Tensor:
-    if owner is not None and inputs.relayed():
+    if owner is not None and inputs.in_rank():
         return _asked("randint", seed, shape, owner, high=int(high))
     g = torch.Generator().manual_seed(inputs.seed(seed, owner))
     return torch.randint(0, high, shape, generator=g)
@@ -68,13 +68,13 @@ def seeded(factory, seed: int, dtype=DTYPE, owner: int | None = None) -> nn.Modu
 def owned_module(check, builder: str, seed: int, owner, dtype=DTYPE) -> nn.Module:
     """The module `check.<builder>()` builds, with parameters drawn from `seed` and the
     key of `owner` (a global rank or a set of them): what `seeded` makes, for a module that
-    is a rank's own. `builder` must be listed in the check class's `owned`. A relay rank
-    holds no key: it builds the module's shape and gets its values from the parent, which
-    builds it the same way (checker.inputs.Provider)."""
+    is a rank's own. `builder` must be listed in the check class's `owned`. A rank holds no
+    key: it builds the module's shape and gets its values from the parent, which builds it
+    the same way (checker.inputs.Provider)."""
     build = check
     for name in builder.split("."):
         build = getattr(build, name)
-    if not inputs.relayed():
+    if not inputs.in_rank():
         return seeded(build, seed, dtype, owner)
     reply, tensors = inputs.ask({"what": "module", "check": check.id, "builder": builder,
                                  "seed": seed, "owner": inputs.label(owner),

@@ -1,23 +1,17 @@
 """Whose inputs a process may draw: per-rank data that only its own rank (and the parent) can make.
 
-On CPU (a relay launch, runtime/relay) a rank holds no key at all: it asks the parent,
-through its own connection to the relay, for each tensor of its own data and for the
-weights of each module it owns (`Provider`), and gets the values, never what they are
-drawn from. So what another rank needs of them is as large as the data itself: a key or
-a seed, a few bytes that would carry a whole model, never exists in a rank. On NCCL
-(no relay) a rank holds its own keys, as below.
-
 A check's inputs are drawn from seeds written in its code, which students can read. A
 rank's OWN data (its batch, its shard, the tensor it rotates, its initial weights) is drawn
 from the seed mixed with a key of that rank's; data a set of ranks shares (a data-parallel
-replica's batch) with the key of that set. The checker's parent process picks a fresh
-master key per run and hands rank r only the keys of the sets it belongs to, in a file
-rank r reads and deletes before the code under test runs (a confined rank could not open
-it anyway). So the answer a rank must produce, which depends on the other ranks' data,
-cannot be computed on the rank alone: the serial shortcut ("compute the whole thing here,
-skip the communication") needs the other ranks' data, and it can only arrive by
-communication. Data every rank shares (a replicated input, the serial model's weights) has
-no owner and is drawn from its seed alone.
+replica's batch) with the key of that set. Only the checker's parent holds the keys (a
+fresh master key per run): a rank asks the parent for each tensor of its own data, and
+for the weights of each module it owns, over a channel of its own (checker/channel.py),
+and gets the values, never what they are drawn from (`Provider`). So the answer a rank must
+produce, which depends on the other ranks' data, cannot be computed on the rank alone: the
+serial shortcut ("compute the whole thing here, skip the communication") needs the other
+ranks' data, as large as the data itself, and it can only arrive by communication. Data
+every rank shares (a replicated input, the serial model's weights) has no owner and is
+drawn from its seed alone.
 
 The parent holds every key, so `expected()` draws what each rank drew. A rank that asks for
 another rank's data gets `NotYourInput`, which also keeps a check's parent side useless in
@@ -28,19 +22,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
-import os
 import secrets
 import threading
-from pathlib import Path
 
 import torch
 
 _master: bytearray | None = None      # the parent's: made on first use, never in a rank
 _lock = threading.Lock()              # the expectations thread and the launch both ask for it
-_rank: int | None = None              # set in a rank: whose key it holds
-_rank_keys: dict = {}                 # in a rank: its sets' keys, by label
-_ask = None                           # in a relay rank: request dict -> (reply, tensors)
+_rank: int | None = None              # set in a rank: which rank this process is
+_ask = None                           # in a rank: (request dict, check index) -> (reply, tensors)
+_check_index = 0                      # in a rank: the launch's index of the check it is in
 
 
 class NotYourInput(RuntimeError):
@@ -66,9 +57,6 @@ def forget() -> None:
         _master = None
 
 
-MAX_SET_WORLD = 8    # up to here a rank holds the key of every set of ranks it belongs to
-
-
 def _label(owner) -> tuple:
     ranks = (owner,) if isinstance(owner, int) else tuple(sorted(set(int(r) for r in owner)))
     if not ranks:
@@ -83,56 +71,27 @@ def owner_key(owner) -> bytes:
     return hmac.new(_master_key(), b"ranks " + label, hashlib.sha256).digest()
 
 
-def _sets_of(rank: int, world_size: int) -> list:
-    """Every set of ranks that holds `rank`: all of them up to MAX_SET_WORLD ranks, else the
-    rank alone and the whole world."""
-    if world_size > MAX_SET_WORLD:
-        return [(rank,), tuple(range(world_size))]
-    others = [r for r in range(world_size) if r != rank]
-    return [tuple(sorted((rank, *(o for i, o in enumerate(others) if mask >> i & 1))))
-            for mask in range(1 << len(others))]
+def enter_rank(rank: int, ask) -> None:
+    """In a rank, before the code under test runs: no key here; its own inputs come from the
+    parent through `ask(request, check_index)` (checker.channel.ask)."""
+    global _master, _rank, _ask
+    _rank, _master, _ask = rank, None, ask
 
 
-def write_rank_keys(rundir: Path, world_size: int) -> None:
-    """One key file per rank, readable by its owner only, read and deleted by the rank: the
-    keys of the sets of ranks it belongs to."""
-    for r in range(world_size):
-        keys = {",".join(map(str, ranks)): owner_key(ranks).hex()
-                for ranks in _sets_of(r, world_size)}
-        fd = os.open(rundir / f"key.{r}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(keys, fh)
-
-
-def enter_rank(rank: int, rundir: Path) -> None:
-    """In a worker, before the code under test runs: take this rank's keys, forget the rest."""
-    global _master, _rank, _rank_keys
-    path = rundir / f"key.{rank}"
-    _rank_keys = {k: bytes.fromhex(v) for k, v in json.loads(path.read_text()).items()}
-    _rank, _master = rank, None
-    path.unlink()
-
-
-def enter_relay_rank(rank: int, ask) -> None:
-    """In a relay worker: no key here; its own inputs come from the parent through `ask`."""
-    global _master, _rank, _rank_keys, _ask
-    _rank, _master, _rank_keys, _ask = rank, None, {}, ask
-
-
-def relayed() -> bool:
-    """This process is a rank that gets its own inputs from the parent (it holds no key)."""
+def in_rank() -> bool:
+    """This process is a rank: its own inputs come from the parent (it holds no key)."""
     return _ask is not None
 
 
 def ask(request: dict):
-    """(reply header, tensors) for a request of this rank's own inputs (a relay rank only)."""
+    """(reply header, tensors) for a request of this rank's own inputs (a rank only)."""
     if isinstance(request.get("owner"), list):
         label = ",".join(map(str, request["owner"]))
         if _rank not in request["owner"]:
             whose = f"rank {label}'s" if len(request["owner"]) == 1 else f"ranks {label}'"
             raise NotYourInput(f"rank {_rank} asked for {whose} input data, which is drawn "
                                f"from a key only they and the checker hold")
-    return _ask(request)
+    return _ask(request, _check_index)
 
 
 def label(owner) -> list:
@@ -142,22 +101,13 @@ def label(owner) -> list:
 
 def seed(base: int, owner=None) -> int:
     """The generator seed for `base`: `base` itself for shared data, else mixed with the key of
-    `owner` (a global rank, or a set of global ranks), which only those ranks and the parent
-    hold."""
+    `owner` (a global rank, or a set of global ranks), which only the parent holds."""
     if owner is None:
         return base
-    if _ask is not None:
+    if _ask is not None or _rank is not None:
         raise NotYourInput(f"rank {_rank} holds no key: its own data comes from the checker "
                            f"(common.randn / rand / randint / owned_module ask for it)")
-    if _rank is not None:
-        label = ",".join(map(str, _label(owner)))
-        if label not in _rank_keys:
-            whose = f"rank {owner}'s" if isinstance(owner, int) else f"ranks {label}'"
-            raise NotYourInput(f"rank {_rank} asked for {whose} input data, which is drawn from "
-                               f"a key only they and the checker hold")
-        key = _rank_keys[label]
-    else:
-        key = owner_key(owner)
+    key = owner_key(owner)
     message = (b"seed %d" % base) + (b" of " + _scope.check.encode() if _scope.check else b"")
     digest = hmac.new(key, message, hashlib.sha256).digest()
     return int.from_bytes(digest[:8], "little") >> 1     # a non-negative int64
@@ -184,12 +134,13 @@ def scope(check_id: str):
         _scope.check = before
 
 
-def enter_check(check_id: str) -> None:
-    """In a rank that draws its own data (NCCL: it holds its keys): the check it is in now."""
-    _scope.check = check_id
+def enter_check(check_id: str, index: int) -> None:
+    """In a rank: the check it is in now (`index` in its launch), whose data it asks for."""
+    global _check_index
+    _scope.check, _check_index = check_id, index
 
 
-# --- the parent's side of a relay launch: each rank's own inputs, on its request ---
+# --- the parent's side: each rank's own inputs, on its request (checker/channel.py) ---
 
 MAX_ELEMENTS = 1 << 22          # in one requested tensor
 MAX_SERVED = 256 << 20          # bytes served to one rank in one launch
@@ -198,8 +149,8 @@ KINDS = ("randn", "rand", "randint")
 
 
 class Provider:
-    """Serves a relay launch's ranks their own data (`serve`, called by the relay with the
-    rank its connection belongs to): a tensor drawn from a set's key, or the state of a
+    """Serves a launch's ranks their own data (`serve`, called by the channel's server with
+    the rank whose channel asks): a tensor drawn from a set's key, or the state of a
     module a check builds from it, only for a set the asking rank is in. Modules are built
     by the check's own `owned` builders, in the thread that computes expected values (they
     seed torch's global generator), ahead of them."""
@@ -208,7 +159,7 @@ class Provider:
         self.world_size, self.urgent = world_size, urgent
         self.order = list(checks)              # the launch's checks, by the index ranks run them
         self.served, self.building = {}, {}
-        self.lock = threading.Lock()           # the relay's thread counts up, the builder's down
+        self.lock = threading.Lock()           # the channel's threads count up, the builder's down
 
     def serve(self, rank: int, request: dict, index):
         """(reply header, tensors), or a concurrent Future of them, of the check at `index`

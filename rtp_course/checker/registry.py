@@ -45,6 +45,15 @@ class Bound:
 
 
 @dataclass(frozen=True)
+class Like:
+    """An expected tensor, with what a wrong one would be if it came from a known mistake (a
+    bool mask read the other way round): [(tensor, cause, hint)]. The verdict names that cause
+    and hint where the recorded tensor matches one."""
+    value: object
+    lookalikes: tuple = ()
+
+
+@dataclass(frozen=True)
 class CommRule:
     """Per rank, in `phase` ("*": every phase), the calls of `kind` must number `count` (a
     Bound or an int).
@@ -54,7 +63,10 @@ class CommRule:
     collectives ...: runtime/commlog.py's families), so no rule requires one API. "*"
     counts every call; "collective" every call but send/recv/isend/irecv; "p2p" those.
     `nbytes` optionally bounds the bytes of those calls (sent, or for recv/irecv received). `peers` optionally
-    lists the only ranks those calls may talk to (as the code passed them).
+    lists the only ranks those calls may talk to (as the code passed them). `members`
+    optionally gives the global ranks of the only process group those calls may run on
+    (rule 'Group': an extra call on another group is refused whatever the count); a rule with
+    `members` is judged before the values, whose difference it explains.
     """
     phase: str
     kind: str
@@ -62,10 +74,9 @@ class CommRule:
     hint: str = ""
     nbytes: object = None
     peers: tuple | None = None
+    members: tuple | None = None
 
 
-# The Rules bullet of each exercise's stub that states how much it communicates.
-COMM_RULE = {"rotation": "Traffic", "flyweight": "Traffic"}     # others: 'Communication'
 
 
 class Check:
@@ -73,7 +84,7 @@ class Check:
     name: str = ""
     world_sizes: tuple | None = None   # default: the exercise's, from the course table
     hidden: bool = False
-    timeout: float = 30.0       # seconds for this check on one world size
+    cpu_budget: float = 40.0    # CPU-seconds its ranks may use, together, at one world size
     dtype: str = "float64"
     tolerance: dict = {}        # {torch dtype: (rtol, atol)} over verdict.TOLERANCE, where this
                                 # check can tell float32 rounding on the way from its own noise
@@ -82,7 +93,9 @@ class Check:
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
     owned: tuple = ()           # attribute paths of this check that build a module a rank owns
-                                # (common.owned_module: the parent builds it for a relay rank)
+                                # (common.owned_module: the parent builds it for the rank)
+    isolated: bool = False      # its failure says nothing about the functions other checks use
+                                # (a ValueError asked for): never named as their likely cause
 
     @property
     def id(self) -> str:
@@ -99,8 +112,7 @@ class Check:
         """A communication rule's hint, quoting the stub's rule it enforces."""
         if "rule '" in hint:
             return hint
-        name = COMM_RULE.get(self.exercise, "Communication")
-        return f"rule '{name}': {hint}" if hint else f"rule '{name}'"
+        return f"rule 'Communication': {hint}" if hint else "rule 'Communication'"
 
     def applies(self, world_size: int) -> bool:
         return world_size in (self.world_sizes or course.exercise(self.exercise).world_sizes)

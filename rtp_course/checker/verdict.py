@@ -1,14 +1,14 @@
 """Judge what the ranks observed against what the serial model says. Runs in the parent only."""
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
-from rtp_course.checker import audit, exception_causes
-from rtp_course.checker.registry import Bound, Check
-from rtp_course.runtime.commlog import P2P
+from rtp_course.checker.communication import (GROUP, LIBRARIES, SEND_BUFFERS, check_comm,
+                                              nccl_order, sizes_differ, written_send,
+                                              wrong_group)
+from rtp_course.checker.registry import Bound, Check, Like
 
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}
@@ -21,7 +21,7 @@ class Result:
     exercise: str
     check: str
     world_size: int
-    status: str                 # passed | failed | notimpl | error | deadlock | skipped
+    status: str                 # passed | failed | notimpl | error | deadlock | busy (not graded)
     message: str = ""
     phase: str = ""
     rank: int | None = None
@@ -52,8 +52,8 @@ def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None
         return False, (f"has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"), {
             "expected_shape": list(expected.shape), "actual_shape": list(actual.shape)}
     own_dtype = actual.dtype
-    if actual.dtype != expected.dtype and expected.is_floating_point():
-        actual = actual.to(expected.dtype)
+    if own_dtype != expected.dtype:
+        return _wrong_dtype(expected, actual)
     if not expected.is_floating_point():
         bad = (actual != expected).sum().item()
         return bad == 0, f"differs in {bad} of {expected.numel()} entries", {}
@@ -79,24 +79,32 @@ def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None
     return False, msg, details
 
 
+DTYPES = ("rule 'Dtypes': keep the dtype of the tensors you are given: a buffer made with "
+          "torch.zeros(n) or torch.empty(n) is float32 (the default dtype), and a float32 "
+          "helper tensor promotes half-precision data to float32; use x.new_zeros(n), "
+          "torch.empty_like(x), or pass dtype=x.dtype")
+
+
+def _wrong_dtype(expected, actual) -> tuple[bool, str, dict]:
+    """Another dtype than the one that came in fails, whatever the values (rule 'Dtypes')."""
+    name = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
+    msg = f"has dtype {name(actual)}, expected {name(expected)}"
+    if expected.is_floating_point() and actual.is_floating_point():
+        rtol, atol = TOLERANCE.get(actual.dtype, (1e-2, 1e-3))
+        agree = torch.allclose(actual.to(expected.dtype), expected, rtol=rtol, atol=atol)
+        msg += " (the values agree)" if agree else " (and the values differ)"
+    return False, msg, {"cause": f"it has dtype {name(actual)}, expected {name(expected)}",
+                        "cause_hint": DTYPES, "cause_overrides": True}
+
+
 def causes(expected, actual, own_dtype, world_size) -> tuple[str, str, bool] | None:
     """(what the wrong tensor looks like, the hint that cause calls for, whether that hint
     replaces the check's own), or None. A dtype, NaN or uninitialised memory is the cause
     whatever the function; a wrong order or zeros the check's hint explains better."""
-    if own_dtype != expected.dtype and own_dtype.is_floating_point:
-        rtol, atol = TOLERANCE.get(own_dtype, (1e-2, 1e-3))
-        if torch.allclose(actual, expected, rtol=rtol, atol=atol):
-            return (f"it has dtype {str(own_dtype)[6:]}, expected {str(expected.dtype)[6:]}: the "
-                    f"values agree only to {str(own_dtype)[6:]} precision",
-                    "keep the dtype of the tensors you are given: a buffer made with torch.zeros(n) "
-                    "or torch.empty(n) is float32; use x.new_zeros(n) / torch.empty_like(x), or "
-                    "pass dtype=x.dtype", True)
     if expected.dtype == torch.float64 and torch.allclose(actual, expected, rtol=1e-5, atol=1e-7):
         return ("its values agree with the expected ones only to float32 precision (about 7 "
                 "digits): somewhere on the way they were float32",
-                "keep the dtype of the tensors you are given: a buffer made with torch.zeros(n) "
-                "or torch.empty(n) is float32 even when the gradients are float64; use "
-                "x.new_zeros(n) / torch.empty_like(x), or pass dtype=x.dtype", True)
+                DTYPES, True)
     bad = ~torch.isfinite(actual)
     if bad.any():
         return (f"{int(bad.sum())} entries are NaN or infinite",
@@ -181,31 +189,103 @@ def _close_in_bulk(expected: dict, outcomes: dict, tolerance: dict | None = None
 
 def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
           rules: list) -> Result:
-    """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}."""
+    """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}. In order: an
+    exception; what explains a wrong value (a send buffer written before its wait, a call on
+    another group, torch's own DDP); the values, earliest phase first; the counts of
+    communication; NCCL's stream order."""
     base = dict(exercise=check.exercise, check=check.name, world_size=world_size)
+    rules_of = lambda rank: rules.get(rank, []) if isinstance(rules, dict) else rules  # noqa: E731
+    mismatched = sizes_differ(outcomes)    # the cause of whatever the ranks then raised
+    if mismatched is not None:
+        return Result(**base, **mismatched)
+    raised = _exception(check, base, outcomes)
+    if raised is not None and raised.status == "error":   # an earlier wrong value came first
+        found = _values(check, base, world_size, outcomes, _before(expected, raised.phase,
+                                                                   outcomes))
+        return found or raised
+    found = (raised or _explaining(check, base, outcomes, rules_of)
+             or _values(check, base, world_size, outcomes, expected))
+    if found is not None:
+        return found
+    for rank in sorted(outcomes):
+        bad = check_comm(rules_of(rank), outcomes[rank]["events"])
+        if bad:
+            rule, msg = bad
+            return Result(**base, status="failed", rank=rank, phase=rule.phase,
+                          key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
+                          hint=check.quoting_rule(rule.hint))
+    hang = nccl_order(outcomes)
+    if hang is not None:
+        return Result(**base, **hang)
+    return Result(**base, status="passed")
+
+
+def _exception(check, base, outcomes) -> Result | None:
+    """A rank's own exception first: a peer's "connection closed", or a result file cut short
+    when the launcher ended a rank in the middle of writing it, only follows it."""
+    from rtp_course.checker.diagnosis import exception_hint
+    order = sorted(outcomes, key=lambda q: (fallout(outcomes[q]),
+                                            outcomes[q].get("type") == "MalformedResult", q))
     for status in ("notimpl", "error"):
-        # a rank's own exception first: a peer's "connection closed", or a result file cut
-        # short when the launcher ended a rank in the middle of writing it, only follows it
-        for rank in sorted(outcomes, key=lambda q: (fallout(outcomes[q]),
-                                                    outcomes[q].get("type") == "MalformedResult",
-                                                    q)):
+        for rank in order:
             o = outcomes[rank]
-            if o["status"] == status and o.get("relay_notes"):
-                o = dict(o, message=_noted(o.get("message", ""), o["relay_notes"]))
-            if o["status"] == status:
-                if status == "notimpl":
-                    return Result(**base, status="notimpl", rank=rank, phase=o.get("phase", ""),
-                                  message=f"not implemented yet: {o['message']}")
-                said = (f"{o['type']}: {o['message']}" if o.get("type") == "SyntaxError"
-                        else f"rank {rank} raised {o['type']}: {o['message']}")
-                return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
-                              message=said,
-                              details={"where": o.get("where", "")},
-                              hint=o.get("hint") or _error_hint(o)
-                              or exception_causes.hint_for(said, "sure")
-                              or _check_error_hint(check, o)
-                              or check.hint(o.get("phase") or "setup")
-                              or exception_causes.hint_for(said, "likely"))
+            if o["status"] != status:
+                continue
+            if status == "notimpl":
+                return Result(**base, status="notimpl", rank=rank, phase=o.get("phase", ""),
+                              message=f"not implemented yet: {o['message']}")
+            said = (f"{o['type']}: {o['message']}" if o.get("type") == "SyntaxError"
+                    else f"rank {rank} raised {o['type']}: {o['message']}")
+            return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
+                          message=said, details={"where": o.get("where", "")},
+                          hint=o.get("hint") or _error_hint(o) or exception_hint(said, "sure")
+                          or _check_error_hint(check, o) or check.hint(o.get("phase") or "setup")
+                          or exception_hint(said, "likely"))
+    return None
+
+
+def _before(expected: dict, phase: str, outcomes: dict) -> dict:
+    """The expected values of the phases that ran before `phase`, where an exception was
+    raised, and that every rank recorded: a wrong value there came before the exception (and
+    may have caused it), so it is reported first."""
+    keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
+    phases = [_phase_of(k) for k in keys]
+    if not phase or phase not in phases:
+        return {}
+    earlier = keys[:phases.index(phase)]
+    seen = lambda r, k: k in outcomes[r].get("records", {}) or k in outcomes[r].get("values", {})  # noqa: E731
+    return {r: {k: v for k, v in e.items() if k in earlier and r in outcomes and seen(r, k)}
+            for r, e in expected.items()}
+
+
+def _explaining(check, base, outcomes, rules_of) -> Result | None:
+    """What explains a wrong value better than the value does, judged before the values: a
+    send buffer written before its wait, a call on another group, torch's own DDP."""
+    for rank in sorted(outcomes):
+        events = outcomes[rank].get("events", [])
+        said = written_send(events)
+        if said:
+            phase = said.split(":", 1)[0]
+            return Result(**base, status="failed", rank=rank, phase=phase,
+                          key=f"{phase}/send buffers", message=f"rank {rank}, {said}",
+                          hint=SEND_BUFFERS)
+        bad = wrong_group(rules_of(rank), events) or check_comm(
+            [r for r in rules_of(rank) if r.kind in LIBRARIES], events)
+        if bad:
+            rule, msg = bad
+            hint = rule.hint if "rule 'Group'" in rule.hint or rule.members is None else GROUP
+            return Result(**base, status="failed", rank=rank, phase=rule.phase,
+                          key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
+                          hint=check.quoting_rule(hint))
+    return None
+
+
+def _values(check, base, world_size, outcomes, expected) -> Result | None:
+    """The first recorded value that differs from the expected one, earliest phase first."""
+    likes = {(r, k): v.lookalikes for r, e in expected.items() for k, v in e.items()
+             if isinstance(v, Like)}
+    expected = {r: {k: v.value if isinstance(v, Like) else v for k, v in e.items()}
+                for r, e in expected.items()}
     keys = list(dict.fromkeys(k for r in sorted(expected) for k in expected[r]))
     close = _close_in_bulk(expected, outcomes, check.tolerance)
     for key in keys:  # the earliest phase first, whichever rank shows it
@@ -220,6 +300,9 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                                   message=f"{key}: nothing was recorded", hint=check.hint(key))
                 ok, msg, details = compare_tensor(exp, o["records"][key], world_size,
                                                   check.tolerance)
+                if not ok:
+                    msg, details = _lookalike(likes.get((rank, key), ()), o["records"][key],
+                                              world_size, check.tolerance, msg, details)
             else:
                 ok, msg = compare_value(exp, o["values"].get(key))
                 details = {}
@@ -227,92 +310,19 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
                 return Result(**base, status="failed", rank=rank, phase=phase, key=key,
                               message=f"rank {rank}, {key} {msg}",
                               hint=_hint(check, key, details), details=details)
-    for rank in sorted(outcomes):   # a rule that refuses a library by name, before the audit
-        mine = rules.get(rank, []) if isinstance(rules, dict) else rules
-        bad = check_comm([r for r in mine if r.kind in LIBRARIES], outcomes[rank]["events"])
-        if bad:
-            rule, msg = bad
-            return Result(**base, status="failed", rank=rank, phase=rule.phase,
-                          key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
-                          hint=check.quoting_rule(rule.hint))
-    for rank in sorted(outcomes):
-        events, differs, phase = _verified(outcomes[rank])
-        if differs:
-            return Result(**base, status="failed", rank=rank, phase=phase,
-                          key=f"{phase}/communication",
-                          message=f"rank {rank}, its communication: {differs}",
-                          hint=check.quoting_rule(audit.RULE))
-        mine = rules.get(rank, []) if isinstance(rules, dict) else rules  # {rank: rules} too
-        bad = check_comm(mine, events)
-        if bad:
-            rule, msg = bad
-            return Result(**base, status="failed", rank=rank, phase=rule.phase,
-                          key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
-                          hint=check.quoting_rule(rule.hint))
-    return Result(**base, status="passed")
-
-
-_NOTE = re.compile(r" \(relay note (\d+)\)")
-
-
-def _noted(message: str, notes: dict) -> str:
-    """A rank's error with the relay's whole text in place of its note: what the other ranks
-    posted, which the rank itself was never told (runtime/relay/collectives.OpError)."""
-    return _NOTE.sub(lambda m: f": {notes[int(m.group(1))]}" if int(m.group(1)) in notes
-                     else "", message)
-
-
-LIBRARIES = ("DistributedDataParallel",)   # torch wrappers commlog logs by their construction
-
-
-def _verified(outcome: dict) -> tuple[list, str | None, str]:
-    """The rank's logged calls, held against the relay's account where there is one (a CPU
-    run: checker/audit.py); the rank's word alone on NCCL."""
-    if "carried" not in outcome:
-        return outcome["events"], None, ""
-    return audit.verify(outcome["events"], outcome["carried"])
-
-
-def _count_matches(rule, ev) -> bool:
-    """A rule's kind names functions or operations: "all_gather" also counts
-    all_gather_into_tensor, all_gather_single, funcol.all_gather_tensor ... (any API)."""
-    if rule.phase != "*" and ev["phase"] != rule.phase:
-        return False
-    family = ev.get("family") or ev["kind"]
-    if rule.kind == "*":
-        return True
-    if rule.kind == "collective":
-        return family not in P2P
-    if rule.kind == "p2p":
-        return family in P2P
-    kinds = rule.kind.split("|")
-    return ev["kind"] in kinds or family in kinds
-
-
-def check_comm(rules, events):
-    for rule in rules:
-        hits = [e for e in events if _count_matches(rule, e)]
-        n = len(hits)
-        ok = n in rule.count if isinstance(rule.count, Bound) else n == rule.count
-        if not ok:
-            if rule.phase == "*" and hits:     # name the phase it happened in
-                rule = replace(rule, phase=hits[0]["phase"])
-            seen = ", ".join(f"{e['kind']} at {e['where']}" for e in hits[:4]) or "none"
-            want = rule.count if isinstance(rule.count, Bound) else f"exactly {rule.count}"
-            return rule, (f"{rule.phase}: {n} {rule.kind} call(s), expected {want}; seen: {seen}")
-        if rule.nbytes is not None:
-            total = sum(e["nbytes"] for e in hits)
-            ok = total in rule.nbytes if isinstance(rule.nbytes, Bound) else total == rule.nbytes
-            if not ok:
-                return rule, (f"{rule.phase}: {rule.kind} call(s) moved {total} bytes on this "
-                              f"rank, expected {rule.nbytes}")
-        if rule.peers is not None:
-            odd = [e for e in hits if e["peer"] not in rule.peers]
-            if odd:
-                seen = ", ".join(f"{e['kind']} with rank {e['peer']} at {e['where']}" for e in odd[:2])
-                return rule, (f"{rule.phase}: {rule.kind} with the wrong rank(s): {seen}; "
-                              f"expected only rank(s) {', '.join(map(str, rule.peers))}")
     return None
+
+
+def _lookalike(lookalikes, actual, world_size, tolerance, msg, details):
+    """The wrong tensor matches what a known mistake gives (registry.Like): name it."""
+    if not isinstance(actual, torch.Tensor):
+        return msg, details
+    for tensor, cause, hint in lookalikes:
+        if tensor.shape == actual.shape and compare_tensor(tensor, actual, world_size,
+                                                           tolerance)[0]:
+            return (f"{msg}; it equals what {cause} gives",
+                    dict(details, cause=cause, cause_hint=hint, cause_overrides=True))
+    return msg, details
 
 
 def _check_error_hint(check, o) -> str:
@@ -322,15 +332,18 @@ def _check_error_hint(check, o) -> str:
 
 def fallout(o) -> bool:
     """An error caused by a peer that left (its own error explains it better): gloo's words
-    for it, or the relay's (runtime/relay/server.Relay._gone)."""
+    for it."""
     msg = o.get("message", "")
     return any(m in msg for m in ("Connection closed by peer", "Connection reset",
-                                  "ended before this operation completed"))
+                                  "Broken pipe"))
 
 
 def _error_hint(o) -> str:
     """Fallout: the rank failed because a peer left, whatever it was doing."""
     if fallout(o):
-        return ("another rank left a collective this rank was in: ranks must make the same "
-                "collective calls in the same order")
+        return ("another rank ended while this rank was communicating with it: it failed in "
+                "its own call, or made other calls than this rank. Every rank makes the same "
+                "collective calls in the same order, with tensors of the same size; a receive "
+                "allocated with another shape or dtype than what its peer sends (recv_shape, "
+                "recv_dtype) aborts the receiving rank")
     return ""

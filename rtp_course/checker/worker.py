@@ -4,9 +4,9 @@ Each check gets a fresh process group (so one check's mismatched collectives
 cannot poison the next), and its observations are saved to a file per rank
 as soon as it ends, so the parent can judge whatever finished even if a later
 check deadlocks. After each check the ranks meet (not on a collective: through
-the relay's own synchronisation on CPU, the launch's TCP store on NCCL): if a
-rank failed and its peers do not arrive, it exits, and the parent relaunches the
-remaining checks.
+the launch's TCP store): if a rank failed and its peers do not arrive, it exits,
+and the parent relaunches the remaining checks. Grading adds confinement
+(rtp_course/confinement) between loading the checks and importing the code under test.
 """
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ import contextlib
 import datetime
 import json
 import os
-import tempfile
-import time
 import traceback
 from pathlib import Path
 
@@ -23,14 +21,12 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-import rtp_course
-from rtp_course.checker import inputs, outcome_file
+from rtp_course.checker import channel, inputs, outcome_file
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
-from rtp_course.runtime import commlog, devices, forkserver, gpu_placement, netns, sandbox, scratch
-from rtp_course.runtime.launcher import rank_device
-from rtp_course.runtime.relay import group as relay_group
+from rtp_course.runtime import commlog, devices, gpu_placement, nccl
+from rtp_course.runtime.launcher import own_channel, rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
 # Bound before any code under test runs: patching os._exit or dist.new_group later changes
@@ -90,33 +86,22 @@ class _Impl:
 
 
 class _Meeting:
-    """How a launch's ranks meet without a collective: the relay's synchronisation on CPU
-    (runtime/relay: no data crosses it), the launch's TCP store on NCCL. Between checks,
-    and for a check that orders its ranks (ctx.flag / ctx.wait_flags / ctx.first_other)."""
+    """How a launch's ranks meet without a collective, through the launch's TCP store: between
+    checks, and for a check that orders its ranks (ctx.flag / ctx.wait_flags /
+    ctx.first_other). Only that a rank got somewhere crosses, never data."""
 
     def __init__(self, rank: int, world_size: int):
         self.rank, self.world_size = rank, world_size
-        self.relayed = relay_group._LINK is not None
-        self.store = None if self.relayed else c10d._get_default_store()
+        self.store = c10d._get_default_store()
         self.check = 0
 
-    def start(self, i: int, phase: str = "setup") -> None:
+    def start(self, i: int) -> None:
         self.check = i
-        self.phase(phase)
-
-    def phase(self, name: str) -> None:
-        if self.relayed:
-            relay_group.mark(self.check, name)
 
     def after_check(self, ok: bool) -> bool:
         """Every rank is done with the check (False: a peer did not come within the grace a
         failed check gives it)."""
         wait = GRACE_AFTER_FAILURE if not ok else 24 * 3600
-        if self.relayed:
-            try:
-                return relay_group.sync(f"done {self.check}", wait)
-            except relay_group.RelayError:
-                return False
         self.store.set(f"done/{self.check}/{self.rank}", "1")
         try:
             self.store.wait([f"done/{self.check}/{r}" for r in range(self.world_size)],
@@ -126,24 +111,13 @@ class _Meeting:
             return False
 
     def flag(self) -> None:
-        if self.relayed:
-            relay_group.flag()
-        else:
-            self.store.set(f"check{self.check}/flag/{self.rank}", "1")
+        self.store.set(f"check{self.check}/flag/{self.rank}", "1")
 
-    def wait_flags(self, ranks, seconds: float) -> bool:
-        if self.relayed:
-            return relay_group.wait_flags(ranks, seconds)
-        try:
-            self.store.wait([f"check{self.check}/flag/{r}" for r in ranks],
-                            datetime.timedelta(seconds=seconds))
-            return True
-        except Exception:  # noqa: BLE001 - a timeout
-            return False
+    def wait_flags(self, ranks) -> None:
+        self.store.wait([f"check{self.check}/flag/{r}" for r in ranks],
+                        datetime.timedelta(days=1))      # the watchdog stops a hang
 
     def first_other(self, text: str):
-        if self.relayed:
-            return relay_group.first_other(f"same {self.check}", text)
         self.store.set(f"check{self.check}/same/{self.rank}", text)
         return next((r for r in range(self.world_size)
                      if self.store.get(f"check{self.check}/same/{r}").decode() != text), None)
@@ -162,7 +136,6 @@ class Ctx:
     @contextlib.contextmanager
     def phase(self, name: str):
         commlog.set_phase(name)
-        self._meeting.phase(name)
         self._status.update(phase=name)
         try:
             yield
@@ -171,21 +144,35 @@ class Ctx:
             raise
         finally:
             commlog.set_phase("between phases")
-            self._meeting.phase("between phases")
 
     # A check that orders its ranks (no data crosses: only that a rank got somewhere)
     def flag(self) -> None:
         """This rank has reached the check's flag point."""
         self._meeting.flag()
 
-    def wait_flags(self, ranks, seconds: float) -> bool:
-        """Whether every rank of `ranks` reached its flag point within `seconds`."""
-        return self._meeting.wait_flags(ranks, seconds)
+    def wait_flags(self, ranks, hint_key: str, what: str) -> None:
+        """Wait until every rank of `ranks` reached its flag point. If they never do, the
+        watchdog stops the hang, and the report says the check waited for `what`, with the
+        check's hint for `hint_key`."""
+        ranks = list(ranks)
+        self._status.update(call=f"the check's wait for rank(s) {ranks} {what}",
+                            family="harness", peer=None, hint_key=hint_key)
+        try:
+            self._meeting.wait_flags(ranks)
+        finally:
+            self._status.update(call=None, family=None, hint_key=None)
 
     def first_other(self, text: str):
         """The first rank whose `text` differs from this rank's (None: every rank's is the
         same); the other ranks' texts are never seen here."""
         return self._meeting.first_other(text)
+
+    def warm_up_ring(self, group=None) -> None:
+        """One transfer each way with both ring neighbours, batched and not, outside the log:
+        NCCL connects a pair at its first transfer and blocks the host until the peer takes
+        part, so a check that holds one rank back would see the others block in a call that
+        only posts. Gloo connected its pairs when the group was made: nothing changes."""
+        nccl.warm_up_ring(group or self.group, self.device)
 
     def record(self, key: str, tensor) -> None:
         if tensor is None:
@@ -211,8 +198,10 @@ class Ctx:
 def _student_frames(exc: BaseException, files: tuple) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if f.filename in files]
-    if mine:
-        return "".join(traceback.format_list(mine[-3:]))
+    if mine:   # as the student knows their files: rtp_course/<exercise>.py, wherever graded
+        shown = [traceback.FrameSummary(f"rtp_course/{Path(f.filename).name}", f.lineno, f.name,
+                                        line=f.line) for f in mine[-3:]]
+        return "".join(traceback.format_list(shown))
     last = frames[-1] if frames else None
     torch_dir = os.path.dirname(torch.__file__) + os.sep
     if last is not None and last.filename.startswith(torch_dir):
@@ -262,80 +251,6 @@ def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
             "phase": phase}
 
 
-def _confine(rank: int, rundir: Path, job: dict, impl_dir: str) -> sandbox.Confinement:
-    if not job.get("confine", True):
-        return sandbox.Confinement(False, 0, "disabled (RTP_COURSE_CONFINE=0)")
-    private = Path(tempfile.gettempdir())       # the launcher made it: rundir/tmp.<rank>.<secret>
-    os.environ["HOME"] = os.environ["MPLCONFIGDIR"] = str(private)
-    gpu = job["backend"] == "nccl"
-    # NCCL's shared-memory transport creates its segments in /dev/shm; gloo needs none of it.
-    write = [str(private)] + (["/dev/shm"] if gpu else [])
-    package = Path(rtp_course.__file__).resolve().parent
-    # The checks' own files were loaded before this: the code under test cannot load them again
-    # (a class loaded afresh would have its parent side back). The hidden checks and the
-    # reference (unless it is the code under test) are outside what is granted, unless the
-    # course sits under a system dir: closed then too.
-    closed = [package / "checker" / "public",
-              *(d for d in _instructor_dirs() if d.resolve() != Path(impl_dir).resolve())]
-    return sandbox.confine(read=[str(package), impl_dir], write=write,
-                           devices=sandbox.gpu_devices() if gpu else (), unreadable=closed,
-                           other_processes=gpu, rendezvous=relay_group._LINK is None,
-                           tcp=relay_group._LINK is None, channels=relay_group._LINK is None)
-
-
-def _instructor_dirs() -> list:
-    from rtp_course.checker.registry import hidden_dir
-    try:
-        from rtp_course.instructor import solutions_dir
-    except ImportError:             # the student edition
-        solutions_dir = lambda: None  # noqa: E731
-    return [d for d in (hidden_dir(), solutions_dir()) if d is not None]
-
-
-FILE_CAP_MB = 512     # no file a rank writes (its results, its stderr, its own) grows past this
-DISK_CAP_MB = 512     # what a rank's files hold in all: a relay rank's tmpfs; the watchdog's sum
-MEMORY_CAP_MB = 4096  # a CPU rank's memory (its heap and anonymous mappings); checks use ~0.5 GB
-TASK_CAP = 512        # a relay rank's processes and threads (a rank runs about ten)
-MAPPED_SLACK_MB = 2048  # address space beyond the memory cap: libraries, stacks, malloc's arenas
-FILES_CAP = 4096      # a relay rank's open descriptors (a rank holds about twenty)
-
-
-def _cap_resources(job: dict) -> None:
-    """Hard limits, set before the code under test runs (it cannot raise them again), named in
-    the report when reached (exception_causes, launcher.died_how).
-
-    RLIMIT_FSIZE: a write past the file cap fails ("File too large"), or kills with SIGXFSZ.
-    RLIMIT_DATA (CPU ranks): an allocation past the memory cap fails in torch's allocator
-    ("can't allocate memory"), so one rank cannot take the machine's memory. RLIMIT_DATA
-    counts private mappings only: RLIMIT_AS, MAPPED_SLACK_MB above it, caps shared ones
-    (`mmap.mmap(-1, size)`), the rest of the address space an honest rank uses (about 0.8 GB
-    in all). Not on a GPU rank: the CUDA driver maps host memory of its own, whose size the
-    course does not own. (Memory no mapping holds, a relay rank cannot make: runtime/seccomp
-    refuses memfd_create and shmget, and RLIMIT_NOFILE caps its pipes' buffers.)
-    A relay rank's private directory is a tmpfs of DISK_CAP_MB (runtime/scratch.py): past
-    it, "No space left on device". RLIMIT_NPROC (relay ranks, whose count is of their own
-    user namespace's tasks): a fork bomb stops at TASK_CAP; the kernel exempts root, whose
-    rank its PID namespace and cgroup end at once."""
-    import resource
-    if netns.MADE[0] & netns.CLONE_NEWNS:     # only in a mount namespace of its own
-        scratch.mount_private(tempfile.gettempdir(),
-                              int(job.get("disk_cap_mb") or DISK_CAP_MB))
-    caps = [(resource.RLIMIT_FSIZE, int(job.get("file_cap_mb") or FILE_CAP_MB))]
-    if job.get("backend") != "nccl":
-        memory = int(job.get("memory_cap_mb") or MEMORY_CAP_MB)
-        caps += [(resource.RLIMIT_DATA, memory), (resource.RLIMIT_AS, memory + MAPPED_SLACK_MB)]
-    # no core file: a crash would write one where the rank's sandbox lets it write nothing
-    # (the kernel writes it, or hands it to the machine's collector)
-    limits = [(which, mb << 20) for which, mb in caps] + [(resource.RLIMIT_CORE, 0)]
-    if netns.MADE[0]:
-        limits += [(resource.RLIMIT_NPROC, TASK_CAP), (resource.RLIMIT_NOFILE, FILES_CAP)]
-    for which, value in limits:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass
-
-
 def _destroy_groups_since(before: set) -> None:
     """Destroy every process group made since `before` (the check's and the code under test's)."""
     for pg in [pg for pg in c10d._world.pg_map if pg not in before]:
@@ -347,16 +262,14 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     """Worker entry (called by launcher.launch in each rank).
 
     Order matters: the checks (public and hidden) are loaded and every file the worker
-    will write is opened BEFORE the process confines itself; only then does the code
-    under test run (its import first, under a time limit of its own)."""
+    will write is opened BEFORE grading confines the process; only then does the code
+    under test run (its import first)."""
     rundir = Path(job["rundir"])
-    if relay_group._LINK is not None:     # no key here: its own data comes from the parent
-        inputs.enter_relay_rank(rank, relay_group.ask_input)
-    else:
-        inputs.enter_rank(rank, rundir)   # this rank's own data key, and no other rank's
+    channel.connect(own_channel())
+    inputs.enter_rank(rank, channel.ask)      # no key here: its own data comes from the parent
     impl_pkg = load_impl(job["impl"])
     refuse_reference_imports()
-    code_dir, files = str(impl_pkg.IMPL_DIR), code_files(impl_pkg)
+    files = code_files(impl_pkg)
     commlog.install(code_dirs=files)
     status = Status(rundir / f"status.{rank}.json")
     commlog.STATE.on_status = lambda call, family=None, peer=None: status.update(
@@ -366,70 +279,98 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     device = rank_device()
     checks = {c.id: c for c in load_checks(job["modules"], side="run")}
     results = {cid: open(rundir / f"result.{cid}.{rank}.pt", "wb") for cid in job["check_ids"]}
-    # What the code under test may see of the environment: the rank environment (the
-    # forkserver's, with nothing of the grader's) and the course's own run settings.
-    for key in [k for k in os.environ if k not in forkserver.rank_environment(os.environ)
-                and k not in ("RTP_COURSE_EMULATE", "RTP_COURSE_IMPL", "MPLCONFIGDIR")]:
-        del os.environ[key]
-    _cap_resources(job)
-    with open(rundir / f"confinement.{rank}.json", "w") as fh:
-        confinement = _confine(rank, rundir, job, code_dir)
-        json.dump({"active": confinement.active, "describe": confinement.describe()}, fh)
+    described = "unconfined (rtp-course check runs your code as it is; grading confines it)"
+    with open(rundir / f"confinement.{rank}.json", "w") as fh:    # opened before confinement
+        if job.get("confine"):
+            from rtp_course.confinement import rank as confinement
+            described = confinement.confine(rank, job, str(impl_pkg.IMPL_DIR))
+        json.dump({"describe": described}, fh)
     global _RANK_PID
     _RANK_PID = os.getpid()
     os._exit = _refuse_exit
     # On CPU, tensors the code under test makes without a device are refused where a GPU run
-    # would refuse them (from its import on: `from torch import zeros` gets the watched one).
+    # would refuse them (from its import on: `from torch import zeros` gets the watched one),
+    # and gloo behaves as NCCL where the two differ (runtime/nccl): one grade on CPU and GPU.
     # RTP_COURSE_EMULATE=nccl watches the checks' own tensors too (the harness's GPU readiness).
     watched = [""] if devices.emulating_nccl() else files
     placement = gpu_placement.host_placement(watched) if device.type == "cpu" \
         else contextlib.nullcontext()
-    # and gloo behaves as NCCL where a grade depends on it (one coalesced batch handle,
-    # contiguous tensors only, ReduceOp.AVG): one grade on CPU and GPU
     commlog.STATE.nccl_rules = device.type == "cpu"
     try:
         with placement:
-            for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
-                status.update(check=f"import:{ex}", phase="import", call=None,
-                              started=time.time())
-                try:
-                    exercise(ex)
-                except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
-                    _end_if_forked()
+            watch = _watch(job)
+            _import_exercises(checks, job, status)
             for i, cid in enumerate(job["check_ids"]):
-                check = checks[cid]
-                meeting.start(i)
-                inputs.enter_check(cid)      # its own data differs from check to check
-                status.update(check=cid, index=i, phase="setup", call=None, started=time.time(),
-                              sent_to={}, recv_from={}, unwaited_to={})
-                groups_before = set(c10d._world.pg_map)
-                group = _new_group(list(range(world_size)))
-                dtype = getattr(torch, job.get("dtype") or check.dtype)
-                ctx = Ctx(rank, world_size, group, device, dtype, status, meeting)
-                commlog.reset()
-                manual_seed(1234 + rank)  # code under test drawing random numbers stays repeatable
-                outcome = {"status": "ok"}
-                try:
-                    check.run(ctx)
-                except BaseException as e:  # the student's exception or exit, its rank and line
-                    _end_if_forked()
-                    outcome = _outcome_of(e, files, ctx.failed_phase or "setup")
-                outcome.update(records=ctx.records, values=ctx.values,
-                               events=[vars(e) for e in commlog.events()],
-                               peak_recv=dict(commlog.STATE.peak_recv))
-                # one write: the parent reads it whole or empty
-                results[cid].write(outcome_file.dumps(outcome))
+                outcome = _run_check(checks[cid], i, rank, world_size, device, job, status,
+                                     meeting, files, watch)
+                results[cid].write(outcome_file.dumps(outcome))    # one write: whole or empty
                 results[cid].close()
-                status.update(phase="done", call="waiting for the other ranks to finish this check")
-                meeting.phase("done")
+                status.update(phase="done", family=None,
+                              call="waiting for the other ranks to finish this check")
                 if not meeting.after_check(outcome["status"] == "ok"):
                     _exit(3)                 # peers are stuck inside a call this rank abandoned
-                # NCCL: free the communicators' GPU buffers (the check's and the code's own).
-                # Not after a failed check: destroying a group with an unmatched operation in
-                # flight hangs; the relaunch's exit frees them. Gloo: ~10 ms a rank per check
-                # for nothing, the exit frees them.
-                if job["backend"] == "nccl" and outcome["status"] == "ok":
-                    _destroy_groups_since(groups_before)
+                if device.type == "cuda" and not _all_ok(meeting, outcome):
+                    _exit(3)                 # a fresh launch for the rest: no CUDA error or
+                    #                          communicator of a failed check reaches them
     finally:
         os._exit = _exit
     return "done"
+
+
+def _watch(job: dict):
+    """Grading watches the harness for tampering (confinement/integrity.py); a plain check
+    does not."""
+    if not job.get("confine"):
+        return None
+    from rtp_course.confinement import integrity
+    return integrity.Watch()
+
+
+def _import_exercises(checks: dict, job: dict, status: Status) -> None:
+    for ex in dict.fromkeys(checks[cid].exercise for cid in job["check_ids"]):
+        status.update(check=f"import:{ex}", phase="import", call=None)
+        try:
+            exercise(ex)
+        except BaseException:  # noqa: BLE001  (reported by the first check that uses it)
+            _end_if_forked()
+
+
+def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, status: Status,
+               meeting: _Meeting, files: tuple, watch=None) -> dict:
+    """One check on this rank: its outcome, as the parent will read it."""
+    meeting.start(i)
+    inputs.enter_check(check.id, i)       # its own data differs from check to check
+    status.update(check=check.id, index=i, phase="setup", call=None, family=None,
+                  sent_to={}, recv_from={}, unwaited_to={})
+    groups_before = set(c10d._world.pg_map)
+    group = _new_group(list(range(world_size)))
+    dtype = getattr(torch, job.get("dtype") or check.dtype)
+    ctx = Ctx(rank, world_size, group, device, dtype, status, meeting)
+    commlog.reset()
+    if watch is not None:
+        watch.begin()
+    manual_seed(1234 + rank)   # code under test drawing random numbers stays repeatable
+    outcome = {"status": "ok"}
+    try:
+        check.run(ctx)
+        if device.type == "cuda":
+            torch.cuda.synchronize()     # an asynchronous CUDA error belongs to this check
+    except BaseException as e:  # the student's exception or exit, its rank and line
+        _end_if_forked()
+        outcome = _outcome_of(e, files, ctx.failed_phase or "setup")
+    outcome.update(records=ctx.records, values=ctx.values,
+                   events=[vars(e) for e in commlog.events()], program=commlog.program(),
+                   peak_recv=dict(commlog.STATE.peak_recv))
+    if watch is not None:
+        outcome = watch.end(outcome)
+    if device.type == "cuda" and outcome["status"] == "ok":
+        _destroy_groups_since(groups_before)   # NCCL: free the communicators' GPU buffers
+    return outcome
+
+
+def _all_ok(meeting: _Meeting, outcome: dict) -> bool:
+    """Whether every rank's check ran without an error (called once all are past it)."""
+    meeting.store.set(f"ok/{meeting.check}/{meeting.rank}",
+                      "1" if outcome["status"] == "ok" else "0")
+    return all(meeting.store.get(f"ok/{meeting.check}/{r}") == b"1"
+               for r in range(meeting.world_size))

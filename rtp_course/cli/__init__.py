@@ -1,4 +1,5 @@
-"""`rtp-course`: check, info, doctor, submit, bench, release, seal, grade."""
+"""`rtp-course`: check, info, doctor, submit, bench, release, seal, grade, and the
+instructor's term: autograde, regrade, points, export."""
 from __future__ import annotations
 
 import argparse
@@ -35,10 +36,29 @@ def cmd_check(args) -> int:
     finally:
         bar.clear()
     print(report.text(results, verbose=args.verbose))
+    review = _review(args.impl, args.exercises or EXERCISES, results)
+    for flag in review:
+        print(f"  REVIEW  {report.visible(str(flag))}")
     print(f"\n  ({time.perf_counter() - start:.1f} s)")
     if args.json:
-        report.write_json(results, args.json)
+        report.write_json(results, args.json, review=[f.as_dict() for f in review])
     return 0 if results and all(r.passed for r in results) else 1
+
+
+def _review(impl: str, exercises, results) -> list:
+    """What the instructor should look at in the code under test (instructor edition: a static
+    scan of the exercise modules for code that reaches into the grader, and the checks during
+    which a rank changed the harness); [] otherwise."""
+    try:
+        from rtp_course.instructor.review.scan import Flag, scan_impl
+    except ImportError:                      # the student edition
+        return []
+    from rtp_course.confinement.integrity import MARK
+    from rtp_course.course.impl import resolve
+    changed = {(r.exercise, r.check): Flag(f"{r.exercise}.py", 0, f"{r.exercise}.{r.check}: "
+                                           f"{MARK} while it ran", "harness-changed")
+               for r in results if MARK in (r.message or "")}
+    return scan_impl(str(resolve(impl)), list(exercises)) + list(changed.values())
 
 
 def cmd_info(args) -> int:
@@ -47,8 +67,11 @@ def cmd_info(args) -> int:
     from rtp_course.runtime.devices import gpu_count
     from rtp_course.runtime.launcher import default_backend
     gpus = gpu_count()
+    from rtp_course.cli.doctor import torch_outside_range
+    outside = torch_outside_range(torch.__version__)
     rows = [("rtp-course", __version__), ("python", sys.version.split()[0]),
-            ("torch", torch.__version__),
+            ("torch", torch.__version__ + (f"  OUTSIDE THE COURSE'S RANGE: {outside}" if outside
+                                           else "")),
             ("backends", ", ".join(b for b, ok in (("gloo", dist.is_gloo_available()),
                                                      ("nccl", dist.is_nccl_available())) if ok)),
             ("default backend", default_backend()), ("GPUs", str(gpus))]
@@ -81,29 +104,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("check", help="check exercise implementations against the serial model")
-    c.add_argument("exercises", nargs="*", metavar="EXERCISE",
-                   help=f"one or more of: {', '.join(EXERCISES)} (default: all)")
-    c.add_argument("--impl", default="rtp_course", metavar="PATH",
-                   help="directory holding the exercise modules (default: rtp_course, your work; "
-                        "'solutions' in the instructor edition)")
-    c.add_argument("--world-size", type=int, nargs="+", metavar="N",
-                   help="world sizes to run (default: 1 2 3 4)")
-    c.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
-    c.add_argument("--hidden", action="store_true", help="add the hidden checks (instructor edition)")
-    c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
-    c.add_argument("--dtype", choices=["float64", "float32"],
-                   help="override the checks' dtype (to explore; grades use each check's own: in "
-                        "float32 a ReLU input within rounding of 0 can flip a model check's "
-                        "gradient on a rare draw of the data)")
-    c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
-    c.add_argument("--timeout", type=float, metavar="S",
-                   help="stop a check (as a deadlock) after S seconds (default: each check's own)")
-    c.add_argument("--timeout-scale", type=float, default=1.0,
-                   help="multiply every check's deadlock timeout (slow machines)")
-    c.add_argument("-v", "--verbose", action="store_true", help="show stacks of deadlocked ranks")
-    c.add_argument("-q", "--quiet", action="store_true")
-    c.set_defaults(func=cmd_check)
+    _check_command(sub)
 
     i = sub.add_parser("info", help="torch version, backend, GPUs, Slurm")
     i.set_defaults(func=cmd_info)
@@ -123,6 +124,53 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
         _bench_args(b)
     b.set_defaults(func=_delegate("rtp_course.training.bench", "cli_bench"))
 
+    _grade_command(sub)
+
+    sl = sub.add_parser("seal", help="record the grader's files, which `grade` then verifies "
+                                     "(instructor edition; release does it too)")
+    sl.set_defaults(func=_delegate("rtp_course.instructor.manifest", "cli_seal"))
+
+    _term_commands(sub)
+
+    r = sub.add_parser("release", help="build the student edition into OUT (instructor edition)")
+    r.add_argument("out", metavar="OUT")
+    r.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    r.set_defaults(func=_delegate("rtp_course.instructor.release", "cli_release"))
+    return p
+
+
+
+def _check_command(sub) -> None:
+    """`rtp-course check`: the student's command."""
+    c = sub.add_parser("check", help="check exercise implementations against the serial model")
+    c.add_argument("exercises", nargs="*", metavar="EXERCISE",
+                   help=f"one or more of: {', '.join(EXERCISES)} (default: all)")
+    c.add_argument("--impl", default="rtp_course", metavar="PATH",
+                   help="directory holding the exercise modules (default: rtp_course, your work; "
+                        "'solutions' in the instructor edition)")
+    c.add_argument("--world-size", type=int, nargs="+", metavar="N",
+                   help="world sizes to run (default: 1 2 3 4)")
+    c.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
+    c.add_argument("--hidden", action="store_true", help="add the hidden checks (instructor edition)")
+    c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
+    c.add_argument("--dtype", choices=["float64", "float32"],
+                   help="override the checks' dtype (to explore; grades use each check's own: in "
+                        "float32 a ReLU input within rounding of 0 can flip a model check's "
+                        "gradient on a rare draw of the data)")
+    c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
+    c.add_argument("--timeout", type=float, metavar="S",
+                   help="let every check use S CPU-seconds and lift the exercise and run budgets "
+                        "(to debug; default: each check's own budget)")
+    c.add_argument("--timeout-scale", type=float, default=1.0,
+                   help="multiply every CPU budget and the time that makes a hang (a slow "
+                        "machine; a busy one needs nothing: budgets are CPU time)")
+    c.add_argument("-v", "--verbose", action="store_true", help="show stacks of deadlocked ranks")
+    c.add_argument("-q", "--quiet", action="store_true")
+    c.set_defaults(func=cmd_check)
+
+
+def _grade_command(sub) -> None:
+    """`rtp-course grade` (instructor edition): the code's points, on this machine or Slurm."""
     g = sub.add_parser("grade", help="score the collected submissions' code into nbgrader's gradebook "
                                      "(instructor edition; after nbgrader autograde)")
     g.add_argument("assignments", nargs="+", metavar="ASSIGNMENT")
@@ -130,33 +178,73 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     g.add_argument("--jobs", type=int, metavar="N",
                    help="submissions graded at once on this machine, each on cores of its own "
                         "(default: one per two cores)")
-    g.add_argument("--world-size", type=int, nargs="+", metavar="N", help="default: 1 2 3 4")
+    g.add_argument("--world-size", type=int, nargs="+", metavar="N",
+                   help="default: 1 2 3 4 (with --slurm --gpus G: those G GPUs hold)")
     cl = g.add_argument_group("a class on Slurm: one array task per student")
     cl.add_argument("--slurm", action="store_true", help="grade as a Slurm job array, then write the gradebook")
     cl.add_argument("--no-wait", action="store_true", help="submit the array and return")
     cl.add_argument("--merge", action="store_true", help="write what a finished array left into the gradebook")
     from rtp_course.cluster.slurm import gpu_count
-    cl.add_argument("--gpus", type=gpu_count, default=0, help="GPUs per task (4: NCCL at world sizes 1-4; default 0, CPU)")
-    cl.add_argument("--max-running", type=int, metavar="K", help="at most K tasks at once")
-    cl.add_argument("--time", default="00:20:00", help="time limit per task (default 00:20:00)")
-    cl.add_argument("--partition")
-    cl.add_argument("--account")
-    cl.add_argument("--qos")
-    cl.add_argument("--sbatch", action="append", default=[], metavar="OPTION", help="extra sbatch option")
-    cl.add_argument("--setup", help="shell code each task runs first (module load ...; source ...)")
+    cl.add_argument("--gpus", type=gpu_count, default=0, metavar="G",
+                    help="GPUs per task: G > 0 grades on them with NCCL, at the course's world "
+                         "sizes that G GPUs hold (4: 1-4); default 0: CPU and gloo under NCCL's "
+                         "rules, which gives the same grade")
+    _array_options(cl, "00:20:00")
     g.add_argument("--array-task", type=int, help=argparse.SUPPRESS)     # set by instructor/grade.sbatch
     g.add_argument("--students-file", help=argparse.SUPPRESS)
+    g.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
+                   help="multiply every CPU budget, the time that makes a hang and the wall-clock "
+                        "guard of a submission, as for `check` (a slow machine)")
     g.set_defaults(func=_delegate("rtp_course.instructor.grade_code", "cli_grade"))
 
-    sl = sub.add_parser("seal", help="record the grader's files, which `grade` then verifies "
-                                     "(instructor edition; release does it too)")
-    sl.set_defaults(func=_delegate("rtp_course.instructor.manifest", "cli_seal"))
 
-    r = sub.add_parser("release", help="build the student edition into OUT (instructor edition)")
-    r.add_argument("out", metavar="OUT")
-    r.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    r.set_defaults(func=_delegate("rtp_course.instructor.release", "cli_release"))
-    return p
+def _array_options(group, time: str) -> None:
+    """What `grade --slurm` and `autograde --slurm` pass to sbatch."""
+    group.add_argument("--max-running", type=int, metavar="K", help="at most K tasks at once")
+    group.add_argument("--time", default=time, help=f"time limit per task (default {time})")
+    group.add_argument("--partition")
+    group.add_argument("--account")
+    group.add_argument("--qos")
+    group.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                       help="extra sbatch option")
+    group.add_argument("--setup", help="shell code each task runs first (module load ...; source ...)")
+
+
+def _term_commands(sub) -> None:
+    """The instructor's term beside `grade` (instructor edition): autograde, regrade, points,
+    export (docs/INSTRUCTORS.md)."""
+    a = sub.add_parser("autograde", help="nbgrader autograde of the notebooks, several students at "
+                                         "once (instructor edition; then `grade`)")
+    a.add_argument("assignments", nargs="+", metavar="ASSIGNMENT")
+    a.add_argument("--student", nargs="+", metavar="ID", help="only these students (default: all)")
+    a.add_argument("--jobs", type=int, metavar="N", help="students at once (default: one per core)")
+    a.add_argument("--force", action="store_true", help="autograde again students already autograded")
+    cl = a.add_argument_group("a class on Slurm: one array task per student")
+    cl.add_argument("--slurm", action="store_true", help="autograde as a Slurm job array, then merge")
+    _array_options(cl, "00:30:00")
+    a.set_defaults(func=_delegate("rtp_course.instructor.autograde", "cli_autograde"))
+
+    rg = sub.add_parser("regrade", help="grade these students again, notebooks and code together "
+                                        "(instructor edition)")
+    rg.add_argument("assignment", metavar="ASSIGNMENT")
+    rg.add_argument("--student", nargs="+", metavar="ID", required=True)
+    rg.add_argument("--jobs", type=int, metavar="N", help="default: one per two cores")
+    rg.add_argument("--world-size", type=int, nargs="+", metavar="N", help="default: 1 2 3 4")
+    rg.add_argument("--timeout-scale", type=float, default=1.0, metavar="X", help="as for `grade`")
+    rg.set_defaults(func=_delegate("rtp_course.instructor.term", "cli_regrade"))
+
+    pt = sub.add_parser("points", help="the course table's points and check weights, and what "
+                                       "depends on them (instructor edition)")
+    pt.add_argument("--write", action="store_true",
+                    help="regenerate the notebooks' grading cells, the nbgrader source and the "
+                         "gradebook from the table, then seal")
+    pt.set_defaults(func=_delegate("rtp_course.instructor.points", "cli_points"))
+
+    e = sub.add_parser("export", help="nbgrader export, refused while code points are missing "
+                                      "(instructor edition)")
+    e.add_argument("--to", metavar="FILE", help="default: grades.csv in the grading directory")
+    e.add_argument("--force", action="store_true", help="export even with code points missing")
+    e.set_defaults(func=_delegate("rtp_course.instructor.term", "cli_export"))
 
 
 def _slurm_args(s):

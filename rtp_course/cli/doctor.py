@@ -4,13 +4,14 @@ Run it once on a new machine or cluster node (`sbatch slurm/doctor.sbatch` on a 
 node). It tries, in order, what the course needs, and for each part prints `ok` with what
 it found, or `FAIL` with one sentence saying what to do:
 
-    torch           the version, and whether the course has run on it
+    torch           the version, and whether it is in the course's range (2.9 to 2.14)
     GPUs            how many this process sees (counted without initialising CUDA)
-    confined ranks  ranks start, confine themselves as the checker's do, and (on GPUs)
-                    initialise CUDA on their own device
+    confined ranks  ranks start in the checker's namespaces, confine themselves through
+                    the checker's own entry point (confinement.rank.confine, as a
+                    grading rank), and (on GPUs) initialise CUDA on their own device
     collectives     all_reduce, point-to-point around the ring, and a subgroup, in those ranks
-    reference       one check per exercise on the reference (instructor edition), at 2 ranks
-                    and at the node's GPU count
+    reference       one check per exercise and every rotation check on the reference
+                    (instructor edition), at 2 ranks and at the node's GPU count
     benchmark       one training step of DDP (and of RTP with the reference)
 
 Exit status 0 only if every part works.
@@ -21,50 +22,73 @@ import contextlib
 import io
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import rtp_course
-
-TESTED_TORCH = ("2.6", "2.13", "2.14")      # the releases the course's suite has run on
-MIN_TORCH = (2, 6)
+# pyproject.toml admits these (torch>=2.9,<2.15): NCCL's eager point-to-point on one stream per
+# group, which runtime/nccl/order.py models, is torch 2.9's.
+TORCH_RANGE = ((2, 9), (2, 14))
+TESTED_TORCH = ("2.13",)        # the releases the course's whole suite has run on
 
 
 class Failed(Exception):
     """A part that does not work; the message says what to do, in one sentence."""
 
 
+def torch_outside_range(version: str) -> str | None:
+    """What to do, in one sentence, when torch `version` is outside the course's range; None
+    inside it."""
+    version = version.split("+")[0]
+    try:
+        major_minor = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return None                                  # a build we cannot read: say nothing
+    (lo, hi) = TORCH_RANGE
+    if lo <= major_minor <= hi:
+        return None
+    return (f"torch {version} is outside the course's range, {lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}: "
+            f"install one of those (pip install 'torch>={lo[0]}.{lo[1]},<{hi[0]}.{hi[1] + 1}', "
+            f"or your cluster's module)")
+
+
 def _torch() -> str:
     import torch
-    version = torch.__version__.split("+")[0]
-    major_minor = tuple(int(x) for x in version.split(".")[:2])
-    if major_minor < MIN_TORCH:
-        raise Failed(f"torch {version} is older than 2.6: install a newer torch "
-                     f"(pip install 'torch>=2.6', or your cluster's module)")
-    tested = ".".join(map(str, major_minor)) in TESTED_TORCH
-    return f"{torch.__version__}" + ("" if tested else
-                                     f" (untested: the course has run on {', '.join(TESTED_TORCH)})")
+    outside = torch_outside_range(torch.__version__)
+    if outside:
+        raise Failed(outside)
+    minor = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    return f"{torch.__version__}" + ("" if minor in TESTED_TORCH else
+                                     f" (in range; the course's suite has run on "
+                                     f"{', '.join(TESTED_TORCH)})")
 
 
-def _gpus() -> int:
+def _gpus() -> tuple[int, int]:
+    """(GPUs visible, ranks they may hold: more under RTP_COURSE_SHARE_GPU=1)."""
     from rtp_course.runtime import devices
-    return devices.gpu_count()
+    return devices.physical_gpu_count(), devices.gpu_count()
 
 
-def _probe(rank: int, world_size: int, backend: str) -> dict:
-    """In a launched rank: confine as a checker rank does, then use the device and talk."""
-    import tempfile
+def _confine_as_checker(rank: int, backend: str, impl_dir: str) -> str:
+    """Confine this rank through the checker's own entry point, with the job a grading rank
+    gets (worker.run_checks calls it when job["confine"] is true); the report's line."""
+    from rtp_course.confinement import rank as confinement
+    env = os.environ.get
+    job = dict(rundir=str(Path(tempfile.gettempdir()).parent), impl=impl_dir, modules=[],
+               backend=backend, check_ids=[], dtype=None, confine=True,
+               file_cap_mb=int(env("RTP_COURSE_RANK_FILE_MB", 0)) or None,
+               memory_cap_mb=int(env("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
+               disk_cap_mb=int(env("RTP_COURSE_RANK_DISK_MB", 0)) or None)
+    return confinement.confine(rank, job, impl_dir)
 
+
+def _probe(rank: int, world_size: int, backend: str, impl_dir: str) -> dict:
+    """In a launched rank: confine as a checker rank is confined, then use the device and talk."""
+    out = {"confinement": _confine_as_checker(rank, backend, impl_dir)}
     import torch
     import torch.distributed as dist
 
-    from rtp_course.runtime import launcher, sandbox
-    out = {}
-    write = [tempfile.gettempdir()] + (["/dev/shm"] if backend == "nccl" else [])
-    package = str(Path(rtp_course.__file__).resolve().parent)
-    confinement = sandbox.confine(read=[package], write=write,
-                                  devices=sandbox.gpu_devices() if backend == "nccl" else ())
-    out["confinement"] = confinement.describe()
+    from rtp_course.runtime import launcher
     device = launcher.rank_device()
     x = torch.full((4,), float(rank + 1), device=device)
     if device.type == "cuda":
@@ -89,10 +113,19 @@ def _probe(rank: int, world_size: int, backend: str) -> dict:
     return out
 
 
+def _isolation():
+    """The launch's namespaces, as the checker's group.py makes them for a confined run."""
+    from rtp_course.confinement import Isolation
+    return Isolation()
+
+
 def _ranks(backend: str, world_size: int) -> str:
+    from rtp_course.course.impl import default_impl, resolve
     from rtp_course.runtime.launcher import LaunchError, launch
+    impl_dir = str(resolve(default_impl()))
     try:
-        results = launch(_probe, world_size, args=(backend,), backend=backend, timeout=120)
+        results = launch(_probe, world_size, args=(backend, impl_dir), backend=backend,
+                         timeout=120, isolation=_isolation())
     except LaunchError as e:
         raise Failed(f"{world_size} {backend} ranks did not run ({str(e).splitlines()[0]}): "
                      f"`rtp-course info` shows the backends; see docs/INSTRUCTORS.md, "
@@ -102,7 +135,8 @@ def _ranks(backend: str, world_size: int) -> str:
         raise Failed(f"{', '.join(sorted(set(bad)))} gave wrong values on {backend}: the "
                      f"communication library is broken on this node; report it with the output "
                      f"of `rtp-course info`")
-    from rtp_course.runtime import cgroup, netns
+    from rtp_course.confinement import netns
+    from rtp_course.runtime import cgroup
     what = results[0]["confinement"]
     devices_seen = ", ".join(r["device"] for r in results if "device" in r)
     network = ("a network of their own" if backend == "gloo" and netns.available()
@@ -122,19 +156,24 @@ def _reference(sizes: list[int], backend: str) -> str:
         resolve("solutions")
     except Exception:  # noqa: BLE001 - the student edition has no reference
         return "skipped: the student edition has no reference (check your own code: rtp-course check)"
-    checks = engine.load_checks(engine.check_modules(EXERCISES, False))
+    checks = [c for c in engine.load_checks(engine.check_modules(EXERCISES, False))
+              if any(c.applies(n) for n in sizes)]
     first = {}
     for c in checks:
-        if c.exercise not in first and any(c.applies(n) for n in sizes):
-            first[c.exercise] = c.name
+        first.setdefault(c.exercise, c.id)
+    # Every rotation check: rotate_async's holds a rank back, which a GPU node's NCCL must
+    # stand (its pairs connect at their first transfer).
+    rotation = [c.id for c in checks if c.exercise == "rotation"]
+    only = list(dict.fromkeys([*first.values(), *rotation]))
     results = engine.run(list(first), impl="solutions", world_sizes=sizes, backend=backend,
-                         only=list(first.values()))
+                         only=only)
     failed = [f"{r.exercise}.{r.check} at {r.world_size}: {r.status}" for r in results if not r.passed]
     if failed:
         raise Failed(f"the reference fails {'; '.join(failed)}: the checker does not work on this "
                      f"node; send the output of `rtp-course check --impl solutions -v` to the "
                      f"course staff")
-    return f"{len(results)} checks ({', '.join(first)}) at world sizes {sizes}"
+    return (f"{len(results)} checks ({', '.join(first)}; every rotation check, rotate_async's "
+            f"included) at world sizes {sizes}")
 
 
 def _benchmark(backend: str) -> str:
@@ -180,8 +219,11 @@ def run(backend: str | None = None, out=sys.stdout) -> int:
 
     print(f"rtp-course doctor on {os.uname().nodename}", file=out)
     part("torch", _torch)
-    gpus = _gpus()
-    part("GPUs", lambda: f"{gpus} visible" + ("" if gpus else " (the course runs on CPU with gloo)"))
+    visible, gpus = _gpus()
+    shared = f" (up to {gpus // visible} ranks on each: RTP_COURSE_SHARE_GPU=1)" \
+        if visible and gpus > visible else ""
+    part("GPUs", lambda: f"{visible} visible{shared}" + ("" if visible else
+                                                          " (the course runs on CPU with gloo)"))
     backend = backend or default_backend(max(2, gpus))
     sizes = sorted({2, gpus}) if backend == "nccl" and gpus >= 2 else [2]
     if backend == "nccl" and gpus < 2:

@@ -12,7 +12,8 @@ terminal, and sends back the exit status.
 
 * Stale code never runs: the socket is named by a fingerprint of the interpreter, the
   torch installation, every file of the course package except the six exercise files,
-  and the environment variables read at import time. Change any of them and another
+  the environment variables read at import time, and the Slurm job, step and cgroup the
+  command runs in (a server never serves another allocation). Change any of them and another
   server starts; a server ends after IDLE seconds without a request. The exercise files
   are not in the fingerprint because neither the server nor the child ever imports them:
   the ranks do, fresh on every run.
@@ -50,6 +51,7 @@ IDLE = float(os.environ.get("RTP_COURSE_WARM_IDLE", 900))   # s without a reques
 START_TIMEOUT = 60.0    # s a command waits for a starting server to be ready
 REFUSED = -(2 ** 31)    # the exit status a server sends to a peer it does not serve
 ENV_AT_IMPORT = ("RTP_COURSE_", "OMP_", "MKL_", "TORCH_", "CUDA_", "PYTHON", "LD_LIBRARY_PATH")
+SLURM_IDS = ("SLURM_JOB_ID", "SLURM_STEP_ID")
 PRELOAD = ["rtp_course.checker.engine", "rtp_course.checker.report", "rtp_course.cli.progress"]
 
 
@@ -79,7 +81,21 @@ def fingerprint() -> str:
     for k in sorted(os.environ):
         if k.startswith(ENV_AT_IMPORT) and k not in ("RTP_COURSE_WARM", "RTP_COURSE_WARM_IDLE"):
             h.update(f"{k}={os.environ[k]}\0".encode())
+    h.update(_allocation().encode())
     return h.hexdigest()[:20]
+
+
+def _allocation() -> str:
+    """The Slurm job and step, and the cgroup, this command runs in: two jobs of one user on
+    a node may see the same CUDA_VISIBLE_DEVICES, and a server of one job would check on its
+    GPUs and CPUs (its cgroup's) for the other."""
+    slurm = "\0".join(f"{k}={os.environ.get(k, '')}" for k in SLURM_IDS)
+    try:
+        with open("/proc/self/cgroup") as fh:
+            cgroup = fh.read()
+    except OSError:
+        cgroup = ""
+    return f"{slurm}\0{cgroup}\0"
 
 
 def runtime_dir() -> Path | None:
@@ -208,13 +224,13 @@ def serve(where: Path, fp: str, package: str, after: int) -> None:
     for name in forkserver.PRELOAD + PRELOAD:
         importlib.import_module(name)
     import torch
-    from rtp_course.checker import engine
+    from rtp_course.checker import judging
     from rtp_course.runtime import devices
     devices.forbid_cuda("the warm check server")     # it forks every run's ranks' forkserver
     # Serial torch on one thread (no intra-op pool to fork), course code only: the public
     # checks' expectations, which every run would otherwise compute again (~1 s of CPU).
     torch.set_num_threads(1)
-    engine.precompute_expectations()
+    judging.precompute_expectations()
     leaked = [ex for ex in EXERCISES if f"rtp_course.{ex}" in sys.modules]
     assert not leaked, f"the warm server must never import exercise code: {leaked}"
     sock_path = where / f"{fp}.sock"
@@ -308,10 +324,10 @@ def _check(argv, conn) -> int:
     from rtp_course import cli
     from rtp_course.runtime import forkserver
     os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
-    from rtp_course.checker import engine, inputs
+    from rtp_course.checker import inputs, judging
     # The ranks fork from the forkserver: the expected values stay out of their memory.
     if not forkserver.start_forked(close=[conn.fileno()],
-                                   forget=[engine._PRECOMPUTED.clear, inputs.forget]):
+                                   forget=[judging.PRECOMPUTED.clear, inputs.forget]):
         forkserver.start()
     threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()  # after the fork
     try:

@@ -153,14 +153,16 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
     """Submit slurm/check.sbatch: `rtp-course check EXERCISES` on one node, return a Job.
 
     gpus: GPUs (= tasks) of the node; 0 runs the check on CPU with gloo.
-    world_size: an int or a list of ints (default gpus, or 2 on CPU); each <= gpus on GPUs.
+    world_size: an int or a list of ints; each <= gpus on GPUs (default: the course's world
+        sizes that fit the GPUs, as slurm/check.sbatch runs them; 2 on CPU).
     impl: the package directory with the exercise modules (default: $RTP_COURSE_IMPL, else
         your own rtp_course, as a local check() would use).
     setup: shell code the job runs first (module load ..., source venv/bin/activate).
     The log and the JSON report go to out_dir/rtp-check-<jobid>.{out,json}.
     """
     exercises = [exercises] if isinstance(exercises, str) else list(exercises)
-    sizes = world_size if isinstance(world_size, (list, tuple)) else [world_size or gpus or 2]
+    sizes = world_size if isinstance(world_size, (list, tuple)) else \
+        [world_size] if world_size else _course_sizes(gpus) if gpus else [2]
     if gpus and max(sizes) > gpus:
         raise ValueError(f"world size {max(sizes)} needs {max(sizes)} GPUs; gpus={gpus}")
     _require_slurm(local_check_command(exercises, sizes, impl))
@@ -179,6 +181,12 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
                     gpus=gpus, time_limit=time, partition=partition, account=account, qos=qos,
                     extra_sbatch=list(extra_sbatch), env={**job_env, **(env or {})})
     return Job(job_id, log=out / f"rtp-check-{job_id}.out", report_path=out / f"rtp-check-{job_id}.json")
+
+
+def _course_sizes(gpus: int) -> list:
+    """The course's world sizes that `gpus` GPUs hold (8 GPUs: 1 to 4, no check runs at 8)."""
+    from rtp_course.course import COURSE
+    return sorted(n for n in {n for ex in COURSE for n in ex.world_sizes} if n <= gpus)
 
 
 def submit_bench(gpus=4, time="00:30:00", partition=None, account=None, qos=None, bench_args=(),

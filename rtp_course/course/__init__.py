@@ -8,7 +8,10 @@ checks `rtp_course/checker/public/<module>.py` and its notebook.
 
 A task is one numbered step of an exercise, "E2.1". The same id marks the TODO
 in the stub, the notebook section that teaches it, and every check of it, so a
-failing check says where to read.
+failing check says where to read. A task's `requires` are the tasks whose functions its
+own call (ColumnParallelLinear calls comm's duplicate): a failing check is said to "may
+follow from" an earlier failure only along them (checker/diagnosis.blame_earlier_tasks).
+The course's rules, and the checks holding each in each exercise, are in `rules.py`.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ class Task:
     id: str                 # "E2.1"
     names: tuple            # the functions and classes of the exercise module it covers
     section: int            # the numbered section of the notebook that teaches it
+    requires: tuple = ()    # ids of the tasks whose functions this task's functions call
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class Exercise:
     tasks: tuple
     world_sizes: tuple = (1, 2, 3, 4)   # a check may narrow these, never widen them
     trains: bool = True     # its checks take optimizer steps (what the ranks preload follows)
+    weights: tuple = ()     # (check name, weight) pairs: a check's share of the points; others 1
 
     @property
     def notebook_number(self) -> str:
@@ -54,32 +59,46 @@ class Exercise:
 COURSE = (
     Exercise("E1", "data_parallel", "a mini-DDP", "02_data_parallelism", 10, (
         Task("E1.1", ("average_gradients",), 3),
-        Task("E1.2", ("DataParallel",), 4))),
+        Task("E1.2", ("DataParallel",), 4))),     # it averages in its own hooks
     Exercise("E2", "comm", "Megatron's f and g as autograd functions", "03_tp_communication", 10, (
         Task("E2.1", ("Duplication", "AllReduce", "duplicate", "all_reduce"), 2),
         Task("E2.2", ("AllGather", "Split", "all_gather", "split"), 3)), trains=False),
     Exercise("E3", "tensor_parallel", "Megatron tensor-parallel layers", "04_tensor_parallel", 20, (
-        Task("E3.1", ("ColumnParallelLinear", "ColumnParallel"), 1),
-        Task("E3.2", ("RowParallelLinear", "RowParallel"), 2),
-        Task("E3.3", ("ParallelMLP",), 3),
-        Task("E3.4", ("ParallelEmbedding", "Embedding"), 4),
-        Task("E3.5", ("ParallelSelfAttention", "Attention"), 5),
-        Task("E3.6", ("parallelize_transformer", "Model"), 6))),
+        Task("E3.1", ("ColumnParallelLinear", "ColumnParallel"), 1, ("E2.1", "E2.2")),
+        Task("E3.2", ("RowParallelLinear", "RowParallel"), 2, ("E2.1", "E2.2")),
+        Task("E3.3", ("ParallelMLP",), 3, ("E3.1", "E3.2")),
+        Task("E3.4", ("ParallelEmbedding", "Embedding"), 4, ("E2.2",)),
+        Task("E3.5", ("ParallelSelfAttention", "Attention"), 5, ("E2.1", "E3.1", "E3.2")),
+        Task("E3.6", ("parallelize_transformer", "Model"), 6, ("E3.1", "E3.2", "E3.3", "E3.4",
+                                                               "E3.5")))),
     Exercise("E4", "rotation", "the ring rotation primitive", "05_ring_rotation", 10, (
         Task("E4.1", ("ring_peers",), 1),
-        Task("E4.2", ("rotate_async", "RotationHandle", "rotate", "wait"), 2),
-        Task("E4.3", ("ring_all_gather",), 3),
-        Task("E4.4", ("ring_reduce_scatter",), 4)), trains=False),
+        Task("E4.2", ("rotate_async", "RotationHandle", "rotate", "wait"), 2, ("E4.1",)),
+        Task("E4.3", ("ring_all_gather",), 3, ("E4.2",)),
+        Task("E4.4", ("ring_reduce_scatter",), 4, ("E4.2",))), trains=False),
     Exercise("E5", "flyweight", "Rotated Tensor Parallelism with the Flyweight pattern",
              "06_flyweight_rtp", 25, (
-        Task("E5.1", ("FlyweightWrapper",), 2),
-        Task("E5.2", ("RotatedTensorParallel",), 3))),
+        Task("E5.1", ("FlyweightWrapper",), 2, ("E4.2",)),
+        Task("E5.2", ("RotatedTensorParallel",), 3, ("E5.1",)))),
     Exercise("E6", "groups", "2D parallelism: tensor parallel inside, data parallel across",
              "08_2d_parallelism", 15, (
         Task("E6.1", ("build_groups",), 1),
-        Task("E6.2", ("parallelize_2d",), 2),
-        Task("E6.3", ("sync_gradients", "train_step_2d", "train_2d"), 3)),
+        Task("E6.2", ("parallelize_2d",), 2, ("E3.6",)),
+        # train_step_2d calls sync_gradients, which may call E1's average_gradients (its hint)
+        Task("E6.3", ("sync_gradients", "train_step_2d", "train_2d"), 3, ("E1.1", "E6.1", "E6.2"))),
         world_sizes=(1, 2, 4)),
+    Exercise("E7", "sharding", "ZeRO-1 and FSDP by hand", "09_sharding", 20, (
+        Task("E7.1", ("ShardedOptimizer",), 2),
+        Task("E7.2", ("FullyShardedDataParallel",), 3))),
+    Exercise("E8", "context_parallel", "ring attention: context parallelism on the rotation",
+             "10_context_parallel", 20, (
+        Task("E8.1", ("block_attention", "merge_blocks"), 1),
+        Task("E8.2", ("ring_attention_forward", "ring_attention", "RingAttention"), 2,
+             ("E4.2", "E8.1")),
+        # zigzag_unshard may gather with ring_all_gather; E8.3's causal check calls the forward
+        Task("E8.3", ("zigzag_shard", "zigzag_unshard", "zigzag"), 3, ("E4.3", "E8.2")),
+        Task("E8.4", ("ring_attention_backward", "attention_layer"), 4, ("E4.2", "E8.3"))),
+        trains=False),  # its checks write SGD and Adam out (Optimizer): no torch.optim
 )
 
 # Notebooks graded by questions in their own cells (nbgrader autograded answers), not by checks.
@@ -95,6 +114,26 @@ def exercise(module: str) -> Exercise:
         return BY_MODULE[module]
     except KeyError:
         raise ValueError(f"unknown exercise {module!r}: choose from {', '.join(EXERCISES)}") from None
+
+
+def task(task_id: str) -> Task:
+    """The task with id `task_id` ("E3.1"), whichever exercise it belongs to."""
+    for ex in COURSE:
+        for t in ex.tasks:
+            if t.id == task_id:
+                return t
+    raise ValueError(f"unknown task {task_id!r}")
+
+
+def requirements(task_id: str) -> set:
+    """Every task `task_id` uses, directly or through another (its `requires`, closed)."""
+    found, todo = set(), list(task(task_id).requires)
+    while todo:
+        t = todo.pop()
+        if t not in found:
+            found.add(t)
+            todo.extend(task(t).requires)
+    return found
 
 
 def where_taught(module: str, name: str) -> str:

@@ -1,7 +1,7 @@
 """The Jupyter kernel `nbgrader autograde` runs students' notebooks in: confined before any cell runs.
 
 A student's notebook cells would otherwise run with the instructor's
-permissions. This kernel confines itself (Landlock, `rtp_course.runtime.sandbox`)
+permissions. This kernel confines itself (Landlock, `rtp_course.confinement.landlock`)
 before it starts: it may read the Python installation, the course package and
 its connection file, and write only the submission folder it runs in and a
 private temporary directory. The installed course, the hidden checks, the
@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import rtp_course
-from rtp_course.runtime import sandbox
+from rtp_course.confinement import landlock as sandbox
 
 KERNEL_NAME = "rtp-confined"
 
@@ -50,8 +50,52 @@ def main(argv: list[str]) -> None:
     package = str(Path(rtp_course.__file__).resolve().parent)
     confinement = sandbox.confine(read=[package, connection_file], write=[os.getcwd(), private])
     os.environ["RTP_COURSE_KERNEL_CONFINEMENT"] = confinement.describe()
+    _children_from_own_proc()
     from ipykernel.kernelapp import IPKernelApp
     IPKernelApp.launch_instance(argv=argv)
+
+
+def _children_from_own_proc() -> None:
+    """At shutdown ipykernel lists its child processes through psutil, which reads all of
+    /proc: this kernel may read only its own /proc/<pid>, and every autograde logged a
+    PermissionError traceback. Its children are read from its own task entries instead (those
+    in its process group, as ipykernel picks them), and signalled by pid."""
+    import signal
+    from ipykernel.kernelbase import Kernel
+
+    class Child:
+        def __init__(self, pid: int):
+            self.pid = pid
+
+        def send_signal(self, signum) -> None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+        def terminate(self) -> None:
+            self.send_signal(signal.SIGTERM)
+
+        def kill(self) -> None:
+            self.send_signal(signal.SIGKILL)
+
+    def children(self) -> list:
+        pids = set()
+        try:
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/children") as fh:
+                    pids |= {int(p) for p in fh.read().split()}
+        except OSError:
+            return []
+        found = []
+        for pid in sorted(pids):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == 0 and os.getpgid(pid) == os.getpgrp():
+                    found.append(Child(pid))          # alive (an ended one was reaped above)
+            except OSError:
+                continue
+        return found
+    Kernel._process_children = children
 
 
 if __name__ == "__main__":

@@ -1,36 +1,44 @@
 """`rtp-course grade ASSIGNMENT`: the points for code, computed outside the students' notebooks.
 
-`nbgrader autograde` runs each student's notebook in a kernel with the
-instructor's permissions: a cell placed before the hidden grading cell could
-patch `grade()` and award itself full marks. So while nbgrader autogrades
-(`nbgrader_config.py` sets RTP_COURSE_GRADE_OUTSIDE=1), `grade()` in the
-notebook awards nothing and says so; this command then runs the public and
-hidden checks on each student's collected modules, in confined worker
-processes, and writes the points into nbgrader's gradebook as the grading
-cells' autograded scores, through nbgrader's own API:
+`nbgrader autograde` runs each student's notebook in a kernel with the instructor's
+permissions: a cell placed before the hidden grading cell could patch `grade()` and award
+itself full marks. So while nbgrader autogrades (`nbgrader_config.py` sets
+RTP_COURSE_GRADE_OUTSIDE=1), `grade()` in the notebook awards nothing and says so; this
+command then runs the public and hidden checks on each student's collected modules,
+confined, and writes the points into nbgrader's gradebook as the grading cells' autograded
+scores, through nbgrader's own API (docs/INSTRUCTORS.md has the whole term):
 
-    nbgrader autograde 03_tp_communication
-    rtp-course grade 03_tp_communication            # --jobs 2: two submissions at a time
-    nbgrader export --to grades.csv
+    rtp-course autograde 03_tp_communication       # nbgrader autograde, spread over the cores
+    rtp-course grade 03_tp_communication           # --jobs N: N submissions at once
+    rtp-course export                              # refuses while code points are missing
 
-The checks' report for each student and exercise is written next to the
-gradebook, in checks/<student>/<assignment>/<exercise>.txt.
+Each submission is graded in a process of its own, on cores of its own, under a wall-clock
+guard (`GUARD_S`); a failure while grading one never stops the next. A check the machine was
+too busy to finish is graded again after the others (grade_outcome.ROUNDS). The checks'
+report for each student and exercise is written next to the gradebook, in
+checks/<student>/<assignment>/<exercise>.txt, and what the instructor should look at
+(code that reaches into the grader, near copies) in review.csv.
 """
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rtp_course.checker import report
-from rtp_course.cluster.job import SlurmError
 from rtp_course.course import EXERCISES
+from rtp_course.instructor import grade_outcome, grade_pool, grade_record
+from rtp_course.instructor.grade_outcome import ROUNDS, CellGrade
+# The names other modules and tests import from here.
+from rtp_course.instructor.grade_pool import cores_for, default_jobs, grading_pool  # noqa: F401
+from rtp_course.instructor.grade_record import FEEDBACK_WIDTH, record, student_view  # noqa: F401
 
 GRADE_CALL = re.compile(r"""grade\(\s*["'](\w+)["']""")
+# Wall seconds one submission's grading may take in one round (x --timeout-scale). The
+# checker's CPU budgets bound a submission's checks (checker/budgets.py: 300 CPU-s for a
+# run, at most 150 s on 2 cores); this catches what they cannot (a grader stuck outside the
+# checks, a machine so loaded that nothing moves) and reports "not graded" instead of hanging.
+GUARD_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -54,157 +62,167 @@ def graded_cells(course: Path, assignment: str) -> list[GradedCell]:
     return cells
 
 
-def grade_student(course: Path, assignment: str, student: str, cells, world_sizes=None) -> dict:
-    """{grade_id: points} for one student, the reports written under checks/."""
-    from rtp_course.checker import check
+def impl_dir(course: Path, assignment: str, student: str) -> Path:
+    return course / "submitted" / student / assignment / "rtp_course"
+
+
+def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: float = 1.0) -> dict:
+    """{exercise: [Result]}: the public and hidden checks of `exercises` on `impl`, confined,
+    in one run (its CPU budget bounds the whole submission). Runs in a grading process."""
+    import warnings
+    from rtp_course.checker import engine
     from rtp_course.checker.registry import hidden_dir
     from rtp_course.instructor.grading import grading_backend
-    impl = course / "submitted" / student / assignment / "rtp_course"
-    out_dir = course / "checks" / student / assignment
-    out_dir.mkdir(parents=True, exist_ok=True)
-    points = {}
-    for cell in cells:
-        if not (impl / f"{cell.exercise}.py").exists():
-            points[cell.grade_id] = 0.0
-            (out_dir / f"{cell.exercise}.txt").write_text(f"rtp_course/{cell.exercise}.py was not handed in\n")
-            continue
-        rep = check(cell.exercise, impl=str(impl), hidden=hidden_dir() is not None,
-                    world_sizes=world_sizes, quiet=True, grading=True, backend=grading_backend())
-        points[cell.grade_id] = round(cell.points * rep.score(cell.exercise), 2)
-        (out_dir / f"{cell.exercise}.txt").write_text(
-            f"{cell.exercise}: {points[cell.grade_id]:g} of {cell.points:g} points for your code\n\n"
-            f"{student_view(report.text(rep.results, width=FEEDBACK_WIDTH), impl)}\n")
-    return points
+    from rtp_course.runtime.quiet import torch_warnings
+    with warnings.catch_warnings():
+        torch_warnings()
+        results = engine.run(exercises, impl=impl, world_sizes=world_sizes,
+                             hidden=hidden_dir() is not None, timeout_scale=timeout_scale,
+                             backend=grading_backend(), confine=True)
+    return {ex: [r for r in results if r.exercise == ex] for ex in exercises}
 
 
-FEEDBACK_WIDTH = 92   # characters: nbgrader's feedback page shows outputs unwrapped
+@dataclass
+class Submission:
+    """One student's grading, over the rounds."""
+    student: str
+    impl: Path
+    todo: list                                       # exercises to grade in the next round
+    results: dict = field(default_factory=dict)      # exercise -> [Result], merged over rounds
+    regrades: dict = field(default_factory=dict)     # exercise -> rounds after the first
+    why: dict = field(default_factory=dict)          # exercise -> why it has no results
+    error: str = ""                                  # the last failure's full text
 
+    def take(self, outcome: grade_pool.Outcome, again: bool) -> None:
+        """A round's outcome: merge its results; keep to do what is still not graded."""
+        for ex in self.todo:
+            self.regrades[ex] = self.regrades.get(ex, 0) + again
+        if outcome.ok:
+            for ex in self.todo:
+                self.results[ex] = grade_outcome.merge(self.results.get(ex, []), outcome.value.get(ex, []))
+                self.why.pop(ex, None)
+            self.todo = [ex for ex in self.todo if grade_outcome.has_busy(self.results[ex])]
+        else:
+            self.error = outcome.error
+            self.why.update({ex: outcome.error.splitlines()[0] for ex in self.todo})
 
-def student_view(text: str, impl: Path) -> str:
-    """Paths as the student knows them: their modules as rtp_course/<module>.py, torch's and
-    the course's files by their place in the package, never the grader's directories."""
-    import rtp_course
-    text = text.replace(f"{impl}{os.sep}", f"rtp_course{os.sep}")
-    text = text.replace(f"{Path(rtp_course.__file__).resolve().parent.parent}{os.sep}", "")
-    text = re.sub(r"/[^\s\"']*/site-packages/", "", text)
-    # any other absolute path (a run directory, the grader's home): its last part only
-    return re.sub(r"(?<![\w.~])/(?:[\w.@+-]+/)+([\w.@+-]+)", r"\1", text)
-
-
-def write_feedback(course: Path, assignment: str, student: str, cells) -> None:
-    """Put each exercise's report in its grading cell of the autograded notebook, where
-    `nbgrader generate_feedback` shows it to the student beside the points."""
-    import nbformat
-    for notebook in {c.notebook for c in cells}:
-        path = course / "autograded" / student / assignment / f"{notebook}.ipynb"
-        if not path.exists():
-            continue
-        nb = nbformat.read(path, as_version=4)
-        by_id = {c.grade_id: c for c in cells if c.notebook == notebook}
-        for cell in nb.cells:
-            graded = by_id.get(cell.metadata.get("nbgrader", {}).get("grade_id"))
-            if graded is None or cell.cell_type != "code":
+    def grades(self, cells) -> list[CellGrade]:
+        out = []
+        for c in cells:
+            if not (self.impl / f"{c.exercise}.py").is_file():
+                out.append(CellGrade(c.grade_id, c.notebook, c.exercise, c.points, 0.0,
+                                     why=f"rtp_course/{c.exercise}.py was not handed in"))
                 continue
-            report_file = course / "checks" / student / assignment / f"{graded.exercise}.txt"
-            text = report_file.read_text() if report_file.exists() else ""
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-        nbformat.write(nb, path)
+            out.append(grade_outcome.grade_cell(c, self.results.get(c.exercise),
+                                                self.regrades.get(c.exercise, 0),
+                                                self.why.get(c.exercise, "")))
+        return out
 
 
-def write_gradebook(course: Path, assignment: str, student: str, cells, points: dict) -> list[str]:
-    """Set the grading cells' autograded scores; return what could not be written."""
-    from nbgrader.api import Gradebook, MissingEntry
-    missing = []
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
-        for cell in cells:
-            try:
-                grade = gb.find_grade(cell.grade_id, cell.notebook, assignment, student)
-            except MissingEntry:
-                missing.append(f"{student}/{assignment}/{cell.notebook}:{cell.grade_id}")
-                continue
-            grade.auto_score = points[cell.grade_id]
-        gb.db.commit()
-    return missing
+@dataclass
+class ClassGrades:
+    """What `grade_class` did: each student's grades, and who is not fully graded."""
+    grades: dict = field(default_factory=dict)       # student -> [CellGrade]
+    failed: dict = field(default_factory=dict)       # student -> why (not graded or not recorded)
+
+    def final(self, student: str) -> bool:
+        return student not in self.failed and all(g.status == "graded" for g in self.grades[student])
 
 
-def record(course: Path, assignment: str, student: str, cells, points: dict, log=print) -> None:
-    """One student's points into the gradebook, the reports into the feedback, a line to `log`."""
-    missing = write_gradebook(course, assignment, student, cells, points)
-    write_feedback(course, assignment, student, cells)
-    note = f" (not in the gradebook, run nbgrader autograde first: {', '.join(missing)})" if missing else ""
-    log(f"{student}/{assignment}: " + ", ".join(f"{c.exercise} {points[c.grade_id]:g}/{c.points:g}"
-                                              for c in cells) + note)
+def grade_class(course: Path, assignment: str, cells, students, jobs: int = 1, world_sizes=None,
+                timeout_scale: float = 1.0, log=print, write=True) -> ClassGrades:
+    """Grade `students` in rounds: everyone, then (after the others) the exercises that had a
+    check the machine was too busy for, the last round alone. Each student's reports are
+    written (and, with `write`, the gradebook) as soon as their grade is final."""
+    exercises = [ex for ex in EXERCISES if ex in {c.exercise for c in cells}]
+    subs = {}
+    for s in students:
+        impl = impl_dir(course, assignment, s)
+        subs[s] = Submission(s, impl, [ex for ex in exercises if (impl / f"{ex}.py").is_file()])
+    out = ClassGrades()
+    for rnd in range(ROUNDS):
+        todo = [sub for sub in subs.values() if sub.todo and sub.student not in out.grades]
+        if not todo:
+            break
+        last = rnd == ROUNDS - 1
+
+        def done(outcome, rnd=rnd, last=last):
+            sub = subs[outcome.key]
+            sub.take(outcome, again=rnd > 0)
+            if sub.todo and not last:
+                log(grade_outcome.line(sub.student, assignment, sub.grades(cells), regrading=True))
+                return
+            _finish(course, assignment, cells, sub, out, log, write)
+        tasks = [(sub.student, run_checks, (str(sub.impl), sub.todo, world_sizes, timeout_scale))
+                 for sub in todo]
+        grade_pool.run(tasks, 1 if last and rnd else jobs, GUARD_S * timeout_scale, done)
+    for sub in subs.values():                # nothing to check (no module handed in)
+        if sub.student not in out.grades:
+            _finish(course, assignment, cells, sub, out, log, write)
+    return out
 
 
-def default_jobs() -> int:
-    """Submissions graded at once on this machine: one per two cores. Each keeps to cores of
-    its own (`cores_for`); a submission's ranks, relay and checks on fewer than two cores
-    grade slower than one at a time on both (on 2 cores, 2 pinned at once: 0.85x of 1)."""
-    return max(1, len(os.sched_getaffinity(0)) // 2)
+def _finish(course, assignment, cells, sub: Submission, out: ClassGrades, log, write: bool) -> None:
+    """Reports, gradebook and summary line of one student; a failure here is theirs alone."""
+    grades = sub.grades(cells)
+    out.grades[sub.student] = grades
+    try:
+        grade_record.write_reports(course, assignment, sub.student, grades, sub.results, sub.impl)
+        points = {g.grade_id: g.points for g in grades}
+        if write and not grade_record.record(course, assignment, sub.student, cells, points, log, grades):
+            out.failed[sub.student] = "not in the gradebook"
+        elif not write:
+            log(grade_outcome.line(sub.student, assignment, grades))
+    except Exception as e:                   # a disk, a gradebook that would not write
+        out.failed[sub.student] = f"{type(e).__name__}: {e}"
+        log(f"{sub.student}/{assignment}: NOT RECORDED: {type(e).__name__}: {e}")
+    if any(g.points is None for g in grades):
+        out.failed.setdefault(sub.student, "not graded")
+        detail = sub.error.split("\n", 1)[1:]         # the traceback's tail, below its line
+        if detail:
+            log("    " + detail[0].replace("\n", "\n    "))
 
 
-def cores_for(slot: int, jobs: int, cores: list) -> list:
-    """The cores of grading slot `slot` of `jobs`: a share of its own where there are enough."""
-    if jobs <= len(cores):
-        return cores[slot * len(cores) // jobs:(slot + 1) * len(cores) // jobs]
-    return [cores[slot % len(cores)]]
-
-
-def _take_cores(slots, jobs: int) -> None:
-    """A grading process's first act: keep to cores of its own, it and every process it starts.
-    A submission's ranks may start as many busy processes as they like (a relay rank cannot
-    change its cores: runtime/seccomp); the submission graded beside it keeps its cores."""
-    with slots.get_lock():
-        slot, slots.value = slots.value, slots.value + 1
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, cores_for(slot, jobs, cores))
-
-
-def grading_pool(jobs: int) -> ProcessPoolExecutor:
-    """`jobs` grading processes, each on cores of its own (spawned: no state shared)."""
-    ctx = multiprocessing.get_context("spawn")
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_take_cores,
-                               initargs=(ctx.Value("i", 0), jobs))
+def grade_student(course: Path, assignment: str, student: str, cells, world_sizes=None,
+                  timeout_scale: float = 1.0) -> dict:
+    """{grade_id: points} of one student, graded alone (a Slurm array task), rounds included;
+    the reports and code.json are written, the gradebook is not. Raises when some cell could
+    not be graded, so that the task fails and the merge names the student."""
+    grades = grade_class(course, assignment, cells, [student], jobs=1, world_sizes=world_sizes,
+                         timeout_scale=timeout_scale, write=False).grades[student]
+    missing = [g.phrase() for g in grades if g.points is None]
+    if missing:
+        raise RuntimeError(f"{student}/{assignment}: " + ", ".join(missing))
+    return {g.grade_id: g.points for g in grades}
 
 
 def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1, world_sizes=None,
-                     log=print) -> dict:
-    """{student: {grade_id: points}} for every (or the named) student of the assignment."""
+                     timeout_scale: float = 1.0, log=print) -> ClassGrades:
+    """Grade every (or the named) student of the assignment, then review the class."""
+    from rtp_course.instructor import review_class
     cells = graded_cells(course, assignment)
     if not cells:
-        raise ValueError(f"no grading cell of {course / 'source' / assignment} calls grade(<exercise>)")
+        raise ValueError(f"no grading cell of {course / 'source' / assignment} calls "
+                         f"grade(<exercise>): nothing to grade by `rtp-course grade` (a quiz is "
+                         f"graded by `rtp-course autograde` alone)")
     found = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}"))
-    students = [s for s in found if not students or s in students]
-    out = {}
-    if jobs <= 1:
-        for student in students:
-            out[student] = grade_student(course, assignment, student, cells, world_sizes)
-            record(course, assignment, student, cells, out[student], log)
-        return out
-    # Processes, not threads: the serial references seed torch's global generator, so two
-    # gradings in one process would draw each other's weights. The gradebook (SQLite) is
-    # written here only, one student at a time, in the order they finish.
-    with grading_pool(jobs) as pool:
-        futures = {pool.submit(grade_student, course, assignment, s, cells, world_sizes): s
-                   for s in students}
-        for fut in as_completed(futures):
-            student = futures[fut]
-            out[student] = fut.result()
-            record(course, assignment, student, cells, out[student], log)
-    return {s: out[s] for s in students}
+    unknown = sorted(set(students or ()) - set(found))
+    if unknown:
+        raise ValueError(f"no submission of {assignment} by {', '.join(unknown)} in "
+                         f"{course / 'submitted'}")
+    chosen = [s for s in found if not students or s in students]
+    graded = grade_class(course, assignment, cells, chosen, jobs, world_sizes, timeout_scale, log)
+    review_class.review(course, assignment, cells, graded, log)
+    return graded
 
 
 def cli_grade(args) -> int:
-    from rtp_course.instructor import grading_dir
+    from rtp_course.instructor import grading_dir, review_class
     from rtp_course.instructor.manifest import AlteredGrader, verify
+    from rtp_course.instructor.points import PointsChanged, verify_points
+    from rtp_course.cluster.job import SlurmError
     course = grading_dir()
-    from rtp_course.runtime import relay
-    if not relay.supported():
-        import torch
-        print(f"rtp-course grade: warning: torch {torch.__version__} cannot run the checker's "
-              f"relay (torch 2.7 or newer can): the submissions' ranks will talk over gloo, and "
-              f"what a rank logs of its communication is then its own word (docs/INSTRUCTORS.md)",
-              file=sys.stderr)
+    scale = getattr(args, "timeout_scale", 1.0) or 1.0
     try:
         verify(course)
         if args.array_task is not None:          # inside a task of `--slurm`'s job array
@@ -212,17 +230,27 @@ def cli_grade(args) -> int:
             grade_slurm.run_task(course, args.assignments[0], args.students_file, args.array_task,
                                  args.world_size)
             return 0
+        verify_points(course, args.assignments)  # (the array's submitter did, for its tasks)
+        unfinished = []
         for assignment in args.assignments:
             if args.slurm or args.merge:
                 from rtp_course.instructor import grade_slurm
                 grade_slurm.cli(args, course, assignment)
-            else:
-                grade_assignment(course, assignment, students=args.student,
-                                 jobs=args.jobs or default_jobs(), world_sizes=args.world_size)
+                if args.merge or not args.no_wait:
+                    review_class.review(course, assignment, graded_cells(course, assignment), None)
+                continue
+            graded = grade_assignment(course, assignment, students=args.student,
+                                      jobs=args.jobs or default_jobs(), world_sizes=args.world_size,
+                                      timeout_scale=scale)
+            unfinished += [f"{s}/{assignment}" for s in graded.grades if not graded.final(s)]
     except SlurmError as e:
         print(f"rtp-course grade: {e}", file=sys.stderr)
         return 1
-    except (ValueError, OSError, AlteredGrader) as e:
+    except (ValueError, OSError, AlteredGrader, PointsChanged) as e:
         print(f"rtp-course grade: {e}", file=sys.stderr)
         return 2
+    if unfinished:
+        print(f"rtp-course grade: {len(unfinished)} submission(s) not fully graded (above): "
+              f"{', '.join(unfinished)}; grade them again with --student", file=sys.stderr)
+        return 1
     return 0

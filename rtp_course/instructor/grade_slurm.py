@@ -19,6 +19,7 @@ from rtp_course.cluster.slurm import sbatch
 from rtp_course.instructor import grade_code
 
 POINTS = "points.json"
+JOB_ID = "job_id"               # the last array submitted for the assignment (slurm/<assignment>/)
 TEMPLATE = Path(__file__).with_name("grade.sbatch")
 
 
@@ -56,18 +57,36 @@ def submit(course: Path, assignment: str, students, *, world_sizes=None, gpus=0,
     listing.write_text("\n".join(students) + "\n")
     for s in students:                      # a result from an earlier run must not count
         points_file(course, s, assignment).unlink(missing_ok=True)
+    world_sizes = _world_sizes(world_sizes, gpus)
     array = f"0-{len(students) - 1}" + (f"%{max_running}" if max_running else "")
     env = {"RTP_COURSE_GRADING_DIR": str(course), "RTP_ASSIGNMENT": assignment,
            "RTP_STUDENTS": str(listing)}
     if world_sizes:
         env["RTP_WORLD_SIZES"] = " ".join(map(str, world_sizes))
+    if gpus:                                # the task grades on its GPUs (grade.sbatch says so too)
+        env["RTP_COURSE_GRADE_BACKEND"] = "nccl"
     if setup:
         env["RTP_SETUP"] = setup
-    return sbatch(TEMPLATE, flags=[f"--array={array}", f"--cpus-per-task={cpus}",
-                                   f"--gpus-per-task={gpus}",
-                                   f"--output={work / 'rtp-grade-%A_%a.out'}"],
-                  gpus=gpus, time_limit=time_limit, partition=partition, account=account,
-                  qos=qos, extra_sbatch=extra_sbatch, env=env, what="the grading array")
+    job_id = sbatch(TEMPLATE, flags=[f"--array={array}", f"--cpus-per-task={cpus}",
+                                     f"--gpus-per-task={gpus}",
+                                     f"--output={work / 'rtp-grade-%A_%a.out'}"],
+                    gpus=gpus, time_limit=time_limit, partition=partition, account=account,
+                    qos=qos, extra_sbatch=extra_sbatch, env=env, what="the grading array")
+    (work / JOB_ID).write_text(f"{job_id}\n")      # --merge asks Slurm whether it still runs
+    return job_id
+
+
+def _world_sizes(asked, gpus: int):
+    """On GPUs, the course's world sizes that `gpus` hold unless some are asked for, which
+    must fit (NCCL takes a GPU per rank); on CPU, what was asked (None: the course's)."""
+    if not gpus:
+        return asked
+    from rtp_course.course import COURSE
+    sizes = asked or sorted(n for n in {n for ex in COURSE for n in ex.world_sizes} if n <= gpus)
+    if max(sizes) > gpus:
+        raise ValueError(f"world size {max(sizes)} needs {max(sizes)} GPUs per task on NCCL; "
+                         f"--gpus {gpus}: ask for more GPUs or smaller world sizes")
+    return sizes
 
 
 def wait(job_id: str, poll: float = 1.0, timeout: float | None = None, log=print) -> None:
@@ -87,12 +106,38 @@ def wait(job_id: str, poll: float = 1.0, timeout: float | None = None, log=print
         time.sleep(poll)
 
 
+def still_running(course: Path, assignment: str) -> tuple[str, dict]:
+    """(job id, {student: state}) of the assignment's last array, for its tasks that Slurm
+    still has pending or running; ("", {}) when none is known or Slurm does not answer."""
+    work = course / "slurm" / assignment
+    try:
+        job_id = (work / JOB_ID).read_text().strip()
+        students = (work / "students.txt").read_text().split()
+    except OSError:
+        return "", {}
+    r = run_slurm_command("squeue", "-h", "-r", "-j", job_id, "-o", "%i %T", check=False)
+    if r.returncode != 0:
+        return job_id, {}
+    states = {}
+    for line in r.stdout.splitlines():
+        task, _, state = line.partition(" ")
+        index = task.rpartition("_")[2]
+        if index.isdigit() and int(index) < len(students):
+            states[students[int(index)]] = state.strip().lower()
+    return job_id, states
+
+
 def merge(course: Path, assignment: str, students, log=print) -> dict:
-    """Write the points the tasks left into the gradebook and the feedback; {student: points}."""
+    """Write the points the tasks left into the gradebook and the feedback; {student: points}.
+    A student whose task Slurm still runs is said to be running, not to have failed."""
     cells = grade_code.graded_cells(course, assignment)
+    job_id, running = still_running(course, assignment)
     out = {}
     for student in students:
         path = points_file(course, student, assignment)
+        if student in running and not path.exists():
+            log(f"{student}/{assignment}: still {running[student]} in array {job_id}")
+            continue
         try:
             points = json.loads(path.read_text())
             assert set(points) == {c.grade_id for c in cells}
@@ -104,6 +149,10 @@ def merge(course: Path, assignment: str, students, log=print) -> dict:
             continue
         out[student] = points
         grade_code.record(course, assignment, student, cells, points, log)
+    waiting = [s for s in students if s in running and s not in out]
+    if waiting:
+        log(f"grading array {job_id} is still running ({len(waiting)} task(s) not finished): "
+            f"merge again when it has finished: rtp-course grade {assignment} --merge")
     return out
 
 

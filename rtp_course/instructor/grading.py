@@ -33,10 +33,8 @@ def submission_dir() -> str:
 
 
 def grading_backend() -> str:
-    """Grades are computed on CPU, through the relay, even on a GPU node: there every byte
-    between the ranks is seen outside them (runtime/relay), and the grade is the one a GPU
-    run gives (the checker applies NCCL's rules on CPU). RTP_COURSE_GRADE_BACKEND=nccl grades
-    on the node's GPUs instead, where a rank's log of its communication is its own word."""
+    """Grades are computed on CPU with gloo unless RTP_COURSE_GRADE_BACKEND=nccl: the checker
+    applies NCCL's rules on CPU (runtime/nccl), so the grade is the one a GPU run gives."""
     return os.environ.get("RTP_COURSE_GRADE_BACKEND", "gloo")
 
 
@@ -56,4 +54,8 @@ def grade(exercise: str, points: float | None = None, hidden: bool = True, world
     use_hidden = hidden and hidden_dir() is not None
     rep = check(exercise, impl=submission_dir(), hidden=use_hidden, world_sizes=world_sizes,
                 timeout_scale=timeout_scale, grading=True, backend=grading_backend())
+    busy = rep.not_graded(exercise)
+    if busy:    # left out of the points, never counted as failed (CheckReport.score)
+        print(f"{exercise}: {busy} check(s) not graded (the machine was too busy): these points "
+              f"count the other checks only; run it again for the rest")
     return round(points * rep.score(exercise), 2)

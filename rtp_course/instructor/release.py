@@ -62,6 +62,25 @@ def _ignore(root: Path):
     return ignore
 
 
+INSTRUCTOR_TOOLS = ("nbgrader",)     # dev dependencies only instructors use
+
+
+def _without_instructor_tools(edition: Path) -> None:
+    """The student edition's dependencies (pyproject's dev extra, environment.yml) without
+    nbgrader: installed, its JupyterLab extension shows students the instructor's "Create
+    Assignment" and formgrader menus."""
+    pyproject, conda = edition / "pyproject.toml", edition / "environment.yml"
+    if pyproject.is_file():
+        text = pyproject.read_text()
+        for tool in INSTRUCTOR_TOOLS:
+            text = re.sub(rf'\s*"{tool}[^"]*",?', "", text)
+        pyproject.write_text(text)
+    if conda.is_file():
+        lines = conda.read_text().splitlines(keepends=True)
+        conda.write_text("".join(ln for ln in lines if not any(
+            re.match(rf"\s*-\s*{tool}\b", ln) for tool in INSTRUCTOR_TOOLS)))
+
+
 def build(out, root=None, force: bool = False, log=print) -> Path:
     """Write the student edition of `root` (default: this repository) into `out`."""
     root = Path(root).resolve() if root else instructor_root()
@@ -84,6 +103,7 @@ def build(out, root=None, force: bool = False, log=print) -> Path:
             elif src.is_file():
                 shutil.copy2(src, dst)
         (out / "README.md").write_text(student_readme(out))
+        _without_instructor_tools(out)
         leaks = find_leaks(out, root)
         if leaks:
             raise ReleaseError("the edition would leak instructor material:\n  " + "\n  ".join(leaks))

@@ -9,6 +9,12 @@ Nothing here communicates.
 * ``rtp_schedule``: which weight shard (and gradient accumulator) each rank holds at each
   step of an RTP forward and backward pass.
 * ``rank_layout``: the 2D grid of ranks, its tensor-parallel rows and data-parallel columns.
+* ``flat_shards``: flat vectors padded to N equal shards, each element coloured by the rank
+  that keeps it, the padding hatched (ZeRO-1 cuts each parameter, FSDP each layer) (09).
+* ``ring_attention_schedule``: whose keys and values each rank holds at each step of ring
+  attention's forward and backward, with the gradient accumulators of backward (10).
+* ``causal_work``: the causal mask of a sequence, each query row coloured by the rank that
+  holds it, contiguous and zig-zag, with each rank's count of unmasked scores (10).
 """
 from __future__ import annotations
 
@@ -125,14 +131,15 @@ def weight_split(parts, world_size, title="", ax=None, gap=1.2):
     with split 0 (rows: output features of an nn.Linear weight [out, in]), 1 (columns)
     or None (replicated); heads: draw head boundaries (or None)."""
     scale = 6.0 / max(max(p[1], p[2]) for p in parts)
-    if ax is None:
+    depth = max(p[1] for p in parts) * scale + 0.6      # the tallest part, and a margin: wide
+    if ax is None:                                      # flat parts leave no empty band below
         total = sum(p[2] * scale for p in parts) + gap * (len(parts) - 1)
-        _, ax = plt.subplots(figsize=(min(14, 1.0 + 0.75 * total), 3.2))
+        _, ax = plt.subplots(figsize=(min(14, 1.0 + 0.75 * total), 3.2 * (depth + 1.2) / 7.8))
     x, top = 0.0, 0.0
     for label, rows, cols, split, heads in parts:
         x += _matrix(ax, x, top, rows, cols, split, world_size, label, heads, scale) + gap
     ax.set_xlim(-0.3, x - gap + 0.3)
-    ax.set_ylim(-6.6, 1.2)
+    ax.set_ylim(-depth, 1.2)
     ax.set_aspect("equal")
     ax.axis("off")
     handles = [Patch(facecolor=_color(r), label=f"rank {r}") for r in range(world_size)]
@@ -231,3 +238,122 @@ def rank_layout(world_size, tp_size, ax=None):
     ax.set_title(f"{world_size} ranks, tp_size={tp_size}: rank = dp_rank * {tp_size} + tp_rank\n"
                  "rows: TP groups (one model replica each); dashed columns: DP groups", fontsize=9)
     return ax
+
+
+def flat_shards(vectors, world_size, title="", ax=None):
+    """`vectors`: [(label, [(piece label, elements), ...])]: each a flat vector made of its
+    pieces (a parameter: one piece; an FSDP unit: its parameters), zero-padded at its end to
+    N * S elements, S = ceil(P / N), and cut in N shards of S: element i belongs to rank
+    i // S. One row per vector; thin lines between its pieces, padding hatched."""
+    n = world_size
+    sizes = [sum(e for _, e in pieces) for _, pieces in vectors]
+    width = max(-(-p // n) * n for p in sizes)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(14, 2.5 + 0.32 * width), 0.6 + 0.75 * len(vectors)))
+    for row, ((label, pieces), total) in enumerate(zip(vectors, sizes)):
+        y = len(vectors) - 1 - row
+        shard = -(-total // n)
+        for i in range(shard * n):
+            pad = i >= total
+            ax.add_patch(Rectangle((i, y + 0.15), 0.94, 0.6, facecolor=_color(i // shard),
+                                   alpha=0.35 if pad else 1.0, hatch="///" if pad else None,
+                                   edgecolor="#333333", linewidth=0.5))
+        start = 0
+        for name, elements in pieces:
+            if len(pieces) > 1:
+                ax.text(start + elements / 2, y + 0.82, name, ha="center", va="bottom", fontsize=7)
+                ax.plot([start - 0.03] * 2, [y + 0.1, y + 0.8], color="black", linewidth=1.4)
+            start += elements
+        for r in range(1, n):
+            ax.plot([r * shard - 0.03] * 2, [y + 0.02, y + 0.93], color="black", linewidth=2.2)
+        ax.text(-0.4, y + 0.45, f"{label}\nP={total}, S={shard}", ha="right", va="center",
+                fontsize=8)
+    ax.set_xlim(-4.5, width + 0.5)
+    ax.set_ylim(-0.1, len(vectors) + 0.15)
+    ax.axis("off")
+    handles = [Patch(facecolor=_color(r), label=f"rank {r}'s shard") for r in range(n)]
+    handles.append(Patch(facecolor="white", hatch="///", edgecolor="#333333", label="padding (zeros)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+def ring_attention_schedule(world_size, axes=None):
+    """Two grids, step x rank: the block of keys and values (of rank s) each rank holds in
+    forward (clockwise: s = (r - i) % N) and in backward (counterclockwise: s = (r + k) % N),
+    with the accumulators dK_s, dV_s that rank r adds its queries' part to and passes on."""
+    n = world_size
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(2.2 + 2.6 * n, 0.9 + 0.65 * n))
+    grids = (("forward: attend to K_s, V_s; rotate clockwise", lambda r, i: (r - i) % n, False),
+             ("backward: K_s, V_s and dK_s, dV_s rotate counterclockwise",
+              lambda r, k: (r + k) % n, True))
+    for ax, (title, block, acc) in zip(axes, grids):
+        for step in range(n):
+            for r in range(n):
+                s = block(r, step)
+                y = n - 1 - r
+                ax.add_patch(FancyBboxPatch((step + 0.06, y + 0.1), 0.88, 0.8,
+                                            boxstyle="round,pad=0.02", facecolor=_color(s),
+                                            edgecolor="#333333"))
+                text = f"K{s} V{s}" + (f"\ndK{s} dV{s}" if acc else "")
+                ax.text(step + 0.5, y + 0.5, text, ha="center", va="center", color="white",
+                        fontsize=8, fontweight="bold")
+            ax.text(step + 0.5, n + 0.05, f"step {step}", ha="center", va="bottom", fontsize=9)
+        for r in range(n):
+            ax.text(-0.1, n - 1 - r + 0.5, f"rank {r}\n(Q{r})", ha="right", va="center",
+                    fontsize=9)
+        ax.set_xlim(-1.0, n + 0.05)
+        ax.set_ylim(-0.1, n + 0.5)
+        ax.set_title(title, fontsize=10)
+        ax.axis("off")
+    return axes
+
+
+def _owners(world_size, chunk, zigzag):
+    """The rank holding each position of a sequence of 2N chunks of `chunk` tokens."""
+    n, owner = world_size, []
+    for c in range(2 * n):
+        if zigzag:
+            owner += [c if c < n else 2 * n - 1 - c] * chunk
+        else:
+            owner += [c // 2] * chunk
+    return owner
+
+
+def causal_work(world_size, chunk=2, axes=None):
+    """The causal mask of 2N chunks of `chunk` tokens: query row i sees keys j <= i, each row
+    coloured by the rank holding that query, for contiguous and zig-zag sharding; under each,
+    every rank's number of unmasked (query, key) scores: its share of the work."""
+    n = world_size
+    size = 2 * n * chunk
+    if axes is None:
+        _, axes = plt.subplots(2, 2, figsize=(9.5, 7.2), gridspec_kw={"height_ratios": [3, 1]})
+    for col, (zigzag, title) in enumerate(((False, "contiguous: rank r holds piece r"),
+                                           (True, "zig-zag: rank r holds chunks r and 2N-1-r"))):
+        owner = _owners(n, chunk, zigzag)
+        ax = axes[0][col]
+        for i in range(size):
+            for j in range(i + 1):
+                ax.add_patch(Rectangle((j, size - 1 - i), 1, 1, facecolor=_color(owner[i]),
+                                       edgecolor="white", linewidth=0.5))
+        for c in range(1, 2 * n):
+            ax.axhline(size - c * chunk, color="#333333", linewidth=0.6)
+            ax.axvline(c * chunk, color="#333333", linewidth=0.6)
+        ax.set_xlim(0, size)
+        ax.set_ylim(0, size)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position (top: 0)")
+        ax.set_title(title, fontsize=10)
+        work = [sum(i + 1 for i in range(size) if owner[i] == r) for r in range(n)]
+        bars = axes[1][col]
+        bars.bar(range(n), work, color=[_color(r) for r in range(n)])
+        bars.set_xticks(range(n))
+        bars.set_xticklabels([f"rank {r}" for r in range(n)])
+        bars.set_ylabel("unmasked scores")
+        bars.set_title(f"most / least: {max(work) / min(work):.2f}", fontsize=9)
+    return axes

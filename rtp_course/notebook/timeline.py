@@ -3,20 +3,21 @@
 * ``summary(per_rank)``: the slowest rank's total, compute, transfer and wait time, and how
   much of the transfers' time was hidden behind compute (the overlap).
 * ``plot_timeline(per_rank)``: one row per rank, one lane per kind of region: compute,
-  blocked in wait(), weight rotations in flight, accumulator rotations in flight.
+  blocked in wait(), weight rotations in flight, accumulator rotations in flight (or, for
+  FSDP's collectives, all-gathers and reduce-scatters in flight).
 """
 from __future__ import annotations
 
 import os
 from typing import NamedTuple
 
-import matplotlib.pyplot as plt
-from matplotlib.patches import Patch
 
-KINDS = ("compute", "wait", "weight rotation", "accumulator rotation")
+KINDS = ("compute", "wait", "weight rotation", "accumulator rotation", "all-gather",
+         "reduce-scatter")
 COLORS = {"compute": "#4C72B0", "wait": "#C44E52", "weight rotation": "#DD8452",
-          "accumulator rotation": "#55A868"}
-TRANSFERS = ("weight rotation", "accumulator rotation")
+          "accumulator rotation": "#55A868", "all-gather": "#DD8452", "reduce-scatter": "#55A868"}
+TRANSFERS = ("weight rotation", "accumulator rotation", "all-gather", "reduce-scatter")
+ROTATIONS = KINDS[:4]            # the lanes of a run that only rotates (notebooks 05, 06)
 LANE_HEIGHT = 0.2
 
 
@@ -79,18 +80,31 @@ def overlap_verdict(stats: dict, ranks: int) -> str:
     return line
 
 
-def plot_timeline(per_rank, ax=None, title: str = "", xmax: float | None = None,
-                  unit: float = 1e-3, unit_name: str = "ms"):
-    """One row per rank, one lane per kind (KINDS, top to bottom).
+def lanes(per_rank) -> list:
+    """The kinds drawn, top to bottom: ROTATIONS, or, where collectives appear, compute, wait
+    and the kinds of transfer present."""
+    present = {Interval._make(i).kind for intervals in per_rank for i in intervals}
+    if not present - set(ROTATIONS):
+        return list(ROTATIONS)
+    return ["compute", "wait"] + [k for k in TRANSFERS if k in present]
 
-    `per_rank`: a list (index = rank) of lists of Interval (or equal tuples)."""
+
+def plot_timeline(per_rank, ax=None, title: str = "", xmax: float | None = None,
+                  unit: float = 1e-3, unit_name: str = "ms", names: dict | None = None):
+    """One row per rank, one lane per kind (lanes(), top to bottom).
+
+    `per_rank`: a list (index = rank) of lists of Interval (or equal tuples). `names`: the
+    legend's words for some kinds (in ring attention a "weight rotation" carries keys and
+    values)."""
+    import matplotlib.pyplot as plt                 # here: ranks record without matplotlib
+    from matplotlib.patches import Patch
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.8 + 1.0 * len(per_rank)))
-    n = len(per_rank)
+    n, kinds = len(per_rank), lanes(per_rank)
     for rank, intervals in enumerate(per_rank):
         y = n - 1 - rank
         for iv in map(Interval._make, intervals):
-            lane = KINDS.index(iv.kind) if iv.kind in KINDS else 0
+            lane = kinds.index(iv.kind) if iv.kind in kinds else 0
             width = max((iv.end - iv.start) / unit, 1e-9)
             ax.broken_barh([(iv.start / unit, width)], (y + 0.85 - (lane + 1) * LANE_HEIGHT, 0.8 * LANE_HEIGHT),
                            facecolors=COLORS.get(iv.kind, "#888888"), edgecolor="white",
@@ -105,8 +119,10 @@ def plot_timeline(per_rank, ax=None, title: str = "", xmax: float | None = None,
     if title:
         ax.set_title(title, fontsize=11)
     names = {"wait": "blocked in wait()", "weight rotation": "weight rotation in flight",
-             "accumulator rotation": "accumulator rotation in flight"}
+             "accumulator rotation": "accumulator rotation in flight",
+             "all-gather": "all-gather in flight", "reduce-scatter": "reduce-scatter in flight",
+             **(names or {})}
     ax.legend(handles=[Patch(facecolor=COLORS[k], hatch="//" if k == "wait" else None,
-                             label=names.get(k, k)) for k in KINDS],
+                             label=names.get(k, k)) for k in kinds],
               fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)
     return ax

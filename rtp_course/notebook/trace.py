@@ -22,6 +22,17 @@ Perfetto (ui.perfetto.dev) or chrome://tracing opens: one process per rank.
 `recording_rotations(rotation_module, tr)` does the same for code you did not
 write (an RTP layer): every rotation it starts through `rotate_async` is
 timed, and the time between two rotation events is a compute region.
+`recording_collectives(tr)` does it for the all-gathers and reduce-scatters that code makes
+through torch.distributed (your FSDP): an async one is in flight until it completes, a
+blocking one is a wait region.
+
+On a GPU the host only queues work: a region that ended when the host moved on would hold
+kernel launches, not kernels, and NCCL's wait() returns at once (it makes the compute stream
+wait for the transfer's stream). So where the rank uses CUDA, every region ends by
+synchronizing the current stream: a compute region lasts until its kernels are done, and a
+wait region until the transfer is, as long as the GPU would stall for it. The host then
+queues no further work ahead of the GPU, which a real training loop would: the regions are
+the GPU's times, the total a little longer than the loop's without the profiler.
 """
 from __future__ import annotations
 
@@ -56,10 +67,16 @@ def _offset_us(events, clocks) -> float:
     return mark["ts"] + mark.get("dur", 0.0) / 2 - clock * 1e6
 
 
-class Trace:
-    """One rank's profiled run; intervals in seconds since `restart()`."""
+def _synchronize() -> None:
+    torch.cuda.current_stream().synchronize()
 
-    def __init__(self):
+
+class Trace:
+    """One rank's profiled run; intervals in seconds since `restart()`. `synchronize`: end
+    each region once the GPU is done (default: where this process has initialised CUDA)."""
+
+    def __init__(self, synchronize: bool | None = None):
+        self._synchronize = synchronize
         self.t0 = time.perf_counter()
         self._transfers: list[tuple[str, str, float, float]] = []   # perf_counter seconds
         self._lock = threading.Lock()
@@ -104,8 +121,17 @@ class Trace:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
+    @contextlib.contextmanager
     def span(self, kind: str = "compute", label: str = ""):
-        return record_function(f"{PREFIX}{kind}/{label}")
+        """A region; on a GPU it ends when the work queued in it is done."""
+        with record_function(f"{PREFIX}{kind}/{label}"):
+            yield
+            self._device_done()
+
+    def _device_done(self) -> None:
+        sync = torch.cuda.is_initialized() if self._synchronize is None else self._synchronize
+        if sync:
+            _synchronize()
 
     def rotation(self, handle, label: str = "", kind: str = "weight rotation",
                  posted: float | None = None):
@@ -133,7 +159,8 @@ class Trace:
                 self._transfers.append((kind, label, start, end))
 
     def wait(self, handle, label: str = ""):
-        """handle.wait() inside a "wait" region (and the transfer's end, if not seen yet)."""
+        """handle.wait() inside a "wait" region (and the transfer's end, if not seen yet); on a
+        GPU the region lasts until the transfer is done (span)."""
         with self.span("wait", label):
             result = handle.wait()
         self._finish(handle, time.perf_counter())
@@ -228,4 +255,50 @@ def recording_rotations(rotation_module, trace: Trace, label: str = "", kind_of=
         yield recorder
     finally:
         rotation_module.rotate_async = original
+        recorder.compute_until_now()
+
+
+COLLECTIVES = {"all_gather_into_tensor": "all-gather", "all_gather": "all-gather",
+               "reduce_scatter_tensor": "reduce-scatter", "reduce_scatter": "reduce-scatter"}
+
+
+@contextlib.contextmanager
+def recording_collectives(trace: Trace, label: str = ""):
+    """Time every all-gather and reduce-scatter made through torch.distributed inside the block
+    (looked up on `torch.distributed` when called, as `dist.all_gather_into_tensor(...)` is).
+
+    One started with async_op=True is in flight from its call until it completes, and its
+    wait() is a wait region; a blocking one is a wait region and a transfer of its own. The
+    time between two such events is a compute region: wrap only code whose communication
+    is all collectives of these kinds (an FSDP forward or backward)."""
+    import torch.distributed as dist
+    recorder = _Recorder(trace, label)
+    saved = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def timed(name, fn):
+        kind = COLLECTIVES[name]
+
+        def call(*args, **kwargs):
+            recorder.compute_until_now()
+            posted = time.perf_counter()
+            if kwargs.get("async_op"):
+                out = _TimedHandle(trace.rotation(fn(*args, **kwargs), label, kind, posted=posted),
+                                   recorder)
+            else:
+                with trace.span("wait", label):
+                    out = fn(*args, **kwargs)
+                with trace._lock:
+                    trace._transfers.append((kind, label, posted, time.perf_counter()))
+            recorder.compute_from_now()
+            return out
+        return call
+
+    for name, fn in saved.items():
+        setattr(dist, name, timed(name, fn))
+    recorder.compute_from_now()
+    try:
+        yield recorder
+    finally:
+        for name, fn in saved.items():
+            setattr(dist, name, fn)
         recorder.compute_until_now()

@@ -8,7 +8,8 @@ launch's cgroup as its first act, before any code under test runs; its confineme
 forbids writing any cgroup file, so nothing can leave it.
 
 Available where this process may create a child of its own cgroup: as root (a grading
-machine, CI), or in a cgroup delegated to the user (systemd's user@UID.service). Elsewhere
+machine, CI), or in a cgroup delegated to the user (systemd's user@UID.service); where the
+pids controller is offered there, the launch's tasks are capped (TASKS_MAX). Elsewhere
 `create` returns None and the launch falls back to the sweep (reaper.py), which
 docs/INSTRUCTORS.md describes.
 """
@@ -18,6 +19,10 @@ import os
 import time
 import uuid
 from pathlib import Path
+
+# A launch's processes and threads, all its ranks together (a graded launch is capped lower,
+# confinement/rank.TASK_CAP): gloo keeps two threads a rank for every group a run makes.
+TASKS_MAX = 8192
 
 
 def _cgroup2_mount() -> Path | None:
@@ -47,10 +52,12 @@ def _own() -> Path | None:
 
 
 def create(kind: str = "launch") -> Path | None:
-    """A new, empty cgroup below this process's own (None where none can be made or used)."""
+    """A new, empty cgroup below this process's own (None where none can be made or used),
+    its tasks capped at TASKS_MAX where the machine offers the pids controller."""
     own = _own()
     if own is None or not (own / "cgroup.kill").exists() and own != _cgroup2_mount():
         return None
+    enable_pids(own)
     path = own / f"rtp-{kind}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()
@@ -59,7 +66,32 @@ def create(kind: str = "launch") -> Path | None:
     if not (path / "cgroup.kill").exists() or not os.access(path / "cgroup.procs", os.W_OK):
         remove(path)
         return None
+    limit_tasks(path)
     return path
+
+
+def enable_pids(own: Path) -> bool:
+    """The pids controller for the children of `own`, where `own` is offered it (enabling a
+    controller that only counts tasks is allowed in a cgroup that holds processes)."""
+    try:
+        if "pids" in (own / "cgroup.subtree_control").read_text().split():
+            return True
+        if "pids" not in (own / "cgroup.controllers").read_text().split():
+            return False
+        (own / "cgroup.subtree_control").write_text("+pids")
+        return True
+    except OSError:
+        return False
+
+
+def limit_tasks(path: Path, most: int | None = None) -> bool:
+    """pids.max of `path`: a fork bomb in a launch stops there whatever its uid (the
+    kernel's RLIMIT_NPROC exempts root, and counts per user, not per launch)."""
+    try:
+        (path / "pids.max").write_text(str(most or TASKS_MAX))
+        return True
+    except OSError:
+        return False
 
 
 def join(path: str | os.PathLike | None) -> bool:

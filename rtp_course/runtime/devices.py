@@ -13,20 +13,28 @@ questions (`torch.cuda.is_available`, `device_count`: torch 2.14's optimizers as
 every step) are answered from `gpu_count()` instead of the driver. It is installed on every
 machine, GPU or not, so a CPU test run catches what would break the first GPU run.
 
-Under srun and torchrun each task may see only its own GPU (`--gpus-per-task=1` sets
-CUDA_VISIBLE_DEVICES to one device per task) or all of the node's: `local_device` maps a
+Under srun and torchrun each task may see only its own GPUs (`--gpus-per-task=G` binds G
+devices to each task, in CUDA_VISIBLE_DEVICES) or all of the node's: `local_device` maps a
 local rank onto what is visible.
+
+RTP_COURSE_SHARE_GPU=1 (an explicit opt-in, for scripts/gpu_proof.sh on a one-GPU machine)
+lets up to RANKS_PER_SHARED_GPU ranks of a launch share each GPU. NCCL refuses two ranks of
+one host on one device, so each rank gets a host id of its own (NCCL_HOSTID) and they talk
+over sockets on the loopback, as ranks on different machines would: `shared_gpu_environment`.
 """
 from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import sys
 
 import torch
 
 EMULATE = "RTP_COURSE_EMULATE"
+SHARE = "RTP_COURSE_SHARE_GPU"
+RANKS_PER_SHARED_GPU = 4        # the course's largest world size
 
 
 class CudaInForkingProcess(RuntimeError):
@@ -67,20 +75,72 @@ def _count(visible: str | None) -> int:
         return 0
 
 
-def gpu_count() -> int:
+def physical_gpu_count() -> int:
     """GPUs visible to this process (CUDA_VISIBLE_DEVICES applied), without initialising CUDA."""
     return _count(os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
+def sharing_gpu() -> bool:
+    """RTP_COURSE_SHARE_GPU=1: several ranks of a launch may share one GPU (see the module)."""
+    return os.environ.get(SHARE, "").strip() == "1"
+
+
+def gpu_count() -> int:
+    """How many ranks of this node may take a GPU: the visible GPUs, or RANKS_PER_SHARED_GPU
+    times as many under RTP_COURSE_SHARE_GPU=1 (what the launcher counts before NCCL)."""
+    n = physical_gpu_count()
+    return n * RANKS_PER_SHARED_GPU if sharing_gpu() else n
+
+
+def shared_gpu_environment(rank: int, backend: str) -> dict:
+    """The variables a launched rank sets before NCCL starts when ranks share a GPU: its own
+    NCCL host id (NCCL refuses two ranks of one host on one device), and sockets over the
+    loopback, not the peer-to-peer and shared-memory transports of one host. A variable the
+    user set is kept."""
+    if backend != "nccl" or not sharing_gpu():
+        return {}
+    loopback = {"NCCL_SOCKET_IFNAME": "lo", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+                "NCCL_IB_DISABLE": "1"}
+    return {"NCCL_HOSTID": f"rank-{rank}",
+            **{k: v for k, v in loopback.items() if k not in os.environ}}
+
+
+def tasks_on_node(env=os.environ) -> int | None:
+    """Ranks of this job on this node, from torchrun's or srun's variables (None: unknown).
+    Slurm writes them per node as "4(x2),3": 4 on each of the first two nodes, then 3."""
+    if env.get("LOCAL_WORLD_SIZE"):
+        return int(env["LOCAL_WORLD_SIZE"])
+    if env.get("SLURM_NTASKS_PER_NODE"):
+        return int(env["SLURM_NTASKS_PER_NODE"])
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return None
+    per_node = []
+    for part in spec.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if m is None:
+            return None
+        per_node += [int(m[1])] * int(m[2] or 1)
+    node = int(env.get("SLURM_NODEID", 0))
+    return per_node[node] if node < len(per_node) else None
+
+
 def local_device(local_rank: int, ranks_on_node: int | None = None) -> torch.device:
     """The GPU of a rank on this node: its own index when the process sees every GPU of the
-    node, device 0 when it sees one (srun --gpus-per-task=1, or a job that set
-    CUDA_VISIBLE_DEVICES per task). Raises with what to do when it sees too few."""
+    node; its first visible device when it sees GPUs of its own (fewer than the node's ranks:
+    srun --gpus-per-task=G binds G devices to each task, or a job that set
+    CUDA_VISIBLE_DEVICES per task); under RTP_COURSE_SHARE_GPU=1, the GPUs in turn. Raises
+    with what to do when it sees too few. `ranks_on_node` defaults to srun's or torchrun's."""
     n = gpu_count()
+    if sharing_gpu() and n >= RANKS_PER_SHARED_GPU:
+        return torch.device("cuda", local_rank % (n // RANKS_PER_SHARED_GPU))
     if n == 1:
         return torch.device("cuda", 0)
+    ranks_on_node = ranks_on_node or tasks_on_node()
     if local_rank < n and (ranks_on_node is None or ranks_on_node <= n):
         return torch.device("cuda", local_rank)
+    if ranks_on_node is not None and ranks_on_node > n >= 1 and os.environ.get("SLURM_GPUS_PER_TASK"):
+        return torch.device("cuda", 0)        # this task's own GPUs: the first is its rank's
     raise RuntimeError(
         f"local rank {local_rank} has no GPU of its own: this process sees {n} GPU(s) "
         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '(unset)')}); ask Slurm "
@@ -91,7 +151,8 @@ def local_device(local_rank: int, ranks_on_node: int | None = None) -> torch.dev
 
 _GUARDED = ("init", "_lazy_init", "set_device", "current_device",
             "synchronize", "mem_get_info", "get_device_properties", "get_device_name")
-_ANSWERED = {"is_available": lambda: gpu_count() > 0, "device_count": lambda: gpu_count()}
+_ANSWERED = {"is_available": lambda: physical_gpu_count() > 0,
+             "device_count": lambda: physical_gpu_count()}
 _role: str | None = None
 
 

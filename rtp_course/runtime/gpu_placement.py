@@ -325,14 +325,13 @@ def host_placement(code_dirs=("",)):
 
 
 @contextlib.contextmanager
-def nccl_semantics(code_dirs=("",)):
-    """A gloo rank that behaves as an NCCL rank where the two differ: host tensors refused
-    (host_placement) and commlog's NCCL rules (one coalesced batch handle, contiguous tensors
-    only, ReduceOp.AVG). What RTP_COURSE_EMULATE=nccl runs every launched function under."""
+def nccl_semantics(code_dirs=("",), every_tensor: bool = False):
+    """A gloo rank that behaves as an NCCL rank where the two differ (runtime/nccl); with
+    `every_tensor` (RTP_COURSE_EMULATE=nccl), host tensors refused too (host_placement)."""
     commlog.install(code_dirs)
     before, commlog.STATE.nccl_rules = commlog.STATE.nccl_rules, True
     try:
-        with host_placement(code_dirs):
+        with host_placement(code_dirs) if every_tensor else contextlib.nullcontext():
             yield
     finally:
         commlog.STATE.nccl_rules = before

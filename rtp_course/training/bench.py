@@ -9,7 +9,9 @@ weights (seeded), trains on the same global batches (rtp_course.training.strateg
 feeds what) for warm-up steps, then timed steps, and reports per rank:
   * memory by category (how each is measured: MEASURED_HOW and strategies.COMMUNICATION,
     printed in the footer);
-  * on GPUs, torch.cuda.max_memory_allocated over the timed steps;
+  * on GPUs, torch.cuda.max_memory_allocated over the timed steps, and the device's memory
+    in use as the device sees it (torch.cuda.mem_get_info: the CUDA context, NCCL's buffers
+    and the allocator's reserve included), at the strategy's start and after its steps;
   * step time: then every strategy's model is built again and their timed steps are
     interleaved (rtp_course.training.timing), so that the load of a shared machine falls
     on all of them alike: the median step, and the median of the step-by-step ratios to
@@ -18,6 +20,11 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
     equal across strategies (up to rounding), since they train the same model.
 Output: a table (stdout and bench.txt), bench.csv (every rank) and bench.png under --out;
 --json FILE: every figure, for scripts.
+
+`--preset gpu` is a model that keeps a data-centre GPU busy for a step (PRESETS: the
+transformer LM of the RTP benchmarks at hidden size 1024, sequence 512, bf16, ~370M
+parameters); the default model is a few million fp32 parameters, which on a GPU measures
+kernel-launch latency. Flags given with a preset override its values.
 """
 from __future__ import annotations
 
@@ -36,22 +43,34 @@ import torch.distributed as dist
 from rtp_course.course import todo
 from rtp_course.runtime import launcher
 from rtp_course.training import strategies, timing
-from rtp_course.training.memory import human_bytes
+from rtp_course.training.memory import device_used_bytes, human_bytes
 from rtp_course.training.strategies import DTensor
 from rtp_course.training.train import (Task, add_model_arguments, make_optimizer, model_config, to_device,
                               train_step)
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers", "communication")
-COLUMNS = ("strategy", "rank", "world_size", "model", "device", *CATEGORIES, "total",
-           "cuda_max_allocated", "step_time_s", "loss_start", "loss_end", "status")
+DEFAULT_STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "fsdp_yours")
+COLUMNS = ("strategy", "rank", "world_size", "model", "device", "dtype", *CATEGORIES, "total",
+           "cuda_max_allocated", "device_base", "device_used", "step_time_s", "loss_start",
+           "loss_end", "status")
 MEASURED_HOW = {
     "parameters": "this rank's parameter tensors (its local shard for FSDP's DTensors)",
     "gradients": "this rank's .grad tensors after the last step",
-    "optimizer": "this rank's optimizer state tensors (Adam: exp_avg, exp_avg_sq)",
+    "optimizer": "this rank's optimizer state tensors (Adam: exp_avg, exp_avg_sq); ZeRO-1: its "
+                 "shards' state, the shards themselves (a copy of 1/N of the parameters) and "
+                 "their gradients",
     "activations": "bytes saved for backward during one forward (saved_tensors_hooks; each "
                    "storage once, parameters excluded)",
     "buffers": "registered buffers (positional tables)",
 }
+DEVICE_HOW = ("device: memory in use on the GPU as the device sees it (torch.cuda.mem_get_info: "
+              "total - free) after the timed steps: the CUDA context, NCCL's buffers and the "
+              "allocator's reserve included, which the categories and cuda_max_allocated leave "
+              "out; at the strategy's start it was {base}. The whole device: ranks that share "
+              "a GPU count together")
+# Flags the presets set, by their argparse names; a flag given on the command line wins.
+PRESETS = {"gpu": dict(model="lm", dtype="bfloat16", vocab_size=32768, ninp=1024, nhid=4096,
+                       nhead=16, num_decoder_layers=24, seq_len=512, batch_size=8)}
 PAPER = ("Reference, NOT measured here -- the RTP repository reports peak memory per GPU on 8 "
          "GPUs for a 340M-parameter model: DDP 46.3 GB, FSDP 26.1 GB, RTP 5.9 GB")
 PAPER_GB = {"ddp": 46.3, "fsdp": 26.1, "rtp": 5.9}
@@ -60,7 +79,9 @@ PAPER_GB = {"ddp": 46.3, "fsdp": 26.1, "rtp": 5.9}
 def add_bench_arguments(p):
     p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
     p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES,
-                   default=["ddp", "fsdp", "tp", "rtp"], help="default: ddp fsdp tp rtp")
+                   default=list(DEFAULT_STRATEGIES),
+                   help=f"default: {' '.join(DEFAULT_STRATEGIES)} (fsdp: PyTorch's FSDP2; "
+                        f"fsdp_yours and zero1: your sharding.py)")
     p.add_argument("--steps", type=int, default=10,
                    help="timed steps (default 10: on a shared machine the median of 10 paired "
                         "ratios holds, that of 5 did not)")
@@ -73,7 +94,29 @@ def add_bench_arguments(p):
                    help="time each strategy alone, one after the other (default: their steps "
                         "interleaved, every model alive at once; use this where they do not fit together)")
     p.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
-    return add_model_arguments(p)
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="gpu: the transformer LM at hidden size 1024 (nhid 4096, 16 heads, 24 "
+                        "layers), sequence 512, vocabulary 32768, bf16, batch 8 per rank: ~370M "
+                        "parameters, a step that keeps a data-centre GPU busy; flags given "
+                        "override it")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"),
+                   help="parameters' dtype, every strategy alike (default float32; the gpu "
+                        "preset: bfloat16)")
+    add_model_arguments(p)
+    p.set_defaults(model=None, batch_size=None)    # "not given": a preset may fill them
+    return p
+
+
+def apply_preset(args) -> None:
+    """Fill what the command line left out: the preset's values, then the defaults."""
+    for key, value in PRESETS.get(getattr(args, "preset", None) or "", {}).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    for key, value in (("model", "lm"), ("batch_size", 8), ("dtype", "float32")):
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if getattr(args, "preset", None) == "gpu" and args.model != "lm":
+        raise ValueError("--preset gpu is the transformer LM: leave --model out")
 
 
 # ------------------------------------------------------------------ measuring, in each rank
@@ -86,8 +129,7 @@ def _local_bytes(t) -> int:
 
 def _held_bytes(model, optimizer) -> dict:
     params = {id(p): p for p in model.parameters()}.values()
-    optim = sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values()
-                if torch.is_tensor(v) and v.dim() > 0)
+    optim = sum(_local_bytes(t) for t in strategies.optimizer_tensors(optimizer))
     return {"parameters": sum(_local_bytes(p) for p in params),
             "gradients": sum(_local_bytes(p.grad) for p in params), "optimizer": optim,
             "buffers": sum(_local_bytes(b) for b in model.buffers())}
@@ -96,7 +138,7 @@ def _held_bytes(model, optimizer) -> dict:
 def _instrumented_step(strategy, model, optimizer, task, batch) -> dict:
     """A training step that also measures activations and communication buffers."""
     saved = {}
-    probe = strategies.CommunicationProbe(strategy, model)
+    probe = strategies.CommunicationProbe(strategy, model, optimizer)
 
     def pack(t):
         base = t if t._base is None else t._base
@@ -120,8 +162,8 @@ def _instrumented_step(strategy, model, optimizer, task, batch) -> dict:
 
 
 @torch.no_grad()
-def _evaluate(strategy, model, task, device) -> float:
-    batch = to_device(strategies.local_batch(strategy, task.eval_batch()), device)
+def _evaluate(strategy, model, task, device, dtype=None) -> float:
+    batch = _feed(strategies.local_batch(strategy, task.eval_batch()), device, dtype)
     return strategies.global_loss(strategy, task.loss(model, batch))
 
 
@@ -130,12 +172,23 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def _feed(batch, device, dtype):
+    """A batch on `device`, its floating tensors (the CNN's images) in the parameters' dtype."""
+    return tuple(t.to(dtype) if dtype is not None and t.is_floating_point() else t
+                 for t in to_device(batch, device))
+
+
+def _dtype(opts):
+    return getattr(torch, opts["dtype"]) if opts.get("dtype") else None
+
+
 def _measure(strategy, model, device, opts) -> dict:
     """Losses, warm-up (the last step instrumented), timed steps, then what the rank holds."""
-    task, row = opts["task"], {}
-    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"])
-    batches = lambda step: to_device(strategies.local_batch(strategy, task.batch(step)), device)
-    row["loss_start"] = _evaluate(strategy, model, task, device)
+    task, row = opts["task"], {"device_base": device_used_bytes(device)}
+    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"], strategy)
+    batches = lambda step: _feed(strategies.local_batch(strategy, task.batch(step)), device,
+                                 _dtype(opts))
+    row["loss_start"] = _evaluate(strategy, model, task, device, _dtype(opts))
     for step in range(opts["warmup"] - 1):
         train_step(model, optimizer, task, batches(step))
     row.update(_instrumented_step(strategy, model, optimizer, task, batches(opts["warmup"] - 1)))
@@ -153,8 +206,9 @@ def _measure(strategy, model, device, opts) -> dict:
         times.append(time.perf_counter() - start)
     if device.type == "cuda":
         row["cuda_max_allocated"] = torch.cuda.max_memory_allocated(device)
+        row["device_used"] = device_used_bytes(device)
     row.update(_held_bytes(model, optimizer))
-    row["loss_end"] = _evaluate(strategy, model, task, device)
+    row["loss_end"] = _evaluate(strategy, model, task, device, _dtype(opts))
     row["step_time_s"] = statistics.median(times)
     row["step_times_s"] = times   # --sequential: paired with DDP's step k; else replaced below
     row["total"] = sum(row[c] for c in CATEGORIES)
@@ -176,9 +230,9 @@ def bench_strategy(strategy, rank, world_size, device, opts) -> dict:
     with the next strategy: that assumes every rank raised alike (a deterministic error);
     a rank left waiting in a collective is stopped by the launch's timeout."""
     row = dict(strategy=strategy, rank=rank, world_size=world_size, model=opts["task"].model,
-               device=str(device), status="ok")
+               device=str(device), dtype=opts.get("dtype") or "float32", status="ok")
     try:
-        model = strategies.wrap(opts["task"].build(), strategy, device=device)
+        model = strategies.wrap(opts["task"].build(), strategy, device=device, dtype=_dtype(opts))
     except (todo.ExerciseNotImplemented, ValueError, TypeError) as e:
         return {**row, "status": f"skipped: {e}"}
     try:
@@ -209,12 +263,12 @@ def _worker(rank, world_size, opts):
         task = opts["task"]
 
         def build(s):
-            model = strategies.wrap(task.build(), s, device=device)
-            return model, make_optimizer(model.parameters(), opts["optimizer"], opts["lr"])
+            model = strategies.wrap(task.build(), s, device=device, dtype=_dtype(opts))
+            return model, make_optimizer(model.parameters(), opts["optimizer"], opts["lr"], s)
 
         times = timing.interleaved(
             ok, build, lambda s, st, b: train_step(st[0], st[1], task, b),
-            lambda s, k: to_device(strategies.local_batch(s, task.batch(k)), device),
+            lambda s, k: _feed(strategies.local_batch(s, task.batch(k)), device, _dtype(opts)),
             opts["warmup"], opts["steps"], device)
         for r in rows:
             if r["strategy"] in times:
@@ -227,18 +281,21 @@ def _worker(rank, world_size, opts):
 def run_bench(args) -> tuple[list[dict], dict]:
     """Launch the ranks, run every strategy; returns (CSV rows, run info)."""
     from rtp_course.course.impl import default_impl
+    apply_preset(args)
     if args.warmup < 1 or args.steps < 1:
         raise ValueError("--warmup and --steps must be at least 1")
     task = Task(args.model, model_config(args), args.batch_size * args.world_size, args.seed)
     opts = dict(task=task, strategies=list(dict.fromkeys(args.strategies)), steps=args.steps,
-                warmup=args.warmup, optimizer=args.optimizer, lr=args.lr,
+                warmup=args.warmup, optimizer=args.optimizer, lr=args.lr, dtype=args.dtype,
                 impl=args.impl or default_impl(), interleave=not getattr(args, "sequential", False))
     backend = args.backend or launcher.default_backend(args.world_size)
     start = time.perf_counter()
     per_rank = launcher.launch(_worker, args.world_size, (opts,), backend=backend,
-                               timeout=args.timeout, results="objects")
+                               timeout=args.timeout, results="objects",
+                               nccl_rules=False)   # gloo measured as it is
     info = dict(task=task, backend=backend, world_size=args.world_size, steps=args.steps,
                 warmup=args.warmup, batch_size=args.batch_size, optimizer=args.optimizer,
+                dtype=args.dtype, preset=getattr(args, "preset", None),
                 num_params=sum(p.numel() for p in task.build().parameters()),
                 wall_s=time.perf_counter() - start, interleaved=opts["interleave"])
     timed = [{r["strategy"]: r["step_times_s"] for r in rows if r.get("step_times_s")}
@@ -259,8 +316,11 @@ def _slowest(rows, strategy):
 def report(rows, info) -> str:
     """The printed table with its footer."""
     task, gpu = info["task"], any(r.get("cuda_max_allocated") for r in rows)
+    device_seen = any(r.get("device_used") for r in rows)
     config = " ".join(f"{k}={v}" for k, v in task.config.items())
-    lines = [f"rtp-course bench: {task.model} ({config}), {info['num_params'] / 1e6:.2f} M parameters",
+    preset = f", preset {info['preset']}" if info.get("preset") else ""
+    lines = [f"rtp-course bench: {task.model} ({config}), {info['num_params'] / 1e6:.2f} M parameters, "
+             f"{info.get('dtype') or 'float32'}{preset}",
              f"  {info['world_size']} ranks, {info['backend']}, batch {info['batch_size']} per rank "
              f"(TP: {task.global_batch} on every rank), {info['optimizer']}, {info['warmup']} "
              f"warm-up + {info['steps']} timed steps",
@@ -271,7 +331,8 @@ def report(rows, info) -> str:
               if info.get("interleaved") else "  each strategy timed alone, one after the other"
               " (--sequential); vs DDP: the ratios of step k of each"), ""]
     head = ["strategy", "params", "grads", "optim", "activ", "buffers", "comm", "total"]
-    head += (["cuda peak"] if gpu else []) + ["step ms", "vs DDP (range)", "loss start", "loss end"]
+    head += (["cuda peak"] if gpu else []) + (["device"] if device_seen else [])
+    head += ["step ms", "vs DDP (range)", "loss start", "loss end"]
     paired = info.get("timing") or {}
     table = [head]
     for r in _rank0(rows):
@@ -281,6 +342,7 @@ def report(rows, info) -> str:
         cells = [strategies.LABELS[r["strategy"]]] + [human_bytes(r[c]) for c in CATEGORIES]
         cells += [human_bytes(r["total"])]
         cells += [human_bytes(r["cuda_max_allocated"])] if gpu else []
+        cells += [human_bytes(r.get("device_used") or 0)] if device_seen else []
         t = paired.get(r["strategy"], {})
         ms = 1000 * t["median_s"] if t else 1000 * _slowest(rows, r["strategy"])
         ratio = (f"{t['ratio']:.2f} ({t['ratio_low']:.2f}-{t['ratio_high']:.2f})"
@@ -298,6 +360,10 @@ def report(rows, info) -> str:
     lines += [f"  {c}: {MEASURED_HOW[c]}" for c in CATEGORIES if c != "communication"]
     lines += [f"  communication, {strategies.LABELS[s]}: {strategies.COMMUNICATION[s]}"
               for s in dict.fromkeys(r["strategy"] for r in rows)]
+    if device_seen:
+        bases = ", ".join(f"{strategies.LABELS[r['strategy']]} {human_bytes(r['device_base'])}"
+                          for r in _rank0(rows) if r.get("device_base") is not None)
+        lines.append("  " + DEVICE_HOW.format(base=bases or "not measured"))
     lines += ["loss: global-batch loss on a fixed evaluation batch before and after training. "
               "DDP, FSDP, RTP, mini-DDP: each rank feeds its own slice (the loss is the mean over "
               "ranks); TP: every rank feeds the whole global batch. Same weights, same samples "
@@ -328,6 +394,7 @@ def write_json(rows, info, path):
     doc = {"model": task.model, "config": task.config, "num_params": info["num_params"],
            "world_size": info["world_size"], "backend": info["backend"],
            "batch_size": info["batch_size"], "optimizer": info["optimizer"],
+           "dtype": info.get("dtype"), "preset": info.get("preset"),
            "warmup": info["warmup"], "steps": info["steps"], "interleaved": info.get("interleaved"),
            "step_time": info.get("timing", {}), "rows": rows, "wall_s": info["wall_s"]}
     Path(path).write_text(json.dumps(doc, indent=2, default=str))

@@ -3,7 +3,8 @@
 Two halves:
 * measuring real objects: ``param_bytes``, ``grad_bytes``, ``optimizer_state_bytes``,
   ``activation_bytes`` (tensors saved for backward), ``held_bytes`` (every tensor an object
-  keeps alive), ``measure``;
+  keeps alive), ``kept_bytes`` (every storage a process keeps alive beyond what it may:
+  the checker's memory rule), ``measure``;
 * back-of-envelope arithmetic for notebook 00: ``training_memory``,
   ``transformer_activation_bytes``, ``sharded`` (per-rank bytes under DDP,
   ZeRO, FSDP, TP and RTP) and ``human_bytes``.
@@ -26,25 +27,32 @@ def held_bytes(root) -> int:
     return sum(storages_of(root).values())
 
 
-def storages_of(root) -> dict:
-    """{storage address: bytes} of every tensor reachable from `root` (see held_bytes)."""
+def tensors_of(root):
+    """Every tensor reachable from `root` through attributes, dicts, lists, tuples and sets."""
     import types
     skip = (type, types.ModuleType, types.FunctionType, types.MethodType,
             types.BuiltinFunctionType)
-    seen, storages, stack = set(), {}, [root]
+    seen, stack = set(), [root]
     while stack:
         obj = stack.pop()
         if id(obj) in seen or isinstance(obj, skip):
             continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            _add_storage(storages, obj)
+            yield obj
         elif isinstance(obj, dict):
             stack.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
             stack.extend(obj)
         elif isinstance(getattr(obj, "__dict__", None), dict):
             stack.extend(vars(obj).values())
+
+
+def storages_of(root) -> dict:
+    """{storage address: bytes} of every tensor reachable from `root` (see held_bytes)."""
+    storages = {}
+    for t in tensors_of(root):
+        _add_storage(storages, t)
     return storages
 
 
@@ -59,6 +67,56 @@ def live_storages() -> dict:
         if issubclass(type(obj), tensor):   # not isinstance: no object's __class__ is asked
             _add_storage(storages, obj)
     return storages
+
+
+def kept_bytes(before: dict, allowed) -> int:
+    """Bytes of the tensor storages alive now that were not alive `before` (live_storages()),
+    less the bytes that the tensors reachable from `allowed` span in them. A tensor allows
+    its own elements, not the whole storage it views: a parameter made as a view of a larger
+    tensor (nn.Parameter(w[a:b]), p.data = w[a:b]) keeps all of w alive, and the rest of w
+    counts. Several allowed views of one storage (the pieces of a flat buffer) allow what
+    they cover together."""
+    import gc
+    gc.collect()                     # a cycle no longer referenced is not kept
+    spans: dict = {}
+    for t in tensors_of(allowed):
+        try:
+            ptr, size = t.untyped_storage().data_ptr(), t.element_size()
+        except Exception:  # noqa: BLE001 - a tensor without storage (sparse, meta, a subclass)
+            continue
+        if ptr and t.numel():
+            spans.setdefault(ptr, []).extend(_elements(t, size))
+    kept = 0
+    for ptr, nbytes in live_storages().items():
+        if ptr not in before:
+            kept += max(0, nbytes - _covered(spans.get(ptr, ())))
+    return kept
+
+
+def _elements(t: torch.Tensor, size: int, most: int = 100_000) -> list:
+    """The byte spans of a storage that `t`'s elements occupy: one per contiguous run (a
+    column slice w[:, a:b] holds a run per row, not the gaps between them)."""
+    dims = [(n, st) for n, st in zip(t.shape, t.stride()) if n > 1]
+    run = 1
+    while dims and dims[-1][1] == run:      # the innermost dimensions laid out in one run
+        run *= dims.pop()[0]
+    offsets = [t.storage_offset()]
+    for n, st in dims:
+        offsets = [o + i * st for o in offsets for i in range(n)]
+        if len(offsets) > most:             # too many runs to list: its extent, first to last
+            last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+            return [(t.storage_offset() * size, (last + 1) * size)]
+    return [(o * size, (o + run) * size) for o in offsets]
+
+
+def _covered(spans) -> int:
+    """Bytes covered by the union of [start, stop) spans."""
+    total, end = 0, 0
+    for a, b in sorted(spans):
+        a = max(a, end)
+        if b > a:
+            total, end = total + b - a, b
+    return total
 
 
 def _add_storage(storages: dict, t: torch.Tensor) -> None:
@@ -244,6 +302,18 @@ def sharded(breakdown, world_size: int, strategy: str,
     return MemoryBreakdown(parameters=params, gradients=grads, optimizer=optim,
                            activations=b.get("activations", 0), buffers=b.get("buffers", 0),
                            communication=comm)
+
+
+def device_used_bytes(device) -> int | None:
+    """Bytes in use on a GPU as the device sees them (torch.cuda.mem_get_info: total - free):
+    the CUDA context, NCCL's buffers and every allocator's reserve, which tensor accounting
+    and torch.cuda.max_memory_allocated leave out; every process on the device counts. None
+    on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return int(total - free)
 
 
 def human_bytes(n, binary: bool = False) -> str:

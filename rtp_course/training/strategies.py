@@ -13,6 +13,9 @@ Strategies:
     tp    your tensor_parallel.parallelize_transformer      every rank: the WHOLE global batch
     rtp   your flyweight.RotatedTensorParallel              each rank: its own slice
     dp    your data_parallel.DataParallel (mini-DDP)        each rank: its own slice
+    zero1 your sharding.ShardedOptimizer (ZeRO-1)           each rank: its own slice
+          (the model as it is; `optimizer(...)` makes the sharded optimizer, which averages)
+    fsdp_yours  your sharding.FullyShardedDataParallel      each rank: its own slice
 
 Communication buffers (`CommunicationProbe`, `COMMUNICATION`): the memory a strategy needs
 for communicating besides the parameters, gradients, optimizer states and activations.
@@ -22,7 +25,7 @@ the same inputs. Feeding TP the whole global batch (N slices' worth) makes one s
 every strategy compute the gradient of the same mean loss: started from the same
 weights, they train the same model (up to float rounding).
 
-The exercise strategies (tp, rtp, dp) come from `rtp_course.course.impl.current`: your own
+The exercise strategies (tp, rtp, dp, zero1, fsdp_yours) come from `rtp_course.course.impl.current`: your own
 `rtp_course` unless $RTP_COURSE_IMPL names another implementation (e.g. solutions).
 """
 from __future__ import annotations
@@ -42,10 +45,12 @@ try:
 except ImportError:                                     # torch < 2.5
     from torch.distributed._tensor import DTensor
 
-STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "dp")
-LABELS = {"ddp": "DDP", "fsdp": "FSDP", "tp": "TP", "rtp": "RTP", "dp": "mini-DDP"}
+STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "dp", "zero1", "fsdp_yours")
+LABELS = {"ddp": "DDP", "fsdp": "FSDP", "tp": "TP", "rtp": "RTP", "dp": "mini-DDP",
+          "zero1": "ZeRO-1 (yours)", "fsdp_yours": "FSDP (yours)"}
 SAME_BATCH = ("tp",)                      # strategies whose ranks all feed the global batch
-EXERCISE_OF = {"tp": "tensor_parallel", "rtp": "flyweight", "dp": "data_parallel"}
+EXERCISE_OF = {"tp": "tensor_parallel", "rtp": "flyweight", "dp": "data_parallel",
+               "zero1": "sharding", "fsdp_yours": "sharding"}
 
 
 def _check(strategy):
@@ -65,12 +70,13 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def wrap(model: nn.Module, strategy: str, group=None, device=None) -> nn.Module:
-    """`model` (serial, the same weights on every rank) moved to `device` and wrapped for
-    `strategy` over `group` (default: the world). Returns the module to train."""
+def wrap(model: nn.Module, strategy: str, group=None, device=None, dtype=None) -> nn.Module:
+    """`model` (serial, the same weights on every rank) moved to `device` (and `dtype`, its
+    parameters and buffers, every strategy alike) and wrapped for `strategy` over `group`
+    (default: the world). Returns the module to train."""
     _check(strategy)
     device = torch.device(device) if device is not None else default_device()
-    model = model.to(device)
+    model = model.to(device) if dtype is None else model.to(device=device, dtype=dtype)
     with exercise_guard(strategy):
         if strategy == "ddp":
             from torch.nn.parallel import DistributedDataParallel
@@ -82,7 +88,36 @@ def wrap(model: nn.Module, strategy: str, group=None, device=None) -> nn.Module:
             return impl.current("tensor_parallel").parallelize_transformer(model, group=group)
         if strategy == "rtp":
             return impl.current("flyweight").RotatedTensorParallel(model, group=group)
+        if strategy == "fsdp_yours":
+            return impl.current("sharding").FullyShardedDataParallel(model, group=group)
+        if strategy == "zero1":
+            return model          # ShardedOptimizer (optimizer()) broadcasts and averages
         return impl.current("data_parallel").DataParallel(model, group=group)
+
+
+def optimizer(strategy: str | None, params, name: str = "adam", lr: float = 1e-3, group=None):
+    """The optimizer `strategy` trains with: Adam or SGD, or for zero1 your ShardedOptimizer
+    around it (each rank keeps 1/N of its state)."""
+    cls = torch.optim.Adam if name == "adam" else torch.optim.SGD
+    if strategy == "zero1":
+        with exercise_guard(strategy):
+            return impl.current("sharding").ShardedOptimizer(params, cls, group=group, lr=lr)
+    return cls(params, lr=lr)
+
+
+def optimizer_tensors(opt) -> list:
+    """The tensors an optimizer keeps besides the model's parameters and gradients: its state
+    (Adam's moments; 0-dim step counters left out); for a ShardedOptimizer, its inner
+    optimizer's state, and that optimizer's parameters (this rank's shards: a copy of 1/N of
+    the parameters, the fp32 master copy of mixed precision) and their gradients."""
+    inner = getattr(opt, "optimizer", None)
+    own = inner if isinstance(inner, torch.optim.Optimizer) else opt
+    tensors = [v for state in own.state.values() for v in state.values()
+               if torch.is_tensor(v) and v.dim() > 0]
+    if own is not opt:
+        shards = [p for g in own.param_groups for p in g["params"]]
+        tensors += shards + [p.grad for p in shards if p.grad is not None]
+    return tensors
 
 
 def _fsdp_units(model: nn.Module) -> list[nn.Module]:
@@ -143,6 +178,12 @@ COMMUNICATION = {   # what each strategy's buffers are, and how CommunicationPro
            "the in-flight weight shards, and in backward the gradient accumulators",
     "tp": "none apart from activations: TP all-reduces and gathers activations",
     "dp": "none: gradients are all-reduced in place",
+    "zero1": "the buffers of step() alive at once: padded gradients it reduce-scatters and "
+             "shards it all-gathers (tensors given to those calls, less the parameters, "
+             "gradients and what the optimizer keeps), sampled at each call",
+    "fsdp_yours": "gathered units and full gradients alive at once (tensors given to your "
+                  "all-gathers and reduce-scatters, while their storage exists), sampled at "
+                  "each of those calls and at every tensor saved or used by autograd",
 }
 
 
@@ -154,19 +195,28 @@ class CommunicationProbe:
         probe.peak_bytes()
 
     recv/irecv are wrapped in torch.distributed AND distributed_c10d: batch_isend_irecv's
-    P2POp checks `op in [isend, irecv]` against the latter's names."""
+    P2POp checks `op in [isend, irecv]` against the latter's names. For your ZeRO-1 and FSDP,
+    the all-gathers and reduce-scatters are wrapped the same way."""
     RECEIVES = ("recv", "irecv")
+    SHARDING = ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor")
 
-    def __init__(self, strategy, model):
+    def __init__(self, strategy, model, optimizer=None):
         _check(strategy)
         self.strategy, self.model = strategy, model
+        self.kept = list(model.parameters()) + (optimizer_tensors(optimizer) if optimizer else [])
         self.live = self.received = self.gathered = 0
         self.slots = [(m, n) for m in model.modules() for n, p in m.named_parameters(recurse=False)
                       if isinstance(p, DTensor)] if strategy == "fsdp" else []
+        self.buffers = []          # weak references to what the sharding strategies communicate
+        self.wrapped = self.RECEIVES + (self.SHARDING if strategy in EXERCISE_OF and
+                                        EXERCISE_OF[strategy] == "sharding" else ())
 
     def sample(self):
         """FSDP2 swaps a unit's DTensor parameters for gathered plain ones while it computes:
-        count those (and their .grad) present now."""
+        count those (and their .grad) present now. Your FSDP: the buffers it communicated
+        whose storage exists now."""
+        if self.buffers:
+            self._sample_buffers()
         seen = {}
         for m, n in self.slots:
             p = m._parameters.get(n)
@@ -177,11 +227,39 @@ class CommunicationProbe:
         self.gathered = max(self.gathered, sum(seen.values()))
 
     def __enter__(self):
-        self.saved = {n: getattr(c10d, n) for n in self.RECEIVES}
+        self.saved = {n: getattr(c10d, n) for n in self.wrapped}
         for n, fn in self.saved.items():
-            setattr(c10d, n, self._track(fn))
+            setattr(c10d, n, self._track(fn) if n in self.RECEIVES else self._collective(fn))
             setattr(dist, n, getattr(c10d, n))
         return self
+
+    def _collective(self, fn):
+        def call(*args, **kwargs):
+            tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+            tensors += [t for a in list(args) + list(kwargs.values()) if isinstance(a, list)
+                        for t in a if isinstance(t, torch.Tensor)]
+            self.buffers.extend(weakref.ref(t) for t in tensors)
+            self._sample_buffers()
+            return fn(*args, **kwargs)
+        return call
+
+    def _sample_buffers(self):
+        """Bytes of the communicated tensors' storages that exist now, less what other
+        categories count: parameters, gradients, what the optimizer keeps (a reduce-scatter
+        may read a gradient in place, or write a shard's)."""
+        own = {t.untyped_storage().data_ptr() for p in self.kept for t in (p, p.grad)
+               if t is not None}
+        live, kept = {}, []
+        for ref in self.buffers:
+            t = ref()
+            if t is None:
+                continue
+            kept.append(ref)
+            storage = t.untyped_storage()
+            if storage.data_ptr() and storage.data_ptr() not in own:
+                live[storage.data_ptr()] = storage.nbytes()
+        self.buffers = kept
+        self.gathered = max(self.gathered, sum(live.values()))
 
     def _track(self, fn):
         def receive(tensor, *args, **kwargs):
@@ -205,4 +283,5 @@ class CommunicationProbe:
             info = self.model._get_ddp_logging_data()
             sizes = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes") or ""
             return sum(int(n) for n in re.findall(r"\d+", str(sizes)))
-        return {"fsdp": self.gathered, "rtp": self.received}.get(self.strategy, 0)
+        return {"fsdp": self.gathered, "rtp": self.received, "zero1": self.gathered,
+                "fsdp_yours": self.gathered}.get(self.strategy, 0)

@@ -115,8 +115,9 @@ class Task:
         return F.nll_loss(out, y) if self.model == "cnn" else F.cross_entropy(out, y)
 
 
-def make_optimizer(params, name="adam", lr=1e-3):
-    return (torch.optim.Adam if name == "adam" else torch.optim.SGD)(params, lr=lr)
+def make_optimizer(params, name="adam", lr=1e-3, strategy=None):
+    """Adam or SGD; for the zero1 strategy, your ShardedOptimizer around it."""
+    return strategies.optimizer(strategy, params, name, lr)
 
 
 def to_device(batch, device):
@@ -147,7 +148,7 @@ def run(rank: int, world_size: int, opts: dict, device=None) -> list[float]:
     strategy, task = opts["strategy"], opts["task"]
     device = device or strategies.default_device()
     model = strategies.wrap(task.build(), strategy, device=device)
-    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"])
+    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"], strategy)
     losses, start = [], time.perf_counter()
     with strategies.exercise_guard(strategy):
         for step in range(opts["steps"]):

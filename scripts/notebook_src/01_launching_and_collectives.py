@@ -338,6 +338,23 @@ else:
     print("Everything in this course also runs locally: the check cells default to your CPU.")
 
 # %% [markdown]
+# ## 6. The rules every exercise follows
+#
+# From notebook 02 on you implement exercises, and a checker judges them on several processes.
+# Each exercise's stub states its own rules in its docstring's **Rules** section; a few hold
+# for every exercise, and are stated once, in `rtp_course/course/rules.py`. Every stub names
+# the ones that apply to it, and a rejection quotes the rule it enforces (`rule 'Device'`).
+# Two of them come from GPUs: the checker runs your code on CPU as NCCL would on GPUs, so
+# that a grade earned on a laptop is the grade a GPU gives.
+
+# %%
+from IPython.display import Markdown, display
+
+from rtp_course.course import rules
+
+display(Markdown(rules.markdown()))
+
+# %% [markdown]
 # ## What's next
 #
 # You can start processes, put them in a group, and move tensors between them. In notebook **02**

@@ -209,8 +209,10 @@ show("split")
 
 # %%
 from rtp_course.checker import check
+from rtp_course.notebook import where_checks_run
 
-report = check("comm")          # local CPU run: world sizes 1, 2, 3 and 4
+print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo
+report = check("comm")          # world sizes 1, 2, 3 and 4
 
 # %% [markdown]
 # On a cluster, the same check on GPUs through Slurm (notebook 01, section 5):

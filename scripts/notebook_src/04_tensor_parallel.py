@@ -95,13 +95,14 @@ for kind in ("column", "column_gather"):
 # Errors of $10^{-7}$ are float rounding (a sum done in another order). Forward: no communication
 # (or one all-gather); backward: one all-reduce, from `duplicate`.
 #
-# Now the checker, on this layer's two checks only (`only=`), on 1 to 4 ranks; section 6 runs
-# them all. On a Slurm cluster, the same check runs on GPUs with
+# Now the checker, on this task's checks only (`only=["E3.1"]`: every check of task E3.1, the
+# layer with and without `gather_output` and the ValueError for sizes that do not divide), on 1
+# to 4 ranks; section 6 runs them all. On a Slurm cluster, the same check runs on GPUs with
 # `rtp_course.cluster.slurm.check_on_slurm(["tensor_parallel"], gpus=4)` (see the cell after section 6's
 # check).
 
 # %%
-report = check("tensor_parallel", only=["ColumnParallelLinear", "ColumnParallelLinear_gather_output"])
+report = check("tensor_parallel", only=["E3.1"])
 
 # %% [markdown]
 # ## 2. Task E3.2 · `RowParallelLinear`: split the input features
@@ -144,7 +145,7 @@ if out is not None:
     print(demo.describe(out))
 
 # %%
-report = check("tensor_parallel", only=["RowParallelLinear", "RowParallelLinear_full_input"])
+report = check("tensor_parallel", only=["E3.2"])
 
 # %% [markdown]
 # ## 3. Task E3.3 · `ParallelMLP`: the column/row pair
@@ -176,7 +177,7 @@ if out is not None:
     print(demo.describe(out))
 
 # %%
-report = check("tensor_parallel", only=["ParallelMLP", "ParallelMLP_subgroup"])
+report = check("tensor_parallel", only=["E3.3"])
 
 # %% [markdown]
 # `ParallelMLP_subgroup` runs your MLP on a group of 2 of the 3 ranks, while the third does
@@ -208,7 +209,7 @@ if out is not None:
     print(demo.describe(out))
 
 # %%
-report = check("tensor_parallel", only=["ParallelEmbedding"])
+report = check("tensor_parallel", only=["E3.4"])
 
 # %% [markdown]
 # ## 5. Task E3.5 · `ParallelSelfAttention`: split the heads
@@ -249,8 +250,7 @@ if out is not None:
     print(demo.describe(out))
 
 # %%
-report = check("tensor_parallel", only=["ParallelSelfAttention",
-                                        "ParallelSelfAttention_from_MultiheadAttention"])
+report = check("tensor_parallel", only=["E3.5"])
 
 # %% [markdown]
 # ## 6. Task E3.6 · The whole model: `parallelize_transformer`

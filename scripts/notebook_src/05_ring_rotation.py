@@ -118,23 +118,35 @@ for direction in ("clockwise", "counterclockwise"):
 # Clockwise, every value moved down one row (rank $r$ got rank $r-1$'s), and rank 0 got rank 3's:
 # the ring wraps around. Counterclockwise, the other way.
 #
-# Now the asynchronous part. Each rank starts rotating an 8 MiB tensor and immediately asks
-# whether the transfer is finished:
+# Now the asynchronous part. Each rank rotates an 8 MiB tensor once (untimed: it connects the
+# ring), then starts a second rotation and immediately asks whether it is finished. Rank 0
+# starts that second rotation 200 ms late, so rank 1's source has not sent anything when rank
+# 1's `rotate_async` returns:
 
 # %%
 out = run_demo(demo.async_probe, 2, needs="rotate_async and RotationHandle (rtp_course/rotation.py)")
 if out is not None:
     for r, res in enumerate(out):
-        print(f"rank {r}: rotate_async returned after {res['returned_after_ms']:.2f} ms, "
-              f"completed then: {res['done_when_returned']};  wait() returned after "
-              f"{res['wait_returned_after_ms']:.1f} ms, completed then: {res['done_after_wait']};  "
+        late = f"started {res['late_ms']:.0f} ms late" if res["late_ms"] else \
+            f"its source, rank {res['source']}, started late"
+        print(f"rank {r} ({late}): rotate_async returned after {res['returned_after_ms']:.2f} ms, "
+              f"completed then: {res['done_when_returned']};  the tensor was there after "
+              f"{res['arrived_after_ms']:.1f} ms, completed then: {res['done_after_wait']};  "
               f"received rank {res['received_from']}'s tensor; second wait() gives the same "
               f"tensor: {res['again']}")
 
 # %% [markdown]
-# `rotate_async` returns in a fraction of a millisecond, long before the 8 MiB have arrived (a
-# handle that is already completed when it comes back means the call waited: look for a `wait()`
-# inside `rotate_async`). Between the two moments, the rank is free to compute.
+# Look at rank 1. Its `rotate_async` returns in a fraction of a millisecond and its handle is not
+# completed: it cannot be, rank 0 had not sent yet. Its tensor is there about 200 ms later, when
+# rank 0 sends. A handle that is already completed when it comes back there means the call
+# waited: look for a `wait()` inside `rotate_async`. Between the two moments, the rank is free
+# to compute. Rank 0, the late one, finds its peer ready: its own transfer may finish at once
+# (on a GPU, an NVLink copy of 8 MiB takes microseconds), which says nothing about waiting.
+#
+# Why the untimed first rotation? NCCL connects two ranks at their first transfer, and that
+# setup blocks the calling rank until its peer takes part. On a GPU the first `rotate_async` of
+# a fresh group may therefore return late, in any correct implementation. The checker connects
+# the ring the same way before its `rotate_async` check holds a rank back.
 #
 # ## 3. Task E4.3 · Ring all-gather from rotations: `ring_all_gather`
 #
@@ -201,8 +213,10 @@ if out is not None:
 
 # %%
 from rtp_course.checker import check
+from rtp_course.notebook import where_checks_run
 
-report = check("rotation")          # local CPU run: world sizes 1, 2, 3 and 4
+print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo
+report = check("rotation")          # world sizes 1, 2, 3 and 4
 
 # %% [markdown]
 # On a cluster, the same check on GPUs through Slurm (notebook 01, section 5): set `USE_SLURM`.
@@ -281,6 +295,11 @@ if out is not None:
 #   CI machine shared with others), transfer and compute slow each other down and the gain
 #   shrinks; compute bars get longer in the overlapped run. On GPUs, NCCL moves the bytes over
 #   NVLink or the network on its own stream, and the overlap is close to free.
+# * What a GPU shows: the host only queues kernels there, and NCCL's `wait()` returns at once
+#   (it makes the compute stream wait for the transfer's stream). So on a GPU the recording
+#   synchronizes the GPU at the end of every region: a blue bar lasts until its kernels are done,
+#   a red one as long as the GPU would stall for the transfer. Over NVLink a 2 MiB shard moves
+#   in tens of microseconds, so the demo picks few products per shard and the bars are short.
 # * Timings at the millisecond scale are noisy. The demo keeps the fastest of three passes of
 #   each loop; run the cell again and the details change, the shape does not.
 # * Overlap hides communication only if there is enough compute to hide it behind. For a layer

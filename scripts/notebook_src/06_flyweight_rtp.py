@@ -45,6 +45,7 @@ import matplotlib.pyplot as plt
 from rtp_course.notebook import diagrams, plots, timeline, trace
 from rtp_course.training.bench import CATEGORIES
 from rtp_course.checker import check
+from rtp_course.notebook import where_checks_run
 from rtp_course.notebook.demos import rtp as demo
 from rtp_course.notebook.demos import run_demo, show_source
 from rtp_course.course.impl import default_impl
@@ -190,6 +191,12 @@ if out is not None:
 # accumulators (green) travel (more traffic). Where a transfer outlasts the compute, the red
 # hatches show the wait.
 #
+# On GPUs the host only queues kernels, and NCCL's `wait()` returns at once: it makes the
+# compute stream wait for the transfer's stream. So there the recording synchronizes the GPU at
+# the end of every region (`rtp_course/notebook/trace.py`): a blue bar lasts until its kernels
+# are done, and a red one as long as the GPU would stall for the transfer. With NVLink a
+# 1024 x 1024 shard moves in a few microseconds: expect thin orange bars, under the blue ones.
+#
 # ## 3. Task E5.2 · The whole model: `RotatedTensorParallel`
 #
 # **Your task.** Implement `RotatedTensorParallel(model, group=None)`:
@@ -236,7 +243,10 @@ against_ddp("cnn")
 
 # %% [markdown]
 # The losses agree to rounding, and the gathered weights match DDP's to about $10^{-5}$: Adam
-# amplifies last-digit differences of near-zero gradients (notebook 02, section 6).
+# amplifies last-digit differences of near-zero gradients (notebook 02, section 6). On a recent
+# GPU, cuDNN computes fp32 convolutions in TF32 by default (a 10-bit mantissa), which would make
+# this about $10^{-3}$ for two correct implementations: `train_against_ddp` turns TF32 off for
+# the comparison (`demo.without_tf32`), so a GPU shows the same $10^{-5}$.
 #
 # ## 4. The transformer LM
 #
@@ -257,7 +267,8 @@ against_ddp("lm")
 # the two ring neighbours carry weights, the received shards held at once, and the per-rank memory.
 
 # %%
-report = check("flyweight")          # local CPU run: world sizes 1, 2, 3 and 4
+print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo
+report = check("flyweight")          # world sizes 1, 2, 3 and 4
 
 # %% [markdown]
 # On a cluster, the same check on GPUs through Slurm (notebook 01, section 5): set `USE_SLURM`.
@@ -315,7 +326,8 @@ cnn_rows = memory_and_time("cnn", batch_size=16)
 # buckets are a flat copy of all gradients; FSDP gathers `fc1` whole before using it; RTP, in
 # backward, holds up to three *halves* of `fc1` at once (the weight shard in hand, the one
 # arriving, and a travelling gradient accumulator). On 2 ranks a shard is half the layer, so RTP's
-# buffers are the largest here. They shrink as $1/N$; FSDP's gathered unit does not.
+# buffers can come close to FSDP's whole gathered `fc1` (compare the communication column above:
+# how close depends on the design, section 7). They shrink as $1/N$; FSDP's gathered unit does not.
 #
 # Now the transformer LM (4 decoder layers, width 256, vocabulary 2048: the benchmark's default),
 # whose weights are spread over many layers, as in real models:

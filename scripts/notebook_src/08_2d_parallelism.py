@@ -32,6 +32,7 @@ import matplotlib.pyplot as plt
 
 from rtp_course.notebook import diagrams, plots
 from rtp_course.checker import check
+from rtp_course.notebook import where_checks_run
 from rtp_course.notebook.demos import run_demo, show_source
 from rtp_course.notebook.demos import twod as demo
 from rtp_course.course.impl import default_impl
@@ -178,7 +179,8 @@ plt.show()
 # of 4 ranks and the GPT-like language model.
 
 # %%
-report = check("groups")          # local CPU run: world sizes 2 and 4
+print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo
+report = check("groups")          # world sizes 2 and 4
 
 # %% [markdown]
 # On a cluster, the same check on GPUs through Slurm (notebook 01, section 5): set `USE_SLURM`.

@@ -79,3 +79,24 @@ def traced_rotation(rank, world_size):
         tr.wait(handle, "shard")
         works[0].wait()
     return {"intervals": [tuple(i) for i in tr.intervals()], "events": tr.events()}
+
+
+def draw_own_inputs(rank, world_size, check_id):
+    """A checker rank's view of its inputs: it holds no key, and asks the parent for its own."""
+    from rtp_course.checker import channel, inputs
+    from rtp_course.checker.common import randn
+    from rtp_course.runtime.launcher import own_channel
+    channel.connect(own_channel())
+    inputs.enter_rank(rank, channel.ask)
+    inputs.enter_check(check_id, 0)
+    out = {"mine": randn(5, 3, owner=rank), "shared": randn(5, 3),
+           "pair": randn(6, 3, owner=(1, 0))}
+    for what, fn in (("other", lambda: randn(6, 3, owner=1 - rank)),
+                     ("key", lambda: inputs.owner_key(rank)),
+                     ("seed", lambda: inputs.seed(5, owner=rank))):
+        try:
+            fn()
+            out[what] = "drawn"
+        except inputs.NotYourInput as e:
+            out[what] = str(e)
+    return out

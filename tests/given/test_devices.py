@@ -48,10 +48,10 @@ def test_the_warm_servers_work_touches_no_cuda():
         import torch
         from rtp_course.runtime import devices
         devices.forbid_cuda("the warm check server")
-        from rtp_course.checker import common, engine
+        from rtp_course.checker import common, judging
         common.manual_seed(3)
-        engine.precompute_expectations()
-        print("ok", len(engine._PRECOMPUTED))
+        judging.precompute_expectations()
+        print("ok", len(judging.PRECOMPUTED))
     """)
     assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]
 
@@ -76,6 +76,55 @@ def test_a_rank_without_a_gpu_of_its_own_is_told_what_to_ask_slurm_for(monkeypat
     with pytest.raises(RuntimeError, match=r"local rank 3 has no GPU of its own: this process "
                                            r"sees 2 GPU\(s\).*--gpus-per-task=1"):
         devices.local_device(3)
+
+
+@pytest.mark.parametrize("tasks_per_node, node, local_rank", [
+    ({"SLURM_TASKS_PER_NODE": "4"}, "0", 2), ({"SLURM_TASKS_PER_NODE": "4(x2)"}, "1", 3),
+    ({"SLURM_NTASKS_PER_NODE": "4"}, "0", 1), ({"SLURM_STEP_TASKS_PER_NODE": "2,4"}, "1", 3)])
+def test_srun_tasks_with_two_gpus_each_take_their_first(monkeypatch, tasks_per_node, node,
+                                                       local_rank):
+    """srun --gpus-per-task=2 binds two GPUs to each task (CUDA_VISIBLE_DEVICES holds its own
+    two): every task's rank takes the first. The old mapping raised 'local rank 2 has no GPU
+    of its own' from local rank 2 on, and gave local rank 1 its task's second GPU."""
+    for k in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE",
+              "SLURM_TASKS_PER_NODE", devices.SHARE):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_GPUS_PER_TASK", "2")
+    monkeypatch.setenv("SLURM_NODEID", node)
+    for k, v in tasks_per_node.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    assert devices.local_device(local_rank) == torch.device("cuda", 0)
+
+
+def test_ranks_that_see_every_gpu_of_the_node_keep_their_own(monkeypatch):
+    """torchrun on a node of 4 GPUs (LOCAL_WORLD_SIZE=4): local rank r takes GPU r (as before:
+    the new per-task rule must not catch the batch step's SLURM_GPUS_PER_TASK)."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("SLURM_GPUS_PER_TASK", "1")       # the batch step's, seen by torchrun
+    monkeypatch.delenv("RTP_COURSE_SHARE_GPU", raising=False)
+    monkeypatch.setattr(devices, "gpu_count", lambda: 4)
+    assert [devices.local_device(r).index for r in range(4)] == [0, 1, 2, 3]
+
+
+def test_sharing_one_gpu_is_an_explicit_opt_in_with_a_host_id_per_rank(monkeypatch):
+    """RTP_COURSE_SHARE_GPU=1 (scripts/gpu_proof.sh): 4 ranks per GPU pass the launcher's
+    count, all map onto the one GPU, and each rank gets its own NCCL host id and loopback
+    sockets; without it nothing changes. The old launcher refused a second rank."""
+    monkeypatch.setattr(devices, "_count", lambda visible: 1)
+    monkeypatch.delenv(devices.SHARE, raising=False)
+    assert devices.gpu_count() == 1 and devices.shared_gpu_environment(1, "nccl") == {}
+    with pytest.raises(launcher.LaunchError):
+        launcher.validate(2, "nccl")
+    monkeypatch.setenv(devices.SHARE, "1")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "eth0")      # the user's own setting is kept
+    launcher.validate(4, "nccl")
+    assert devices.physical_gpu_count() == 1
+    assert [devices.local_device(r, 4).index for r in range(4)] == [0, 0, 0, 0]
+    env = devices.shared_gpu_environment(3, "nccl")
+    assert env["NCCL_HOSTID"] == "rank-3" and "NCCL_SOCKET_IFNAME" not in env
+    assert env["NCCL_P2P_DISABLE"] == env["NCCL_SHM_DISABLE"] == "1"
+    assert devices.shared_gpu_environment(3, "gloo") == {}
 
 
 def test_nccl_with_fewer_gpus_than_ranks_refuses_in_one_sentence(monkeypatch):
@@ -105,7 +154,8 @@ def test_nccl_communicators_are_created_eagerly_on_the_ranks_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.setdefault("set_device", d))
     monkeypatch.setattr(launcher.dist, "init_process_group",
                         lambda backend, **kw: calls.update(backend=backend, **kw))
-    device = launcher._init_group("nccl", None, 1, 2, 1, 30.0, ranks_on_node=2)
+    from rtp_course.runtime import rank
+    device = rank._init_group("nccl", None, 1, 2, 1, 30.0, ranks_on_node=2)
     assert device == torch.device("cuda", 1) == calls["device_id"] == calls["set_device"]
     assert calls["backend"] == "nccl" and calls["timeout"] == datetime.timedelta(seconds=30)
 
@@ -157,10 +207,10 @@ def test_groups_made_during_a_check_are_destroyed_with_it():
 
 def test_checker_ranks_on_nccl_block_the_host_in_wait(monkeypatch):
     """TORCH_NCCL_BLOCKING_WAIT=1: a stuck transfer is seen in the wait() the status names."""
-    from rtp_course.checker import engine
+    from rtp_course.checker import engine, group
     seen = {}
     monkeypatch.setattr(devices, "gpu_count", lambda: 4)
-    monkeypatch.setattr(engine, "launch", lambda *a, **kw: seen.update(kw) or [])
+    monkeypatch.setattr(group, "launch", lambda *a, **kw: seen.update(kw) or [])
     engine.run(["comm"], world_sizes=(2,), backend="nccl", only=["Duplication"])
     assert seen["backend"] == "nccl" and seen["env"]["TORCH_NCCL_BLOCKING_WAIT"] == "1"
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from rtp_course.checker import inputs
+from rtp_course.checker import channel, inputs
 from rtp_course.checker.common import randn
 
 
@@ -11,30 +11,43 @@ def fresh_parent(monkeypatch):
     """A parent process with a master key of its own, restored afterwards."""
     monkeypatch.setattr(inputs, "_master", None)
     monkeypatch.setattr(inputs, "_rank", None)
-    monkeypatch.setattr(inputs, "_rank_keys", {})
+    monkeypatch.setattr(inputs, "_ask", None)
+    monkeypatch.setattr(channel, "_LINK", None)
 
 
-def test_a_rank_draws_what_the_parent_draws_for_it_and_nothing_else(tmp_path, fresh_parent):
-    mine, shared, pair = randn(5, 3, owner=2), randn(5, 3), randn(6, 3, owner=(2, 3))
-    inputs.write_rank_keys(tmp_path, 4)
-    inputs.enter_rank(2, tmp_path)
-    assert torch.equal(randn(5, 3, owner=2), mine)
-    assert torch.equal(randn(5, 3), shared)
-    assert torch.equal(randn(6, 3, owner=(3, 2)), pair)        # a set, in any order
-    for owner in (1, (0, 1), (0, 1, 3)):
-        with pytest.raises(inputs.NotYourInput, match="only they and the checker hold"):
-            randn(6, 3, owner=owner)
-    with pytest.raises(inputs.NotYourInput):
-        inputs.owner_key(2)                    # the master is not there to derive from
+class _Check:
+    id, owned = "comm.AllReduce", ()
 
 
-def test_key_files_hold_only_the_sets_of_their_rank_and_are_deleted(tmp_path, fresh_parent):
-    inputs.write_rank_keys(tmp_path, 4)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"key.{r}" for r in range(4)]
-    assert all(p.stat().st_mode & 0o777 == 0o600 for p in tmp_path.iterdir())
-    inputs.enter_rank(1, tmp_path)
-    assert not (tmp_path / "key.1").exists() and (tmp_path / "key.0").exists()
-    assert len(inputs._rank_keys) == 8 and all("1" in k.split(",") for k in inputs._rank_keys)
+def test_a_rank_gets_over_its_channel_what_the_parent_draws_for_it_and_nothing_else(
+        fresh_parent):
+    """A rank holds no key: its own data comes as values from the parent's channel server
+    (checker/channel.py), which serves a rank only the data of sets it belongs to."""
+    from launch_targets import draw_own_inputs
+    from rtp_course.runtime.launcher import launch
+    server = channel.Server(2, inputs.Provider(2, [_Check()], urgent=None)).start()
+    try:
+        got = launch(draw_own_inputs, 2, args=(_Check.id,), channels=server, timeout=60)
+    finally:
+        server.stop()
+    with inputs.scope(_Check.id):
+        for r in range(2):
+            assert torch.equal(got[r]["mine"], randn(5, 3, owner=r))
+            assert torch.equal(got[r]["pair"], randn(6, 3, owner=(0, 1)))  # a set, any order
+            assert torch.equal(got[r]["shared"], randn(5, 3))
+            assert "only they and the checker hold" in got[r]["other"]
+            assert got[r]["key"] != "drawn" and "holds no key" in got[r]["seed"]
+
+
+def test_the_parent_refuses_a_rank_the_data_of_another(fresh_parent):
+    """What a rank asks is the rank's word: the parent checks whose channel asks."""
+    provider = inputs.Provider(4, [_Check()], urgent=None)
+    with pytest.raises(ValueError, match="a rank gets only its own"):
+        provider.serve(1, {"what": "randn", "seed": 5, "shape": [2], "owner": [2],
+                           "dtype": "float64"}, 0)
+    with pytest.raises(ValueError, match="in the check a rank is in|inputs are served"):
+        provider.serve(1, {"what": "randn", "seed": 5, "shape": [2], "owner": [1],
+                           "dtype": "float64"}, 7)
 
 
 def test_every_run_draws_other_data(fresh_parent, monkeypatch):

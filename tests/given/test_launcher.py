@@ -7,7 +7,8 @@ import psutil
 import pytest
 
 import launch_targets as t
-from rtp_course.runtime.launcher import LaunchError, RankFailed, RankHung, env_rank_info, launch
+from rtp_course.runtime.launcher import LaunchError, RankFailed, RankHung, launch
+from rtp_course.runtime.torchrun import env_rank_info
 
 
 HELPERS = ("multiprocessing.forkserver", "multiprocessing.resource_tracker", "rtp_course.runtime.reaper")

@@ -11,16 +11,30 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _name(req: str) -> str:
-    return re.split(r"[<>=!\[ ]", req.strip(), maxsplit=1)[0].lower()
+    return re.split(r"[<>=!~\[ ]", req.strip(), maxsplit=1)[0].lower()
 
 
-def test_environment_yml_matches_pyproject():
+def test_environment_yml_installs_what_pyproject_asks_for():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    wanted = {_name(r): r for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    listed = {_name(r) for r in pip if not r.startswith("-e")}
-    assert listed == wanted, f"only in environment.yml: {listed - wanted}; only in pyproject: {wanted - listed}"
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    got = {_name(r): r for r in pip if not r.startswith("-e")}
+    assert "-e ." in pip
+    assert set(got) == set(wanted), (set(got) ^ set(wanted))
+    for name, req in wanted.items():
+        if name != "torch":
+            assert got[name].replace(" ", "") == req.replace(" ", ""), (got[name], req)
+    pinned = re.fullmatch(r"torch==(\d+)\.(\d+)\.\d+", got["torch"])
+    bounds = re.fullmatch(r"torch>=(\d+)\.(\d+),<(\d+)\.(\d+)", wanted["torch"])
+    low, high = (int(bounds[1]), int(bounds[2])), (int(bounds[3]), int(bounds[4]))
+    assert low <= (int(pinned[1]), int(pinned[2])) < high, got["torch"]
+
+
+def test_environment_yml_cites_only_files_that_exist():
+    text = (ROOT / "environment.yml").read_text()
+    for cited in re.findall(r"tests/[\w/]+\.py", text):
+        assert (ROOT / cited).is_file(), cited
 
 
 def test_cli_lists_the_spec_subcommands():

@@ -5,9 +5,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rtp_course.checker.common import mlp, named_grads, seeded
+from rtp_course.checker.common import named_grads
 from rtp_course.checker.public import data_parallel as pub
-from rtp_course.checker.registry import Bound, Check, CommRule
+from rtp_course.checker.registry import Check
 
 
 class WithUnusedParameter(nn.Module):
@@ -76,40 +76,3 @@ class DataParallelThreeSteps(pub.DataParallelWrapper):
 
     def data_seed_of(self, ctx):
         return self.data_seed
-
-
-class AverageGradientsSubgroups(Check):
-    """Two independent data-parallel pairs, ranks {0,1} and {2,3}, each with its own data:
-    average_gradients must average over `group` only."""
-    exercise, name, hidden = "data_parallel", "average_gradients_subgroups", True
-    tolerance = pub.TIGHT
-    world_sizes = (4,)
-    hints = {"backward/grad": "average over the ranks of `group` only: all_reduce(p.grad, "
-                              "group=group), then divide by dist.get_world_size(group)",
-             "step": "each pair trains its own model: every collective and the world size "
-                     "must use `group`"}
-
-    def run(self, ctx):
-        group = [ctx.new_group([0, 1]), ctx.new_group([2, 3])][ctx.rank // 2]
-        pair = ctx.rank // 2
-        model = seeded(mlp, 0).to(ctx.device)
-        x, y = (ctx.to(t) for t in pub.own_batch(0, ctx.rank, 2, 50 * pair))
-        F.mse_loss(model(x), y).backward()
-        with ctx.phase("backward"):
-            ctx.impl.data_parallel.average_gradients(model, group=group)
-        for n, g in named_grads(model).items():
-            ctx.record(f"backward/grad {n}", g)
-
-    def expected(self, world_size):
-        exp = {}
-        for r in range(world_size):
-            pair = r // 2
-            serial = pub.serial_run(0, (2 * pair, 2 * pair + 1), data_seed=50 * pair)
-            exp[r] = {k: v for k, v in pub.expected_for(serial, r % 2, 2, with_init=False).items()
-                      if k.startswith("backward/")}
-        return exp
-
-    def comm_rules(self, world_size):
-        return [CommRule("backward", "collective", Bound(1, pub.N_PARAMS),
-                         "rule 'Communication': one all-reduce per parameter over `group` "
-                         "(or fewer, flattened)")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from rtp_course.checker.common import randn
+from rtp_course.checker.public.tensor_parallel_harness import raises
 from rtp_course.checker.registry import Check, CommRule
 
 SHAPE = (12, 12, 12)  # every dim divisible by 1, 2, 3 and 4
@@ -28,9 +29,19 @@ def g_rank(rank, shape=SHAPE, seed=3):  # a per-rank upstream gradient, rank's o
 
 
 CONTIGUOUS = "the gradient backward returned is contiguous"
+KEPT = "output after the later calls"     # a buffer kept for the next call shows here
+
+
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a non-contiguous view (strides of a transpose), as activations
+    often arrive: rule 'Contiguity' asks for a contiguous copy before a collective."""
+    return t.transpose(0, 2).contiguous().transpose(0, 2)
 
 
 class _FunctionCheck(Check):
+    """Every call's forward first, then their backwards in order: a function called again
+    before the first call's backward (as a model does with two inputs) must keep its state
+    in ctx, not on the class; the first output must not change under the later calls."""
     exercise = "comm"
     fn_name = ""          # function form in the module, e.g. "duplicate"
     contiguous_grad = False   # the stub states that backward returns a contiguous gradient
@@ -40,26 +51,37 @@ class _FunctionCheck(Check):
         fn = getattr(mod, self.fn_name)
         return fn(x, group=group) if dim is None else fn(x, dim=dim, group=group)
 
-    def input(self, rank, world_size, dim):
+    def calls(self):
+        """[(tag, dim, variant)]: one call per dim; a function without dim is called twice."""
+        if self.dims == (None,):
+            return [("", None, 0), (" (second call)", None, 1)]
+        return [(f" dim={dim}", dim, 0) for dim in self.dims]
+
+    def input(self, rank, world_size, dim, variant=0):
         raise NotImplementedError
+
+    def upstream(self, rank, world_size, shape, variant=0):
+        return g_rank(rank, shape)
 
     def out_shape(self, world_size, dim):
         return SHAPE
 
     def run(self, ctx):
-        mod = ctx.impl.comm
-        for dim in self.dims:
-            tag = "" if dim is None else f" dim={dim}"
-            x0 = ctx.to(self.input(ctx.rank, ctx.world_size, dim))
-            x = x0.clone().requires_grad_(True)
+        mod, outs = ctx.impl.comm, []
+        for tag, dim, variant in self.calls():
+            x = ctx.to(self.input(ctx.rank, ctx.world_size, dim, variant)).clone()
+            x.requires_grad_(True)          # a clone keeps a transposed input's strides
             with ctx.phase("forward"):
                 y = self.call(mod, x, dim, ctx.group)
             ctx.record(f"forward/output{tag}", y)
             ctx.record(f"forward/input after{tag}", x)
+            outs.append((tag, dim, variant, x, y))
+        ctx.record(f"forward/{KEPT}", outs[0][4])
+        for tag, dim, variant, x, y in outs:
             shape = self.out_shape(ctx.world_size, dim)
-            if tuple(y.shape) != shape:
+            if not isinstance(y, torch.Tensor) or tuple(y.shape) != shape:
                 continue  # the verdict reports the forward shape; backward would only add noise
-            g = ctx.to(g_rank(ctx.rank, shape))
+            g = ctx.to(self.upstream(ctx.rank, ctx.world_size, shape, variant))
             g_copy = g.clone()
             returned = []   # what backward returned for x, before autograd accumulates it
             if self.contiguous_grad:
@@ -76,24 +98,30 @@ class _FunctionCheck(Check):
         exp = {}
         for r in range(world_size):
             e = {}
-            for dim in self.dims:
-                tag = "" if dim is None else f" dim={dim}"
-                out, grad = self.serial(r, world_size, dim)
+            for i, (tag, dim, variant) in enumerate(self.calls()):
+                out, grad = self.serial(r, world_size, dim, variant)
                 if self.contiguous_grad:
                     e[f"backward/{CONTIGUOUS}{tag}"] = True
                 e[f"forward/output{tag}"] = out
-                e[f"forward/input after{tag}"] = self.input(r, world_size, dim)
+                if i == 0:
+                    e[f"forward/{KEPT}"] = out
+                e[f"forward/input after{tag}"] = self.input(r, world_size, dim, variant)
                 e[f"backward/grad input{tag}"] = grad
-                e[f"backward/upstream grad after{tag}"] = g_rank(r, self.out_shape(world_size, dim))
+                e[f"backward/upstream grad after{tag}"] = self.upstream(
+                    r, world_size, self.out_shape(world_size, dim), variant)
             exp[r] = e
         return exp
 
     hints = {
-        "forward/input after": "rule 'Never modify the caller's tensor': forward changed its "
-                               "input in place; communicate on a copy (x.clone())",
-        "backward/upstream grad after": "rule 'Never modify the caller's tensor' (the same holds "
-                                        "for grad_output): backward changed the incoming "
-                                        "gradient in place; all-reduce a clone of grad_output",
+        "forward/input after": "rule 'New tensors': forward changed its input in place; "
+                               "communicate on a copy (x.clone())",
+        f"forward/{KEPT}": "rule 'New tensors': the first call's output changed when the "
+                           "function was called again: each call returns a tensor of its "
+                           "own, never a buffer kept (on the class, in a global) for the next "
+                           "call",
+        "backward/upstream grad after": "rule 'New tensors' (the same holds for grad_output): "
+                                        "backward changed the incoming gradient in place; "
+                                        "all-reduce a clone of grad_output",
     }
 
 
@@ -105,18 +133,25 @@ class DuplicationCheck(_FunctionCheck):
                                "each rank's copy of x fed a different shard, so dL/dx is the sum",
     })
 
-    def input(self, rank, world_size, dim):
-        return x_same()
+    def input(self, rank, world_size, dim, variant=0):
+        return x_same(1 + variant)
 
-    def serial(self, r, w, dim):
-        return x_same(), sum(g_rank(q) for q in range(w))
+    def upstream(self, rank, world_size, shape, variant=0):
+        """The second call's upstream gradient is zero on the last rank: it all-reduces it
+        all the same (every rank makes the same calls, whatever its data)."""
+        g = g_rank(rank, shape, seed=3 + variant)
+        return g * 0 if variant and world_size > 1 and rank == world_size - 1 else g
+
+    def serial(self, r, w, dim, variant=0):
+        return x_same(1 + variant), sum(self.upstream(q, w, SHAPE, variant) for q in range(w))
 
     def comm_rules(self, w):
         if w == 1:
             return []
         return [CommRule("forward", "*", 0, "Duplication's forward is the identity: no communication"),
-                CommRule("backward", "all_reduce", 1, "Duplication's backward is one all-reduce"),
-                CommRule("backward", "*", 1, "Duplication's backward is one all-reduce and nothing else")]
+                CommRule("backward", "all_reduce", 2, "Duplication's backward is one all-reduce "
+                         "per call, also when this rank's gradient is zero"),
+                CommRule("backward", "*", 2, "Duplication's backward is one all-reduce and nothing else")]
 
 
 class AllReduceCheck(_FunctionCheck):
@@ -127,17 +162,23 @@ class AllReduceCheck(_FunctionCheck):
                                "rank's gradient already is the gradient of its partial sum",
     })
 
-    def input(self, rank, world_size, dim):
-        return x_rank(rank)
+    def input(self, rank, world_size, dim, variant=0):
+        """A plain tensor first; then a transposed view (rule 'Contiguity'), zero on the last
+        rank (it all-reduces it all the same)."""
+        if variant == 0:
+            return x_rank(rank)
+        x = transposed(x_rank(rank, seed=5))
+        return x * 0 if world_size > 1 and rank == world_size - 1 else x
 
-    def serial(self, r, w, dim):
-        return sum(x_rank(q) for q in range(w)), g_rank(r)
+    def serial(self, r, w, dim, variant=0):
+        return sum(self.input(q, w, dim, variant) for q in range(w)), g_rank(r)
 
     def comm_rules(self, w):
         if w == 1:
             return []
-        return [CommRule("forward", "all_reduce", 1, "AllReduce's forward is one all-reduce"),
-                CommRule("forward", "*", 1, "AllReduce's forward is one all-reduce and nothing else"),
+        return [CommRule("forward", "all_reduce", 2, "AllReduce's forward is one all-reduce per "
+                         "call, also when this rank's input is zero"),
+                CommRule("forward", "*", 2, "AllReduce's forward is one all-reduce and nothing else"),
                 CommRule("backward", "*", 0, "AllReduce's backward is the identity: no communication")]
 
 
@@ -156,7 +197,7 @@ class AllGatherCheck(_FunctionCheck):
                                "(rank r owns positions [r*n, (r+1)*n))",
     })
 
-    def input(self, rank, world_size, dim):
+    def input(self, rank, world_size, dim, variant=0):
         return x_rank(rank)
 
     def out_shape(self, w, dim):
@@ -164,7 +205,7 @@ class AllGatherCheck(_FunctionCheck):
         s[dim] *= w
         return tuple(s)
 
-    def serial(self, r, w, dim):
+    def serial(self, r, w, dim, variant=0):
         out = torch.cat([x_rank(q) for q in range(w)], dim=dim)
         return out, g_rank(r, self.out_shape(w, dim)).chunk(w, dim=dim)[r]
 
@@ -184,9 +225,12 @@ class SplitCheck(_FunctionCheck):
         "forward/output": "keep THIS rank's slice along `dim`: rank r keeps [r*n, (r+1)*n) with "
                           "n = size / world_size, using the rank within `group`",
         "backward/grad input": "backward all-gathers the slices' gradients along `dim` in rank order",
+        "uneven size": "rule 'Raises': S must be divisible by N; otherwise Split raises "
+                       "ValueError naming the sizes (the docstring), instead of dropping the "
+                       "last S % N entries",
     })
 
-    def input(self, rank, world_size, dim):
+    def input(self, rank, world_size, dim, variant=0):
         return x_same()
 
     def out_shape(self, w, dim):
@@ -194,10 +238,27 @@ class SplitCheck(_FunctionCheck):
         s[dim] //= w
         return tuple(s)
 
-    def serial(self, r, w, dim):
+    def serial(self, r, w, dim, variant=0):
         out = x_same().chunk(w, dim=dim)[r]
         grad = torch.cat([g_rank(q, self.out_shape(w, dim)) for q in range(w)], dim=dim)
         return out, grad
+
+    UNEVEN = "uneven size/Split of a size N does not divide raises"
+
+    def run(self, ctx):
+        super().run(ctx)
+        if ctx.world_size > 1:
+            x = ctx.to(randn(71, 3, 2 * ctx.world_size + 1))
+            with ctx.phase("uneven size"):
+                kind, _ = raises(lambda: ctx.impl.comm.Split.apply(x, -1, ctx.group))
+            ctx.record_value(self.UNEVEN, kind)
+
+    def expected(self, world_size):
+        exp = super().expected(world_size)
+        for e in exp.values():
+            if world_size > 1:
+                e[self.UNEVEN] = "ValueError"
+        return exp
 
     def comm_rules(self, w):
         if w == 1:

@@ -8,25 +8,22 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from rtp_course.checker.common import (global_randn, make_optimizer, mlp, named_grads,
                                        named_params, owned_module, randn, rank_slice, seeded)
+from rtp_course.checker.public.data_parallel_harness import (  # noqa: F401 - hidden checks'
+    N_PARAMS, OPTIMIZERS, PAIRS, ShiftedMLP, _FrozenAndSpare, group_rank, inner, pair_of,
+    step_rules)
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.runtime import commlog
 
 BATCH = 12          # divisible by 1, 2, 3 and 4
-OPTIMIZERS = ("sgd", "adam")
 STEPS = 2
-N_PARAMS = 4        # mlp(): two Linear layers
 NEVER_WAITED = "works started with async_op=True and never waited"
 # float64 MLPs and SGD/Adam on gradients that are never zero: a correct rank differs from
 # serial by ~1e-15, while a float32 buffer on the way rounds every entry by up to 6e-8, under
 # the default tolerance (1e-7, for checks with Adam noise) on some draws of the data.
 TIGHT = {torch.float64: (1e-10, 1e-12)}
-ONCE_PER_STEP = ("rule 'Communication': a training step all-reduces each gradient at most once "
-                 "(one all-reduce per parameter, or fewer with a flat buffer); hooks are "
-                 "registered once, in the constructor, not on every forward")
 
 
 def own_batch(step: int, owner: int, ranks: int, seed: int = 0):
@@ -72,6 +69,8 @@ def expected_for(serial: dict, rank: int, world_size: int, with_init: bool) -> d
         exp[f"init/{NEVER_WAITED}"] = []
         exp.update({f"init/{n}": t for n, t in serial["params"].items()})
     exp["forward/output"] = rank_slice(serial["output"], rank, world_size)
+    if with_init:
+        exp[f"backward/{NEVER_WAITED}"] = []
     exp.update({f"backward/grad {n}": g for n, g in serial["grads"].items()})
     for opt_name in OPTIMIZERS:
         for k in range(1, STEPS + 1):
@@ -134,7 +133,7 @@ class AverageGradients(Check):
                          "rule 'Communication': a backward all-reduces each gradient at most "
                          "once: one all-reduce per parameter (or fewer, if you flatten them into "
                          "one buffer) and nothing else (a reduce and a broadcast are two "
-                         "collectives)")] + _step_rules()
+                         "collectives)")] + step_rules()
 
 
 class DataParallelWrapper(Check):
@@ -149,9 +148,16 @@ class DataParallelWrapper(Check):
                  "parameters (and buffers) to every rank (dist.broadcast from the global rank "
                  "of group rank 0; with async_op=True, wait() on each work before returning)",
         "forward": "forward is the wrapped module's forward on this rank's own batch",
-        "backward/grad": "after loss.backward() the gradients must already be averaged over ranks: "
-                         "register a hook on each parameter (register_post_accumulate_grad_hook) "
-                         "that all-reduces and divides by the world size",
+        f"backward/{NEVER_WAITED}": "rule 'Communication': a work started with async_op=True "
+                                    "in backward (in a hook) was never waited: wait() on it "
+                                    "before backward returns (e.g. in a "
+                                    "torch.autograd.Variable._execution_engine.queue_callback, "
+                                    "or all_reduce without async_op), or the gradient may "
+                                    "still be changing when the optimizer reads it",
+        "backward/grad": "when loss.backward() returns, every .grad must already be the MEAN "
+                         "over the ranks of `group`: each parameter's gradient all-reduced "
+                         "(sum) once it is complete (a post-accumulate-grad hook fires then), "
+                         "divided by the group's world size, and every async work waited",
         "step": "the weights after the optimizer steps are wrong: gradients are averaged once "
                 "per backward (hooks registered once, a division by the world size of "
                 "`group`), and every async work (a broadcast or all_reduce with async_op=True) "
@@ -168,7 +174,7 @@ class DataParallelWrapper(Check):
     def run(self, ctx):
         dp = ctx.impl.data_parallel
         group = self.groups(ctx)
-        gsize = _group_rank(ctx, group)[1]
+        gsize = group_rank(ctx, group)[1]
         def build():   # different weights on every rank on purpose: its own key's
             return owned_module(self, "factory", self.seed_offset, ctx.rank).to(ctx.device)
         with ctx.phase("init"):
@@ -176,7 +182,7 @@ class DataParallelWrapper(Check):
         ctx.record_value(f"init/{NEVER_WAITED}", [
             f"{e.kind} at {e.where}" for e in commlog.events()
             if e.phase == "init" and not e.completed])
-        for n, p in named_params(_inner(model)).items():
+        for n, p in named_params(inner(model)).items():
             ctx.record(f"init/{n}", p)
         x, y = (ctx.to(t) for t in own_batch(0, ctx.rank, gsize, self.data_seed_of(ctx)))
         with ctx.phase("forward"):
@@ -185,7 +191,10 @@ class DataParallelWrapper(Check):
         ctx.record("forward/output", pred)
         with ctx.phase("backward"):
             loss.backward()
-        for n, g in named_grads(_inner(model)).items():
+        ctx.record_value(f"backward/{NEVER_WAITED}", [
+            f"{e.kind} at {e.where}" for e in commlog.events()
+            if e.phase == "backward" and not e.completed])
+        for n, g in named_grads(inner(model)).items():
             ctx.record(f"backward/grad {n}", g)
         for opt_name in OPTIMIZERS:
             with ctx.phase("init"):
@@ -198,7 +207,7 @@ class DataParallelWrapper(Check):
                                                           self.data_seed_of(ctx)))
                     F.mse_loss(model(x), y).backward()
                     opt.step()
-                for n, p in named_params(_inner(model)).items():
+                for n, p in named_params(inner(model)).items():
                     ctx.record(f"step{k} {opt_name}/{n}", p)
 
     def data_seed_of(self, ctx):
@@ -215,24 +224,12 @@ class DataParallelWrapper(Check):
         return [TORCH_DDP, CommRule("forward", "*", 0, "forward must not communicate: DDP only "
                          "communicates at construction and during backward"),
                 CommRule("init", "broadcast|collective", Bound(1, 64),
-                         "the constructor must broadcast rank 0's parameters")] + _step_rules()
-
-
-class ShiftedMLP(nn.Module):
-    """The check's MLP with its input shifted by a buffer drawn at construction: a buffer, not
-    a parameter, so only a constructor that broadcasts buffers too makes the ranks agree."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = mlp()
-        self.register_buffer("shift", torch.randn(8))
-
-    def forward(self, x):
-        return self.net(x + self.shift)
+                         "the constructor must broadcast rank 0's parameters")] + step_rules()
 
 
 class DataParallelBuffers(DataParallelWrapper):
-    """The rule 'parameters AND buffers': a module whose buffer differs on every rank."""
+    """Rule 'Results' (parameters AND buffers come from group rank 0): a module whose buffer
+    differs on every rank."""
     name = "DataParallel_buffers"
     factory = staticmethod(ShiftedMLP)
     hints = dict(DataParallelWrapper.hints)
@@ -241,24 +238,13 @@ class DataParallelBuffers(DataParallelWrapper):
                         "running statistics, fixed tables), from group rank 0")
 
 
-class _FrozenAndSpare(nn.Module):
-    """The check's MLP with its first layer frozen, and a `spare` layer forward never uses."""
-
-    def __init__(self):
-        super().__init__()
-        self.net = mlp()
-        self.net[0].requires_grad_(False)
-        self.spare = nn.Linear(6, 6)
-
-    def forward(self, x):
-        return self.net(x)
-
-
 class DataParallelFrozenAccumulated(Check):
     """The configurations real training uses: a frozen first layer (requires_grad=False: no
     hook can be registered on it, and it gets no gradient), a layer forward does not use (no
-    gradient, no hook call: nothing may wait for it), and gradients accumulated over two
-    backward passes without zero_grad (serial PyTorch sums them)."""
+    gradient, no hook call: nothing may wait for it), gradients accumulated over two backward
+    passes without zero_grad (serial PyTorch sums them), the second after two forwards, and
+    a last rank whose first loss is zero (its gradients are zero: it all-reduces them all the
+    same, or the others wait for it)."""
     exercise, name = "data_parallel", "DataParallel_frozen_accumulated"
     tolerance = TIGHT
     task = "E1.2"
@@ -276,6 +262,10 @@ class DataParallelFrozenAccumulated(Check):
                          "backward, average the gradient autograd accumulated (p.grad, in "
                          "place), never replace p.grad by the latest pass's alone, and never "
                          "wait for a parameter forward did not use (its hook never fires)",
+        "deadlock": "every rank makes the same collectives whatever its data: here the last "
+                    "rank's first loss is zero, so are its gradients, and it must all-reduce "
+                    "them all the same (a rank that skips a zero gradient leaves the others "
+                    "waiting)",
     }
 
     spare = staticmethod(_FrozenAndSpare)
@@ -284,16 +274,25 @@ class DataParallelFrozenAccumulated(Check):
     def build(self, seed, owner):
         return owned_module(self, "spare", seed, owner)
 
+    @staticmethod
+    def losses(model, k, rank, world, data):
+        """Pass k's loss on `rank`: zero on the last rank's first pass; two forwards in the
+        second. `data(seed, rank, world)` gives a batch and its targets."""
+        seeds = (10,) if k == 0 else (11, 12)
+        loss = sum(F.mse_loss(model(x), y) for x, y in (data(sd, rank, world) for sd in seeds))
+        return loss * 0 if k == 0 and world > 1 and rank == world - 1 else loss
+
     def run(self, ctx):
         dp = ctx.impl.data_parallel
         with ctx.phase("init"):
             model = dp.DataParallel(self.build(self.seed, ctx.rank).to(ctx.device),
                                     group=ctx.group)
+        data = lambda sd, r, w: (ctx.to(t) for t in own_batch(sd, r, w))  # noqa: E731
         for k in range(2):
-            x, y = (ctx.to(t) for t in own_batch(10 + k, ctx.rank, ctx.world_size))
+            loss = self.losses(model, k, ctx.rank, ctx.world_size, data)
             with ctx.phase(f"backward {k + 1}"):
-                F.mse_loss(model(x), y).backward()
-        for n, g in named_grads(_inner(model)).items():
+                loss.backward()
+        for n, g in named_grads(inner(model)).items():
             if n.startswith(("net.0.", "spare.")):
                 what = "frozen" if n.startswith("net.0.") else "unused"
                 ctx.record_value(f"{what}/{n} has no gradient", g is None)
@@ -302,9 +301,10 @@ class DataParallelFrozenAccumulated(Check):
 
     def expected(self, world_size):
         model = self.build(self.seed, 0)
-        for k in range(2):
-            x, y = batch(10 + k, range(world_size))
-            F.mse_loss(model(x), y).backward()
+        for k in range(2):      # the mean over ranks of each rank's loss: serial DDP
+            sum(self.losses(model, k, r, world_size, own_batch)
+                for r in range(world_size)).backward(torch.tensor(1.0 / world_size,
+                                                                  dtype=torch.float64))
         e = {}
         for n, g in named_grads(model).items():
             if n.startswith(("net.0.", "spare.")):
@@ -325,42 +325,64 @@ class DataParallelFrozenAccumulated(Check):
                          "may wait for it") for k in (1, 2)]
 
 
-class DataParallelSubgroups(DataParallelWrapper):
-    """Two independent data-parallel groups, ranks {0,1} and {2,3}: `group` must be honoured."""
-    name = "DataParallel_subgroups"
+class AverageGradientsSubgroups(Check):
+    """Two independent data-parallel pairs, ranks {0, 2} and {1, 3}, each with its own data:
+    average_gradients must average over `group` only (not over the world, nor over ranks
+    assumed consecutive)."""
+    exercise, name = "data_parallel", "average_gradients_subgroups"
+    tolerance = TIGHT
     world_sizes = (4,)
-    hints = dict(DataParallelWrapper.hints)
-    hints["init/"] = ("the broadcast source is group rank 0, whose GLOBAL rank is "
-                      "dist.get_global_rank(group, 0): rank 2 for the group {2, 3}")
+    hints = {"backward/grad": "average over the ranks of `group` only: all_reduce(p.grad, "
+                              "group=group), then divide by dist.get_world_size(group)"}
 
-    def groups(self, ctx):
-        pairs = [ctx.new_group([0, 1]), ctx.new_group([2, 3])]
-        return pairs[ctx.rank // 2]
-
-    def data_seed_of(self, ctx):
-        return 50 * (ctx.rank // 2)
+    def run(self, ctx):
+        group = [ctx.new_group(m) for m in PAIRS][ctx.rank % 2]
+        model = seeded(mlp, 0).to(ctx.device)
+        x, y = (ctx.to(t) for t in own_batch(0, ctx.rank, 2))
+        F.mse_loss(model(x), y).backward()
+        with ctx.phase("backward"):
+            ctx.impl.data_parallel.average_gradients(model, group=group)
+        for n, g in named_grads(model).items():
+            ctx.record(f"backward/grad {n}", g)
 
     def expected(self, world_size):
         exp = {}
         for r in range(world_size):
-            pair = r // 2
-            serial = serial_run(self.seed_offset, (2 * pair, 2 * pair + 1), data_seed=50 * pair,
-                                init_owner=2 * pair)
-            exp[r] = expected_for(serial, r % 2, 2, with_init=True)
+            serial = serial_run(0, pair_of(r))
+            exp[r] = {k: v for k, v in expected_for(serial, pair_of(r).index(r), 2,
+                                                    with_init=False).items()
+                      if k.startswith("backward/")}
         return exp
 
-
-def _step_rules(steps: int = 3) -> list:
-    """At most one all-reduce per parameter in each training step (steps that a check does not
-    run see no call, which the bound allows)."""
-    return [CommRule(f"step{k} {opt}", "collective", Bound(high=N_PARAMS), ONCE_PER_STEP)
-            for k in range(1, steps + 1) for opt in OPTIMIZERS]
+    def comm_rules(self, world_size):
+        return {r: [CommRule("backward", "collective", Bound(1, N_PARAMS),
+                             "one all-reduce per parameter over `group` (or fewer, flattened)",
+                             members=tuple(pair_of(r)))] for r in range(world_size)}
 
 
-def _inner(model):
-    return getattr(model, "module", model)
+class DataParallelSubgroups(DataParallelWrapper):
+    """Two independent data-parallel groups, ranks {0, 2} and {1, 3}: `group` must be
+    honoured, and its ranks are not consecutive."""
+    name = "DataParallel_subgroups"
+    world_sizes = (4,)
+    hints = dict(DataParallelWrapper.hints)
+    hints["init/"] = hints["error/init"] = (
+        "the broadcast source is group rank 0, whose GLOBAL rank is dist.get_global_rank(group, "
+        "0): rank 1 for the group {1, 3} (the group's ranks need not be consecutive)")
 
+    def groups(self, ctx):
+        return [ctx.new_group(m) for m in PAIRS][ctx.rank % 2]
 
-def _group_rank(ctx, group):
-    import torch.distributed as dist
-    return dist.get_rank(group), dist.get_world_size(group)
+    def expected(self, world_size):
+        exp = {}
+        for r in range(world_size):
+            pair = pair_of(r)
+            serial = serial_run(self.seed_offset, pair, data_seed=self.data_seed,
+                                init_owner=pair[0])
+            exp[r] = expected_for(serial, pair.index(r), 2, with_init=True)
+        return exp
+
+    def comm_rules(self, world_size):
+        rules = super().comm_rules(world_size)
+        return {r: [CommRule(x.phase, x.kind, x.count, x.hint, members=tuple(pair_of(r)))
+                    if x.kind == "collective" else x for x in rules] for r in range(world_size)}

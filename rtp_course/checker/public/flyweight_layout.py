@@ -67,10 +67,17 @@ def cut(full: torch.Tensor, dim: int, spans) -> torch.Tensor:
     return torch.cat([full.narrow(dim, a, b - a) for a, b in spans], dim)
 
 
-def upstream(step: int, rank: int, shape, dtype) -> torch.Tensor:
+def upstream(step: int, rank: int, shape, dtype, zero: bool = False) -> torch.Tensor:
     """dL/d output of global rank `rank` at `step` (the loss is (output * upstream).sum()),
-    drawn from that rank's own key (checker.inputs)."""
-    return randn(5000 + 10 * step, *shape, owner=rank).to(dtype)
+    drawn from that rank's own key (checker.inputs); `zero`: a rank whose data happen to give
+    a zero gradient (it communicates all the same)."""
+    g = randn(5000 + 10 * step, *shape, owner=rank).to(dtype)
+    return g * 0 if zero else g
+
+
+def zero_upstream(check, step: int, group_rank: int, world: int) -> bool:
+    """Whether this rank's upstream is zero: the last rank's, at step 1, where the check asks."""
+    return check.zero_last_rank and step == 1 and world > 1 and group_rank == world - 1
 
 
 def _clone(named) -> dict:
@@ -100,7 +107,8 @@ def _train(check, members: list) -> dict:
         torch.random.default_generator.manual_seed(inputs.seed(0, owner=members[0]))
         model = check.build().to(dtype)
     tr = {"layers": sharded_layers(model), "init": _clone(model.named_parameters()),
-          "state0": _clone(model.state_dict().items())}
+          "state0": _clone(model.state_dict().items()),
+          "frozen": sorted(n for n, p in model.named_parameters() if not p.requires_grad)}
     tr["modules"] = {mod: model.get_submodule(mod) for mod in tr["layers"]}
     step = 0
     for opt_name, count in check.opt_steps:
@@ -114,7 +122,8 @@ def _train(check, members: list) -> dict:
                 xs = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
                 model.zero_grad(set_to_none=True)
                 out = check.call(model, xs)
-                (out * upstream(step, members[q], out.shape, dtype)).sum().backward()
+                (out * upstream(step, members[q], out.shape, dtype,
+                                zero_upstream(check, step, q, world))).sum().backward()
                 for n, p in model.named_parameters():
                     if p.grad is not None:
                         grads[n] += p.grad / world
@@ -131,9 +140,20 @@ def _train(check, members: list) -> dict:
     return tr
 
 
-def _shard_bytes(tr, mod, index, world, elsize) -> int:
+def initial_model(check, members) -> nn.Module:
+    """The serial model as the group of global ranks `members` starts it (its first's weights)."""
+    tr = serial_trace(check, members)
+    with torch.random.fork_rng(devices=[]):
+        model = check.build().to(getattr(torch, check.dtype))
+    model.load_state_dict(tr["state0"])
+    return model
+
+
+def _shard_bytes(tr, mod, index, world, elsize, trainable_only=False) -> int:
     m, total = tr["modules"][mod], 0
     for key, (dim, spans) in shard_slices(m, index, world).items():
+        if trainable_only and (f"{mod}.{key}" if mod else key) in tr["frozen"]:
+            continue
         shape = list(m.get_parameter(key).shape)
         shape[dim] = sum(b - a for a, b in spans)
         total += torch.Size(shape).numel() * elsize
@@ -148,7 +168,10 @@ def byte_plan(check, members, rank: int) -> dict:
               for mod in tr["layers"]}
     sharded = {f"{mod}.{k}" if mod else k for mod, keys in tr["layers"].items() for k in keys}
     rep = {n: t for n, t in tr["init"].items() if n not in sharded}
+    trainable = sum(_shard_bytes(tr, mod, rank, world, elsize, True) for mod in tr["layers"])
     return {"own": sum(b[rank] for b in layers.values()),
+            "own_trainable": trainable + sum(t.numel() * elsize for n, t in rep.items()
+                                             if n not in tr["frozen"]),
             "total": sum(sum(b) for b in layers.values()),
             "max": max((max(b) for b in layers.values()), default=0),
             "max_sum": sum(max(b) for b in layers.values()),
@@ -161,13 +184,20 @@ def byte_plan(check, members, rank: int) -> dict:
 
 def _params(exp, prefix, tr, values, rank, world, replicated):
     """Shard (documented slice) and replicated values, under keys f"{prefix}{name} ..."."""
+    grads = prefix.startswith("backward/grad")
     for mod, keys in tr["layers"].items():
         slices = shard_slices(tr["modules"][mod], rank, world)
         for key in keys:
             full = f"{mod}.{key}" if mod else key
-            exp[f"{prefix}{full} shard"] = cut(values[full], *slices[key])
+            if grads and full in tr["frozen"]:
+                exp[f"{prefix}{full} shard (frozen): no gradient"] = True
+            else:
+                exp[f"{prefix}{full} shard"] = cut(values[full], *slices[key])
     for name in sorted(replicated):
-        exp[f"{prefix}{name} (replicated parameter)"] = values[name]
+        if grads and name in tr["frozen"]:
+            exp[f"{prefix}{name} (replicated parameter, frozen): no gradient"] = True
+        else:
+            exp[f"{prefix}{name} (replicated parameter)"] = values[name]
 
 
 def expected_rank(check, members, rank: int) -> dict:
@@ -184,6 +214,7 @@ def expected_rank(check, members, rank: int) -> dict:
         for key in keys:
             exp[f"structure/{mod}.{key} slices" if mod else f"structure/{key} slices"] = slices[key]
     exp["structure/replicated parameters"] = sorted(plan["replicated"])
+    exp["structure/frozen parameters (requires_grad=False)"] = tr["frozen"]
     if check.record_init:
         _params(exp, "init/", tr, tr["init"], rank, world, plan["replicated"])
         exp.update({f"full_state_dict/{k}": v for k, v in tr["state0"].items()})
@@ -227,9 +258,10 @@ def expected_rank(check, members, rank: int) -> dict:
         high=0.1 * own + 4096, what="small caches at most; the serial weights are "
                                     f"{plan['serial_bytes']} bytes")
     states = 2 if check.opt_steps[-1][0] == "adam" else 1  # Adam: 2 moments; SGD: momentum
-    for what, factor in (("parameter", 1), ("gradient", 1), ("optimizer state", states)):
+    for what, factor, mine in (("parameter", 1, own), ("gradient", 1, plan["own_trainable"]),
+                               ("optimizer state", states, plan["own_trainable"])):
         exp[f"memory/{what} bytes"] = Bound(
-            0.9 * factor * own, 1.1 * factor * own + 64,
+            0.9 * factor * mine, 1.1 * factor * mine + 64,
             what=f"this rank's shards and the replicated parameters"
                  f"{f' ({factor} optimizer states each)' if what == 'optimizer state' else ''}; "
                  f"the serial model's parameters are {plan['serial_bytes']} bytes")
@@ -276,7 +308,8 @@ def _rank_rules(check, members, r, gathers) -> list:
                      "the all_reduce of the replicated parameters' gradients (at most one each)")]
     lay, ten, total, own = plan["layers"], plan["tensors"], plan["total"], plan["own"]
     prev, nxt = (members[(r - 1) % n],), (members[(r + 1) % n],)   # peers are logged global
-    rep = sum(1 for t in plan["replicated"].values() if t.is_floating_point())
+    rep = sum(1 for n, t in plan["replicated"].items()
+              if t.is_floating_point() and n not in serial_trace(check, members)["frozen"])
     for s, _ in step_phases(check):
         fwd, bwd = ("forward", "backward") if s == 1 else (f"step{s} forward",
                                                            f"step{s} backward")
@@ -290,7 +323,8 @@ def _rank_rules(check, members, r, gathers) -> list:
             CommRule(fwd, SEND, Bound(lay, (n - 1) * ten), FWD_HINT,
                      peers=nxt),
             CommRule(bwd, "collective", Bound(min(rep, 1), rep), "backward's only collective: "
-                     "the all_reduce of the replicated parameters' gradients (one each)"),
+                     "the all_reduce of the replicated parameters' gradients (one each), on "
+                     "`group`, by every rank whatever its gradients", members=tuple(members)),
             CommRule(bwd, RECV, Bound(lay, (2 * n - 1) * ten), BWD_HINT,
                      nbytes=Bound(total - own, (2 * n - 1) * plan["max_sum"]),
                      peers=nxt),
@@ -306,9 +340,9 @@ def _rank_rules(check, members, r, gathers) -> list:
     return mine
 
 
-FWD_HINT = ("rule 'Traffic': forward rotates each layer's shard CLOCKWISE: receive from rank r-1, "
+FWD_HINT = ("rule 'Communication': forward rotates each layer's shard CLOCKWISE: receive from rank r-1, "
             "send to rank r+1, every other shard once and no more (at most N-1 receives per "
             "layer, or one per shard tensor)")
-BWD_HINT = ("rule 'Traffic': backward moves each layer's weights COUNTERCLOCKWISE (every other "
+BWD_HINT = ("rule 'Communication': backward moves each layer's weights COUNTERCLOCKWISE (every other "
             "shard once) and its gradient accumulators: at most 2N-1 receives per layer (N-1 "
             "weight shards, N accumulators; fewer is fine), all from rank r+1")

@@ -25,14 +25,19 @@ import torch.distributed.distributed_c10d as c10d
 from rtp_course.runtime import commlog
 from rtp_course.checker.common import make_optimizer, owned_module
 from rtp_course.checker.public.tensor_parallel import Model
-from rtp_course.checker.public.tensor_parallel_harness import (OPTIMIZERS, cut_all, layout, raises,
-                                                               record_structure, tensors)
+from rtp_course.checker.public.tensor_parallel_harness import (
+    OPTIMIZERS, cut_all, expected_grads, frozen, frozen_names, layout, raises, record_grads,
+    record_structure, tensors)
 from rtp_course.checker.registry import Bound, Check, CommRule
 
 ONE_PER_PARAMETER = ("rule 'Communication': sync_gradients makes at most one collective per "
                      "parameter (one all-reduce on groups.dp_group each, or fewer with a flat "
                      "buffer); replicated parameters are already equal inside a TP group, so "
                      "nothing goes over tp_group")
+SYNC_GROUP = ("rule 'Group': sync_gradients averages every gradient over groups.dp_group, the "
+              "ranks holding the same shard, and over nothing else (never tp_group, never the "
+              "world): if it calls a helper, such as your E1 average_gradients, that helper "
+              "must use the group it is given")
 LAYOUT = ("rank = dp_rank * T + tp_rank: TP group d is the consecutive ranks [d*T, d*T + T), "
           "DP group t the ranks [t, t + T, t + 2T, ...]; tp_rank = rank % T, dp_rank = rank // T")
 
@@ -119,8 +124,11 @@ class BuildGroups(Check):
              f"error/{PROBE}": DEADLOCK, SAME_ORDER: DEADLOCK,
              "structure/sum of ranks": "the groups report the right members but do not connect "
                                        "them: " + DEADLOCK,
-             "structure/build_groups(3)": "check tp_size first: raise ValueError (before creating "
-                                          "any group) when it does not divide the world size"}
+             "structure/build_groups(3)": "rule 'Raises': check tp_size first: raise ValueError "
+                                          "when it does not divide the world size, before "
+                                          "creating any group (a group made by some ranks and "
+                                          "not others leaves the job's next new_group calls "
+                                          "mismatched)"}
 
     def run(self, ctx):
         G = ctx.impl.groups
@@ -133,9 +141,10 @@ class BuildGroups(Check):
         if same == "yes":   # mismatched groups would only hang here
             with ctx.phase(PROBE):
                 probe_groups(ctx, groups)
-        with ctx.phase("build_groups"):
+        with ctx.phase("build_groups"), watching_new_group(G) as made:
             ctx.record_value("structure/build_groups(3) raises",
                              raises(lambda: G.build_groups(3))[0])
+        ctx.record_value("structure/build_groups(3) creates no group before raising", made == [])
 
     def expected(self, world_size):
         exp = {}
@@ -145,6 +154,7 @@ class BuildGroups(Check):
             for what in ("tp_group", "dp_group"):
                 e[f"structure/sum of ranks over {what}"] = sum(e[f"structure/{what} ranks"])
             e["structure/build_groups(3) raises"] = "ValueError"
+            e["structure/build_groups(3) creates no group before raising"] = True
             exp[r] = e
         return exp
 
@@ -175,6 +185,11 @@ class Train2D(Check):
         "step": "train_step_2d: optimizer.zero_grad(), loss_fn(model(inputs), targets), "
                 "loss.backward(), sync_gradients(model, groups), optimizer.step(); return the loss",
         "adam/loss": "train_step_2d returns the loss of this replica's batch, detached",
+        "error/sync": "rule 'Frozen and unused': a parameter that does not require grad (here "
+                      "the BERT's positional table) has no gradient: its .grad is None, which "
+                      "sync_gradients skips",
+        "(frozen)": "rule 'Frozen and unused': a frozen parameter (requires_grad=False) stays "
+                    "frozen in its shard and gets no gradient",
         "deadlock": "if build_groups fails, fix it first; then every rank of a TP group must run "
                     "the same layers on the same shapes, and every rank must call sync_gradients",
     }
@@ -186,7 +201,7 @@ class Train2D(Check):
             groups = G.build_groups(T)
         serial = owned_module(self, "case.build", case.seed, replica(d, T)).to(
             device=ctx.device, dtype=ctx.dtype)
-        pieces = layout(serial)
+        pieces, still = layout(serial), frozen(serial)
         for i, opt_name in enumerate(OPTIMIZERS):
             with ctx.phase("init"):
                 model = G.parallelize_2d(copy.deepcopy(serial), groups)
@@ -212,8 +227,7 @@ class Train2D(Check):
                     with ctx.phase("sync" if first else tag):
                         G.sync_gradients(model, groups)
                     if first:
-                        for p in pieces:
-                            ctx.record(f"sync/grad {p.name}", model.get_parameter(p.name).grad)
+                        record_grads(ctx, "sync/grad ", pieces, model, still)
                     with ctx.phase(tag):
                         opt.step()
                 for p in pieces:
@@ -226,7 +240,8 @@ class Train2D(Check):
         if key not in _TRACES:
             case, b, dtype, T = self.case, self.batch, getattr(torch, self.dtype), self.tp_size
             first = replica(0, T)
-            tr = {"init": tensors(case.serial(owner=first).to(dtype), "value")}
+            tr = {"init": tensors(case.serial(owner=first).to(dtype), "value"),
+                  "frozen": frozen(case.serial(owner=first))}
             for opt_name in OPTIMIZERS:
                 model = case.serial(owner=first).to(dtype)
                 opt = make_optimizer(opt_name, model.parameters())
@@ -253,10 +268,12 @@ class Train2D(Check):
         pieces, exp = tr["pieces"], {}
         for r in range(world_size):
             t, d = r % T, r // T
-            e = {"init/parameters": sorted(p.name for p in pieces)}
+            e = {"init/parameters": sorted(p.name for p in pieces),
+                 "init/frozen parameters (requires_grad=False)": frozen_names(pieces,
+                                                                              tr["frozen"])}
             e.update(cut_all(pieces, tr["init"], t, T, "init/"))
             e["forward/output"] = tr["output"][d * b:(d + 1) * b]
-            e.update(cut_all(pieces, tr["grads"], t, T, "sync/grad "))
+            e.update(expected_grads(pieces, tr["grads"], tr["frozen"], t, T, "sync/grad "))
             for opt_name in OPTIMIZERS:
                 for k in range(1, self.steps + 1):
                     if opt_name == "adam":
@@ -276,9 +293,20 @@ class Train2D(Check):
                  "TP layers' collectives, and the gradients are averaged once, in "
                  "sync_gradients (a data-parallel hook left registered, e.g. by DataParallel, "
                  "all-reduces every gradient a second time)")
-        rules = [CommRule("sync", "collective", Bound(high=n_params), ONE_PER_PARAMETER),
-                 CommRule("forward", "collective", Bound(high=fwd), whole),
-                 CommRule("backward", "collective", Bound(high=bwd), whole)]
+        T = self.tp_size
+        dp = lambda r: tuple(range(r % T, world_size, T))          # noqa: E731
+        tp = lambda r: tuple(range(r - r % T, r - r % T + T))     # noqa: E731
+        return {r: self._rules(n_params, fwd, bwd, whole, dp(r), tp(r)) for r in range(world_size)}
+
+    def _rules(self, n_params, fwd, bwd, whole, dp, tp) -> list:
+        """One rank's rules: the averaging on its DP group, the layers' calls on its TP group."""
+        layers = (whole + "; rule 'Group': here each collective is a TP layer's, on "
+                  "groups.tp_group: one on another group is a data-parallel hook left registered "
+                  "or a layer given the wrong group")
+        rules = [CommRule("sync", "collective", Bound(high=n_params), SYNC_GROUP, members=dp),
+                 CommRule("sync", "collective", Bound(high=n_params), ONE_PER_PARAMETER),
+                 CommRule("forward", "collective", Bound(high=fwd), layers, members=tp),
+                 CommRule("backward", "collective", Bound(high=bwd), layers, members=tp)]
         for opt_name in OPTIMIZERS:
             for k in range(1, self.steps + 1):
                 if opt_name == "sgd" and k == 1:
@@ -316,7 +344,9 @@ class Parallelize2D(Train2D):
         exp = {}
         for r in range(world_size):
             t = r % T
-            e = {"init/parameters": sorted(p.name for p in tr["pieces"])}
+            e = {"init/parameters": sorted(p.name for p in tr["pieces"]),
+                 "init/frozen parameters (requires_grad=False)": frozen_names(tr["pieces"],
+                                                                              tr["frozen"])}
             e.update(cut_all(tr["pieces"], tr["init"], t, T, "init/"))
             exp[r] = e
         return exp

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rtp_course.checker.common import randint, randn, seeded
-from rtp_course.checker.public.tensor_parallel_harness import OnSubgroup, TPCheck, raises
+from rtp_course.checker.public.tensor_parallel_harness import (OnSubgroup, TPCheck, _SizesNotDivisible,
+                                                               raises)
 from rtp_course.checker.registry import Check, CommRule
 from rtp_course.models import FeedForward, SelfAttention, build_model, causal_mask, lm_loss
 
@@ -49,6 +50,10 @@ HINTS = {
             "the shards must be nn.Parameters of the layer (model.parameters()) and nothing may "
             "change them outside backward and opt.step()",
 }
+FROZEN = ("rule 'Frozen and unused': a serial parameter that does not require grad (here the "
+          "BERT's positional table) stays frozen in its shard and gets no gradient: a fresh "
+          "nn.Parameter requires grad whatever it was made from, so set "
+          "requires_grad=serial.requires_grad (or requires_grad_(...)) on the shard")
 BIAS_ONCE = ("the row layer adds its replicated bias ONCE, after the all-reduce: "
              "y = all_reduce(x_r W_r^T) + b (adding it before the reduction counts it N times; "
              "adding it on one rank only leaves the other ranks' bias without gradient)")
@@ -172,28 +177,35 @@ class Attention(TPCheck):
 
 
 class AttentionMHA(Attention):
-    """From PyTorch's nn.MultiheadAttention (packed q/k/v), called with the causal mask."""
+    """From PyTorch's nn.MultiheadAttention (packed q/k/v), sequence first (batch_first=False,
+    its default), not marked causal and called with the causal attn_mask: the mask the call
+    passes is what makes it causal."""
     name, causal = "ParallelSelfAttention_from_MultiheadAttention", True
+    hints = dict(Attention.hints, **{
+        "forward/output": "call it as the nn.MultiheadAttention it replaces: inputs [L, B, E] "
+                          "when the module has batch_first=False (its default), [B, L, E] "
+                          "otherwise, and the attn_mask it is given applied (here the causal "
+                          "one, on a module not marked causal); " + ATTENTION + BIAS_ONCE})
 
     def serial(self):
-        def make():
-            m = nn.MultiheadAttention(HIDDEN, HEADS, batch_first=True)
-            m.causal = True   # how the course marks a causal MHA (TransformerLM does)
-            return m
-        return seeded(make, 6)
+        return seeded(lambda: nn.MultiheadAttention(HIDDEN, HEADS), 6)
 
-    def forward(self, module, x):
-        return module(x, x, x, attn_mask=causal_mask(x.shape[1], x.device), need_weights=False)[0]
+    def forward(self, module, x):   # x [L, B, E]: sequence first
+        return module(x, x, x, attn_mask=causal_mask(x.shape[0], x.device), need_weights=False)[0]
 
 
 class Model(TPCheck):
-    """parallelize_transformer on a tiny course model: logits, shard gradients, steps."""
+    """parallelize_transformer on a tiny course model: logits, shard gradients, steps. The
+    BERT's positional table is frozen (pretrained tables often are): its shard stays frozen
+    and gets no gradient. The first step calls the model twice before one backward."""
     name, model, seed, out_dim, seq = "parallelize_transformer_bert", "bert", 4, 12, 12
+    two_forwards = True
     comm = {"forward": {"all_gather": 2, "all_reduce": 4}, "backward": {"all_reduce": 4}}
     comm_hint = "2 blocks: per block one all-reduce in forward and one in backward for the " \
                 "attention and for the MLP; one all-gather per embedding in forward"
     hints = {"structure/": HINTS["structure/"], "error/structure": SLICING,
              "structure/parameters": HINTS["structure/parameters"],
+             "structure/frozen": FROZEN, "(frozen)": FROZEN,
              "": "if a layer check above fails, fix that layer first; otherwise swap in the "
                  "parallel layers with from_serial (BERT: tok_emb, pos_emb, blocks[i].attn, "
                  "blocks[i].mlp; LM: embedding, layers[i].self_attn, linear1, linear2) and keep "
@@ -202,13 +214,16 @@ class Model(TPCheck):
 
     def serial(self, seed=None, owner=None):
         """The tiny model from `seed`, or from `seed` and the key of `owner` (checker.inputs: a
-        set of ranks, a replica's, in the 2D checks; a relay rank asks for it with
+        set of ranks, a replica's, in the 2D checks; a rank asks the parent for it with
         common.owned_module(check, "case.build", ...))."""
         with torch.random.fork_rng(devices=[]):     # the global generator left as it was
             return seeded(self.build, self.seed if seed is None else seed, owner=owner)
 
     def build(self):
-        return build_model(self.model, tiny=True, **self.overrides)
+        model = build_model(self.model, tiny=True, **self.overrides)
+        if self.model == "bert":
+            model.pos_emb.requires_grad_(False)
+        return model
 
     def parallel(self, tp, serial, group):
         return tp.parallelize_transformer(serial, group)
@@ -236,55 +251,66 @@ class ModelLM(Model):
                 "attention and for linear1/linear2; one all-gather (the embedding) in forward"
 
 
-GROUP = ("on a subgroup, use the rank and size WITHIN `group` (dist.get_rank(group), "
+GROUP = ("rule 'Group': on a subgroup, use the rank and size WITHIN `group` (dist.get_rank(group), "
          "dist.get_world_size(group)), never dist.get_rank(), and pass `group` to every collective")
 SUBGROUP = {"": GROUP, "error/structure": GROUP, "structure/": GROUP,
-            "deadlock": "rank 0 is not in `group` and never joins: a collective called without "
+            "deadlock": "rank 1 is not in `group` and never joins: a collective called without "
                         "group= is over the whole world and waits for it for ever; " + GROUP}
 
 
 class Subgroup(OnSubgroup, MLP):
-    """ParallelMLP on the group of ranks 1..W-1 (rank 0 sits out): `group` must be honoured."""
+    """ParallelMLP on the group {0, 2} (rank 1 sits out): `group` must be honoured."""
     name, world_sizes = "ParallelMLP_subgroup", (3,)
     hints = dict(MLP.hints, **SUBGROUP)
 
 
 class EmbeddingSubgroup(OnSubgroup, Embedding):
-    """ParallelEmbedding on ranks 1..W-1: its rank, size and all-gather must use `group`."""
+    """ParallelEmbedding on {0, 2} and {0, 2, 3}: its rank, size and all-gather must use
+    `group`."""
     name, world_sizes = "ParallelEmbedding_subgroup", (3, 4)
     hints = dict(Embedding.hints, **SUBGROUP)
 
 
-class SizesNotDivisible(Check):
-    """A size N does not divide: ValueError naming the layer and the sizes, before any work."""
-    exercise, name, world_sizes = "tensor_parallel", "sizes_not_divisible", (3, 4)
-    task = "E3.1"       # where the ValueError is first asked for
-    LAYERS = {"ColumnParallelLinear": lambda tp, g: tp.ColumnParallelLinear(HIDDEN, 10, group=g),
-              "RowParallelLinear": lambda tp, g: tp.RowParallelLinear(10, HIDDEN, group=g),
-              "ParallelMLP": lambda tp, g: tp.ParallelMLP(HIDDEN, 10, group=g),
-              "ParallelEmbedding": lambda tp, g: tp.ParallelEmbedding(VOCAB, 10, group=g),
-              "ParallelSelfAttention": lambda tp, g: tp.ParallelSelfAttention(40, 10, group=g)}
-    GOOD = "names the layer and the sizes"
-    hints = {"": "check the size before creating anything and raise ValueError naming the class, "
-                 "the size that does not divide and N: 'ColumnParallelLinear: out_features=10 is "
-                 "not divisible by the tensor-parallel size 3; ...'"}
+class ModelSubgroup(OnSubgroup, Model):
+    """parallelize_transformer on {0, 2}: every layer it builds gets `group` (the embeddings
+    too), as E6 does with each tensor-parallel group."""
+    name, world_sizes, two_forwards = "parallelize_transformer_subgroup", (3,), False
+    hints = dict(Model.hints, **SUBGROUP)
 
-    def run(self, ctx):
-        for layer, make in self.LAYERS.items():
-            with ctx.phase("structure"):
-                raised, msg = raises(lambda: make(ctx.impl.tensor_parallel, ctx.group))
-            ctx.record_value(f"structure/{layer} with size 10 raises", raised)
-            if raised == "ValueError":
-                named = layer in msg and "10" in msg and str(ctx.world_size) in msg
-                ctx.record_value(f"structure/{layer} ValueError message",
-                                 self.GOOD if named else f"says {msg!r}")
 
-    def expected(self, world_size):
-        exp = {}
-        for layer in self.LAYERS:
-            exp[f"structure/{layer} with size 10 raises"] = "ValueError"
-            exp[f"structure/{layer} ValueError message"] = self.GOOD
-        return {r: exp for r in range(world_size)}
+class ColumnSizes(_SizesNotDivisible):
+    name, layer = "ColumnParallelLinear_sizes_not_divisible", "ColumnParallelLinear"
+
+    def make(self, tp, g):
+        return tp.ColumnParallelLinear(HIDDEN, 10, group=g)
+
+
+class RowSizes(_SizesNotDivisible):
+    name, layer = "RowParallelLinear_sizes_not_divisible", "RowParallelLinear"
+
+    def make(self, tp, g):
+        return tp.RowParallelLinear(10, HIDDEN, group=g)
+
+
+class MLPSizes(_SizesNotDivisible):
+    name, layer = "ParallelMLP_sizes_not_divisible", "ParallelMLP"
+
+    def make(self, tp, g):
+        return tp.ParallelMLP(HIDDEN, 10, group=g)
+
+
+class EmbeddingSizes(_SizesNotDivisible):
+    name, layer = "ParallelEmbedding_sizes_not_divisible", "ParallelEmbedding"
+
+    def make(self, tp, g):
+        return tp.ParallelEmbedding(VOCAB, 10, group=g)
+
+
+class AttentionSizes(_SizesNotDivisible):
+    name, layer = "ParallelSelfAttention_sizes_not_divisible", "ParallelSelfAttention"
+
+    def make(self, tp, g):
+        return tp.ParallelSelfAttention(40, 10, group=g)
 
 
 PAD = 3  # a padding_idx
@@ -293,8 +319,8 @@ PAD = 3  # a padding_idx
 class NotATransformer(Check):
     """The TypeError parallelize_transformer promises for a model it does not know."""
     exercise, name, world_sizes = "tensor_parallel", "parallelize_transformer_rejects_cnn", (2,)
-    task = "E3.6"
-    hints = {"": "parallelize_transformer raises TypeError for a model that is neither a course "
+    task, isolated = "E3.6", True
+    hints = {"": "rule 'Raises': parallelize_transformer raises TypeError for a model that is neither a course "
                  "BertClassifier nor a TransformerLM"}
 
     def run(self, ctx):
@@ -309,15 +335,25 @@ class NotATransformer(Check):
 
 
 class EmbeddingPadding(Check):
-    """from_serial of an nn.Embedding with padding_idx, fed ids that include it: the padding
+    """from_serial of a pretrained nn.Embedding with padding_idx, whose padding row is not
+    zero (a loaded table keeps what it was trained to), fed ids that include it: the padding
     row's vector is the serial one and gets no gradient."""
     exercise, name = "tensor_parallel", "ParallelEmbedding_padding_idx"
-    hints = {"forward": "the output must be the serial embedding's, padding row included",
+    hints = {"forward": "the output must be the serial embedding's, padding row included: "
+                        "from_serial copies the serial table as it is (a pretrained padding "
+                        "row need not be zero: zero it only in a fresh layer)",
              "backward/grad weight": "like nn.Embedding, the row of padding_idx gets no gradient: "
                                      "pass padding_idx to F.embedding"}
 
+    @staticmethod
+    def pretrained():
+        emb = nn.Embedding(VOCAB, HIDDEN, padding_idx=PAD)
+        with torch.no_grad():
+            emb.weight[PAD].uniform_(0.5, 1.0)
+        return emb
+
     def serial(self):
-        return seeded(lambda: nn.Embedding(VOCAB, HIDDEN, padding_idx=PAD), 31)
+        return seeded(self.pretrained, 31)
 
     @staticmethod
     def ids():

@@ -24,6 +24,7 @@ from rtp_course.training import memory
 
 OPTIMIZERS = ("sgd", "adam")
 HELD = "memory/bytes held besides parameters and buffers"  # a hidden full copy shows here
+KEPT = "forward/output after the later steps"   # an output buffer reused by later calls shows
 COLUMN = ("q_proj", "k_proj", "v_proj", "fc1", "linear1")   # weight rows and bias split
 ROW = ("out_proj", "fc2", "linear2")                        # weight columns split, bias whole
 EMBEDDING = ("tok_emb", "pos_emb", "embedding")             # table columns split
@@ -72,12 +73,41 @@ def cut_all(pieces, values: dict, rank: int, world: int, prefix: str) -> dict:
     return {prefix + p.name: p.cut(values, rank, world) for p in pieces}
 
 
-def record_structure(ctx, model, pieces, init, rank, world, phase="structure") -> bool:
-    """Record the parameter names and the shards; False when nothing further is comparable."""
+def frozen(serial: nn.Module) -> set:
+    """The serial parameters that do not require grad (a frozen, pretrained table)."""
+    return {n for n, p in serial.named_parameters() if not p.requires_grad}
+
+
+def frozen_names(pieces, frozen_sources) -> list:
+    return sorted(p.name for p in pieces if p.source in frozen_sources)
+
+
+def record_grads(ctx, prefix, pieces, model, frozen_sources) -> None:
+    """Each TP parameter's .grad; a frozen one's only as "has none" (rule 'Frozen and unused')."""
+    for p in pieces:
+        g = model.get_parameter(p.name).grad
+        if p.source in frozen_sources:
+            ctx.record_value(f"{prefix}{p.name} (frozen): no gradient", g is None)
+        else:
+            ctx.record(f"{prefix}{p.name}", g)
+
+
+def expected_grads(pieces, grads, frozen_sources, rank, world, prefix) -> dict:
+    return {f"{prefix}{p.name} (frozen): no gradient" if p.source in frozen_sources
+            else prefix + p.name: True if p.source in frozen_sources else p.cut(grads, rank, world)
+            for p in pieces}
+
+
+def record_structure(ctx, model, pieces, init, rank, world, phase="structure",
+                     frozen_sources=()) -> bool:
+    """Record the parameter names, which are frozen, and the shards; False when nothing further
+    is comparable."""
     names = sorted(n for n, _ in model.named_parameters())
     ctx.record_value(f"{phase}/parameters", names)
     if names != sorted(p.name for p in pieces):
         return False
+    ctx.record_value(f"{phase}/frozen parameters (requires_grad=False)",
+                     sorted(n for n, q in model.named_parameters() if not q.requires_grad))
     ok = True
     for p in pieces:
         shard = model.get_parameter(p.name)
@@ -112,6 +142,7 @@ class TPCheck(Check):
     batch, seq, in_dim, out_dim, steps = 2, 4, 48, 48, 2
     adam_eps = 1e-8   # float32 checks raise it: Adam turns rounding noise on zero gradients
                       # (an attention key bias has none) into O(lr) steps
+    two_forwards = False   # the first step calls the model twice before one backward
     comm: dict = {}
     comm_hint = ""
 
@@ -141,8 +172,10 @@ class TPCheck(Check):
     def train(self, build, rank, world, phase, to):
         """The loop both halves run; yields what to compare as it goes: ("init", model) for the
         first model, "forward/output", "backward/grad input", ("backward/grads", model), then
-        (f"step{k} {opt}", model) after every step. build() makes a fresh model per optimizer;
+        (f"step{k} {opt}", model) after every step, and last the first output again (KEPT),
+        which later steps must not have changed. build() makes a fresh model per optimizer;
         phase(name) is a context; to(t) converts inputs. The consumer may stop early."""
+        kept = None
         for i, opt_name in enumerate(OPTIMIZERS):
             model = build()
             if i == 0:
@@ -150,23 +183,35 @@ class TPCheck(Check):
             opt = make_optimizer(opt_name, model.parameters(), eps=self.adam_eps)
             for k in range(1, self.steps + 1):
                 first, tag = i == 0 and k == 1, f"step{k} {opt_name}"
-                x, target = (to(t) for t in self.inputs(k))
-                if self.split_in and world > 1:
-                    x = x.chunk(world, -1)[rank]
-                x = x.clone().requires_grad_(x.is_floating_point())
                 opt.zero_grad()
+                again = first and self.two_forwards     # a second call before one backward
                 with phase("forward" if first else tag):
-                    y = self.forward(model, x)
+                    x, y, target = self.call(model, k, rank, world, to)
+                    if again:
+                        _, y2, target2 = self.call(model, 50 + k, rank, world, to)
                 if first:
-                    yield "forward/output", y
+                    kept = y
+                    yield "forward/output", y       # the consumer stops at a wrong shape
                 with phase("backward" if first else tag):
-                    self.loss(y, target, rank, world).backward()
+                    loss = self.loss(y, target, rank, world)
+                    if again:
+                        loss = loss + self.loss(y2, target2, rank, world)
+                    loss.backward()
                 if first:
                     yield "backward/grad input", x.grad
                     yield "backward/grads", model
                 with phase(tag):
                     opt.step()
                 yield tag, model
+        yield KEPT, kept
+
+    def call(self, model, step, rank, world, to):
+        """(input, output, target) of one forward on `step`'s input."""
+        x, target = (to(t) for t in self.inputs(step))
+        if self.split_in and world > 1:
+            x = x.chunk(world, -1)[rank]
+        x = x.clone().requires_grad_(x.is_floating_point())
+        return x, self.forward(model, x), target
 
     # ---------------------------------------------------------------- worker side
     def run(self, ctx):
@@ -175,8 +220,11 @@ class TPCheck(Check):
     def run_on(self, ctx, group):
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         serial = self.serial().to(device=ctx.device, dtype=ctx.dtype)
-        pieces, init = layout(serial, self.root), tensors(serial)
+        pieces, init, still = layout(serial, self.root), tensors(serial), frozen(serial)
+        buffers = {n for n, _ in serial.named_buffers()}    # the serial model's own
         shape = self.out_shape(world)
+
+        before = memory.live_storages()
 
         def build():
             with ctx.phase("structure"):  # a copy: from_serial may keep a serial Parameter
@@ -186,8 +234,12 @@ class TPCheck(Check):
             if what == "init":
                 if not record_structure(ctx, v, pieces, init, rank, world):
                     return
-                ctx.record_value(HELD, memory.held_bytes(v) - memory.held_bytes(
-                    [*v.parameters(), *v.buffers()]))
+                # rule 'Memory': every storage the rank keeps alive (an attribute, a buffer of
+                # its own, a module-level dict, a parameter viewing the full weight), less its
+                # parameters' and the serial model's buffers' own bytes and the check's records
+                ctx.record_value(HELD, memory.kept_bytes(before, [
+                    list(v.parameters()), [b for n, b in v.named_buffers() if n in buffers],
+                    ctx.records, ctx.values]))
             elif what == "forward/output":
                 ctx.record(what, v)
                 if not torch.is_tensor(v) or tuple(v.shape) != shape:
@@ -195,8 +247,9 @@ class TPCheck(Check):
             elif what == "backward/grad input":
                 ctx.record(what, v)   # None for token ids: not compared
             elif what == "backward/grads":
-                for p in pieces:
-                    ctx.record(f"backward/grad {p.name}", v.get_parameter(p.name).grad)
+                record_grads(ctx, "backward/grad ", pieces, v, still)
+            elif what == KEPT:
+                ctx.record(what, v)
             else:
                 for p in pieces:
                     ctx.record(f"{what}/{p.name}", v.get_parameter(p.name))
@@ -208,7 +261,8 @@ class TPCheck(Check):
         if key not in _TRACES:
             dtype = getattr(torch, self.dtype)
             to = lambda t: t.to(dtype) if t.is_floating_point() else t  # noqa: E731
-            tr = {"pieces": layout(self.serial(), self.root)}
+            serial = self.serial()
+            tr = {"pieces": layout(serial, self.root), "frozen": frozen(serial)}
             for what, v in self.train(lambda: self.serial().to(dtype), 0, 1,
                                       lambda name: contextlib.nullcontext(), to):
                 if isinstance(v, nn.Module):
@@ -221,7 +275,9 @@ class TPCheck(Check):
     def expected_rank(self, rank, world) -> dict:
         tr = self.serial_trace()
         pieces, last = tr["pieces"], lambda t, on: t.chunk(world, -1)[rank] if on else t
-        exp = {"structure/parameters": sorted(p.name for p in pieces)}
+        exp = {"structure/parameters": sorted(p.name for p in pieces),
+               "structure/frozen parameters (requires_grad=False)":
+                   frozen_names(pieces, tr["frozen"])}
         exp.update(cut_all(pieces, tr["init"], rank, world, "structure/"))
         serial_bytes = sum(memory.tensor_bytes(t) for t in tr["init"].values())
         exp[HELD] = Bound(high=0.1 * serial_bytes + 4096, what="small caches at most; the "
@@ -229,11 +285,13 @@ class TPCheck(Check):
         exp["forward/output"] = last(tr["forward/output"], self.split_out)
         if tr["backward/grad input"] is not None:
             exp["backward/grad input"] = last(tr["backward/grad input"], self.split_in)
-        exp.update(cut_all(pieces, tr["backward/grads"], rank, world, "backward/grad "))
+        exp.update(expected_grads(pieces, tr["backward/grads"], tr["frozen"], rank, world,
+                                  "backward/grad "))
         for opt_name in OPTIMIZERS:
             for k in range(1, self.steps + 1):
                 tag = f"step{k} {opt_name}"
                 exp.update(cut_all(pieces, tr[tag], rank, world, tag + "/"))
+        exp[KEPT] = exp["forward/output"]
         return exp
 
     def expected(self, world_size):
@@ -242,9 +300,10 @@ class TPCheck(Check):
     def comm_rules(self, world_size):
         if world_size == 1:
             return []
-        rules = []
+        rules, calls = [], 2 if self.two_forwards else 1
         for phase in ("forward", "backward"):   # per kind first: the clearest message
-            want = {"all_reduce": 0, "all_gather": 0, **self.comm.get(phase, {})}
+            want = {"all_reduce": 0, "all_gather": 0,
+                    **{k: calls * n for k, n in self.comm.get(phase, {}).items()}}
             rules += [CommRule(phase, GATHER if kind == "all_gather" else kind, n, self.comm_hint)
                       for kind, n in want.items()]
             rules.append(CommRule(phase, "*", sum(want.values()), self.comm_hint))
@@ -252,19 +311,61 @@ class TPCheck(Check):
 
 
 class OnSubgroup:
-    """Mixin for a TPCheck: run it on the group of ranks 1..W-1 (rank 0 sits out)."""
+    """Mixin for a TPCheck: run it on the group of every rank but rank 1 ({0, 2}, {0, 2, 3}),
+    whose ranks are not consecutive and whose group ranks differ from the global ones: every
+    collective must run on that group."""
+
+    @staticmethod
+    def members(world_size):
+        return [r for r in range(world_size) if r != 1]
 
     def run(self, ctx):
-        group = ctx.new_group(list(range(1, ctx.world_size)))
-        if ctx.rank > 0:
+        members = self.members(ctx.world_size)
+        group = ctx.new_group(members)
+        if ctx.rank in members:
             self.run_on(ctx, group)
 
     def expected(self, world_size):
-        return {0: {}, **{r: self.expected_rank(r - 1, world_size - 1)
-                          for r in range(1, world_size)}}
+        members = self.members(world_size)
+        return {r: self.expected_rank(members.index(r), len(members)) if r in members else {}
+                for r in range(world_size)}
 
     def comm_rules(self, world_size):
-        return []
+        members = tuple(self.members(world_size))
+        return {r: [CommRule("*", "collective", Bound(0, 10_000), SUBGROUP_CALLS, members=members)]
+                if r in members else [] for r in range(world_size)}
+
+
+SUBGROUP_CALLS = ("rule 'Group': on a subgroup every collective runs on `group` (pass it to "
+                  "every comm function, in every layer parallelize_transformer builds)")
+
+
+class _SizesNotDivisible(Check):
+    """A size N does not divide: ValueError naming the layer and the sizes, before any work.
+    One check per layer, in its own task: a notebook section checks the layer it teaches."""
+    exercise, world_sizes, isolated = "tensor_parallel", (3, 4), True
+    layer = ""
+    GOOD = "names the layer and the sizes"
+    hints = {"": "rule 'Raises': check the size before creating anything and raise ValueError "
+                 "naming the class, the size that does not divide and N: 'ColumnParallelLinear: "
+                 "out_features=10 is not divisible by the tensor-parallel size 3; ...'"}
+
+    def make(self, tp, group):
+        raise NotImplementedError
+
+    def run(self, ctx):
+        with ctx.phase("structure"):
+            raised, msg = raises(lambda: self.make(ctx.impl.tensor_parallel, ctx.group))
+        ctx.record_value(f"structure/{self.layer} with size 10 raises", raised)
+        if raised == "ValueError":
+            named = self.layer in msg and "10" in msg and str(ctx.world_size) in msg
+            ctx.record_value(f"structure/{self.layer} ValueError message",
+                             self.GOOD if named else f"says {msg!r}")
+
+    def expected(self, world_size):
+        return {r: {f"structure/{self.layer} with size 10 raises": "ValueError",
+                    f"structure/{self.layer} ValueError message": self.GOOD}
+                for r in range(world_size)}
 
 
 _TRACES: dict = {}

@@ -9,6 +9,8 @@ So every function a notebook passes to `launch` lives in this package:
     data_parallel.py  notebook 02: gradient averaging, DataParallel, training, profiling
     tp_comm.py        notebook 03: f, g, all-gather and split; a column/row MLP by hand
     rotation.py       notebook 05: the ring rotation, its async form, overlap timelines
+    context_parallel.py  notebook 10: ring attention against serial attention, its timeline
+    sharding.py       notebook 09: ZeRO-1 against DDP, one FSDP step, FSDP's prefetch timeline
 
 Demos that use an exercise load it with `rtp_course.course.impl.current(name)`, so
 they run the student's code (or the reference solutions when

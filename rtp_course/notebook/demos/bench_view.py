@@ -13,6 +13,7 @@ from rtp_course.training.bench import CATEGORIES, PAPER_GB
 
 SHARDED = {"fsdp", "tp", "rtp"}                   # parameters, gradients, optimizer / N
 COMMUNICATION_SHARDED = {"rtp"}                   # in-flight buffers are shards: / N
+TEXT_COLUMNS = ("strategy", "model", "device", "dtype", "status")
 
 
 def read_rows(path) -> list[dict]:
@@ -21,7 +22,7 @@ def read_rows(path) -> list[dict]:
     with open(path) as fh:
         for row in csv.DictReader(fh):
             for key, value in row.items():
-                if key not in ("strategy", "model", "device", "status") and value != "":
+                if key not in TEXT_COLUMNS and value != "":
                     row[key] = float(value) if "." in value or "e" in value else int(value)
                 elif value == "":
                     row[key] = None

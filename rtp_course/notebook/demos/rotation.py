@@ -3,7 +3,8 @@
 Workers (run with `launch` / `run_demo`):
 * ``peers``: ring_peers of every rank, both directions.
 * ``one_rotation``: what each rank holds before and after rotate(direction).
-* ``async_probe``: rotate_async returns before the data has arrived; wait() delivers it.
+* ``async_probe``: rotate_async returns before the data has arrived (rank 0 starts late, so
+  rank 1's cannot have); wait() delivers it.
 * ``all_gather_steps``: what every rank holds after each of the N-1 rotations, and
   ring_all_gather's result next to dist.all_gather's.
 * ``reduce_scatter_demo``: ring_reduce_scatter next to the true sums.
@@ -40,21 +41,34 @@ def one_rotation(rank, world_size, direction="clockwise"):
     return before.cpu(), after.cpu(), rot.ring_peers(direction)
 
 
+HOLD_S = 0.2        # how late rank 0 starts its rotation in async_probe
+
+
 @needs_exercises
-def async_probe(rank, world_size, megabytes=8.0):
-    """rotate_async of a large tensor: is it done when the call returns? When wait() returns?"""
+def async_probe(rank, world_size, megabytes=8.0, hold_s=HOLD_S):
+    """rotate_async of a large tensor while rank 0 starts `hold_s` late: rank 1's source has not
+    sent when rank 1's call returns, so a handle already completed then means the call waited,
+    whatever the link's speed (an NVLink copy takes microseconds: timing a transfer on its own
+    tells nothing). A first rotation, untimed, connects the ring: NCCL connects a pair at its
+    first transfer and blocks the host until the peer takes part. "arrived after" is when the
+    received tensor is there: on a GPU, NCCL's wait() returns at once (it only makes the compute
+    stream wait), so the stream is synchronized first."""
     rot = current("rotation")
     x = torch.full((int(megabytes * 2 ** 20 / 4),), float(rank), device=_device())
+    rot.rotate(x, "clockwise")                    # connects the ring: setup paid outside the timing
     dist.barrier()
+    if rank == 0:
+        time.sleep(hold_s)
     t0 = time.perf_counter()
     handle = rot.rotate_async(x, "clockwise")
     returned = time.perf_counter() - t0
     done_at_return = handle.is_completed()
-    received = handle.wait()
-    waited = time.perf_counter() - t0
+    received = _arrived(handle.wait())
+    arrived = time.perf_counter() - t0
     return {"returned_after_ms": 1e3 * returned, "done_when_returned": done_at_return,
-            "wait_returned_after_ms": 1e3 * waited, "done_after_wait": handle.is_completed(),
-            "received_from": int(received[0].item()), "again": handle.wait() is received}
+            "arrived_after_ms": 1e3 * arrived, "done_after_wait": handle.is_completed(),
+            "received_from": int(received[0].item()), "again": handle.wait() is received,
+            "late_ms": 1e3 * hold_s if rank == 0 else 0.0, "source": (rank - 1) % world_size}
 
 
 @needs_exercises
@@ -149,7 +163,7 @@ def _balanced_repeats(rot, shard, x, trials=3):
     for _ in range(trials):
         dist.barrier()
         t = time.perf_counter()
-        rot.rotate(shard, "clockwise")
+        _arrived(rot.rotate(shard, "clockwise"))
         transfer = min(transfer, time.perf_counter() - t)
         t = time.perf_counter()
         _matmul(x, shard)
@@ -157,6 +171,13 @@ def _balanced_repeats(rot, shard, x, trials=3):
     need = torch.tensor([float(max(1, round(transfer / compute)))], device=shard.device)
     dist.all_reduce(need, op=dist.ReduceOp.MAX)
     return int(min(need.item(), 200))
+
+
+def _arrived(t):
+    """`t` once it is there: NCCL's wait() returns before the transfer is done on a GPU."""
+    if t.is_cuda:
+        torch.cuda.current_stream().synchronize()
+    return t
 
 
 def _matmul(x, shard):

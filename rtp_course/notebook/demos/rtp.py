@@ -12,6 +12,7 @@ Workers (run with `launch` / `run_demo`):
 ``compare_strategies`` runs rtp_course.training.bench (DDP, FSDP, RTP, ...) from the notebook.
 """
 import argparse
+import contextlib
 import copy
 
 import torch
@@ -156,12 +157,34 @@ def layer_timeline(rank, world_size, features=1024, batch=256):
             "backward": [i for i in out if i.start >= start], "events": tr.events()}
 
 
+@contextlib.contextmanager
+def without_tf32():
+    """Full fp32 products: on Ampere and later GPUs cuDNN's convolutions (and matmuls where
+    enabled) use TF32 by default, whose 10-bit mantissa puts two correct implementations
+    about 1e-3 apart, where fp32 puts them about 1e-5 apart. Nothing changes on a CPU."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    matmul.allow_tf32 = cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
+
+
 @needs_exercises
 def train_against_ddp(rank, world_size, model="cnn", steps=8, batch=8, lr=1e-3, tiny=True):
     """Train `model` with RTP and with torch DDP from the same weights on the same batches
-    (`batch` samples per rank; the checkers' tiny shapes unless tiny=False). Returns the
-    per-step global losses of both, and the largest difference between RTP's gathered
-    full_state_dict and DDP's weights."""
+    (`batch` samples per rank; the checkers' tiny shapes unless tiny=False), TF32 off (see
+    without_tf32). Returns the per-step global losses of both, the largest difference between
+    RTP's gathered full_state_dict and DDP's weights, and the TF32 settings it ran with."""
+    with without_tf32():
+        out = _train_both(model, steps, batch, lr, tiny, world_size)
+        out["tf32"] = {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                       "cudnn": torch.backends.cudnn.allow_tf32}
+    return out
+
+
+def _train_both(model, steps, batch, lr, tiny, world_size) -> dict:
     config = dict((TINY_CONFIGS if tiny else DEFAULT_CONFIGS)[model])
     task = Task(model, config, batch * world_size, seed=0)
     dev = strategies.default_device()

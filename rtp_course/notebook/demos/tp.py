@@ -160,6 +160,18 @@ def train(rank, world_size, steps=30, batch=32, lr=2e-3, seed=0, parallel=True):
     return {"losses": losses}
 
 
+def _sharded_parameters(tp, model) -> set:
+    """ids of the parameters that are shards: column layers' and embeddings' weights and
+    biases, row layers' weights (a row layer's bias is replicated)."""
+    found = set()
+    for m in model.modules():
+        if isinstance(m, (tp.ColumnParallelLinear, tp.ParallelEmbedding)):
+            found |= {id(p) for p in m.parameters(recurse=False)}
+        elif isinstance(m, tp.RowParallelLinear):
+            found.add(id(m.weight))
+    return found
+
+
 @needs_exercises
 def param_bytes(rank, world_size):
     """For every group size k = 1..world_size (ranks 0..k-1): this rank's parameter bytes
@@ -175,12 +187,11 @@ def param_bytes(rank, world_size):
         group = dist.new_group(list(range(k)))       # every rank creates every group
         if rank >= k:
             continue
-        model = build_model("bert", seed=0, **MEMORY_CONFIG).to(_device())
-        full = {name: p.shape for name, p in model.named_parameters()}
-        model = tp.parallelize_transformer(model, group)
+        model = tp.parallelize_transformer(
+            build_model("bert", seed=0, **MEMORY_CONFIG).to(_device()), group)
+        sharded = _sharded_parameters(tp, model)
         sizes = {"sharded": 0, "replicated": 0}
-        for name, p in model.named_parameters():
-            kind = "replicated" if full.get(name) == p.shape and k > 1 else "sharded"
-            sizes[kind] += p.numel() * p.element_size()
+        for p in model.parameters():   # by role, not by shape: at N = 1 a shard is whole
+            sizes["sharded" if id(p) in sharded else "replicated"] += p.numel() * p.element_size()
         out[k] = sizes
     return out

@@ -1,5 +1,7 @@
 """Forward writes each shard's part into a preallocated output (narrow + copy_) instead of
 concatenating the parts at the end."""
+BASE = "simple"
+
 REPLACE = [
     ("""            if cat:
                 parts[s] = y

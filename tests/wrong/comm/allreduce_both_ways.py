@@ -3,6 +3,7 @@
 EXPECT: AllReduce.*backward
 CLASS: traffic
 WORLD_SIZES: 2
+RULE: Communication
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):

@@ -5,6 +5,7 @@ EXPECT: all_gather was given a \[[\d, ]+\] float64 tensor made without a device 
 CLASS: device
 WORLD_SIZES: 2
 ONLY: AllGather
+RULE: Device
 """
 REPLACE = [
     ("""        parts = [torch.empty_like(x) for _ in range(world)]

@@ -1,7 +1,7 @@
 r"""Duplication's backward all-reduces grad_output in place, as Megatron's copy-to-region does:
 the caller's upstream gradient is changed.
 
-EXPECT: Duplication.*upstream grad after.*rule 'Never modify the caller's tensor' \(the same holds for grad_output\)
+EXPECT: Duplication.*upstream grad after.*rule 'New tensors' \(the same holds for grad_output\)
 CLASS: in-place
 WORLD_SIZES: 2
 ONLY: Duplication

@@ -3,6 +3,7 @@
 EXPECT: subgroups
 CLASS: subgroup
 WORLD_SIZES: 4
+RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):

@@ -1,10 +1,11 @@
 r"""Split keeps S // N entries per rank without checking that N divides S: the last S % N are dropped.
 
-EXPECT: Split_uneven_size.*forward/Split of a size N does not divide raises is 'nothing', expected 'ValueError'.*raise ValueError naming the\s+sizes
+EXPECT: FAIL  \[E2\.2\] comm\.Split .*uneven size/Split of a size N does not divide raises is 'nothing', expected 'ValueError'.*rule 'Raises'
 CLASS: uneven
 WORLD_SIZES: 2
-ONLY: Split_uneven_size
-HIDDEN: yes
+ONLY: Split
+HIDDEN: no
+RULE: Raises
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):

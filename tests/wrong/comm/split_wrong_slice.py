@@ -3,6 +3,7 @@
 EXPECT: Split.*forward/output
 CLASS: values
 WORLD_SIZES: 2
+RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):

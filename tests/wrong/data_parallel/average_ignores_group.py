@@ -1,10 +1,11 @@
-"""average_gradients all-reduces over every rank and divides by the world's size, ignoring `group`.
+r"""average_gradients all-reduces over every rank and divides by the world's size, ignoring `group`.
 
-EXPECT: average_gradients_subgroups.*backward/grad.*average over the ranks of `group` only
+EXPECT: average_gradients_subgroups.*all_reduce at data_parallel\.py:\d+ in average_gradients ran on ranks \[0, 1, 2, 3\]; this call belongs to the group of ranks \[0, 2\].*hint: rule 'Group'
 CLASS: subgroup
 WORLD_SIZES: 4
 ONLY: average_gradients_subgroups
-HIDDEN: yes
+HIDDEN: no
+RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):

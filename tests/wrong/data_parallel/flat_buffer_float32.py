@@ -1,10 +1,11 @@
 """average_gradients packs the gradients into a flat buffer made with torch.zeros(n, device=...):
 float32, while the gradients are float64, so the averages come back with float32 precision.
 
-EXPECT: only to float32 precision.*hint: keep the dtype of the tensors you are given
+EXPECT: only to float32 precision.*hint: rule 'Dtypes': keep the dtype of the tensors you are given
 CLASS: dtype
 WORLD_SIZES: 2
 ONLY: average_gradients
+RULE: Dtypes
 """
 REPLACE = [
     ("""    world = dist.get_world_size(group)

@@ -6,6 +6,7 @@ EXPECT: all_reduce was given a \[\d+\] float64 tensor made without a device \(at
 CLASS: device
 WORLD_SIZES: 2
 ONLY: average_gradients
+RULE: Device
 """
 REPLACE = [
     ("""    world = dist.get_world_size(group)

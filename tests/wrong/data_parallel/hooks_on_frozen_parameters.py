@@ -1,9 +1,10 @@
 r"""Registers the hook on every parameter, frozen ones too: torch refuses a hook on a tensor that does not require grad.
 
 EXPECT: ERROR  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*phase init.*hint: register hooks only on parameters that require grad
-CLASS: values
+CLASS: values frozen
 WORLD_SIZES: 2
 ONLY: DataParallel_frozen_accumulated
+RULE: Frozen and unused
 
 A wrong implementation: solutions/data_parallel.py with this one bug.
 """

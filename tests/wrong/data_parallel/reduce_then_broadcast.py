@@ -5,6 +5,7 @@ EXPECT: average_gradients.*backward: 8 collective call\(s\), expected between 1 
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: average_gradients
+RULE: Communication
 """
 REPLACE = [
     ("""            dist.all_reduce(p.grad, group=group)

@@ -3,6 +3,7 @@
 EXPECT: average_gradients.*x the expected value
 CLASS: values
 WORLD_SIZES: 2
+RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):

@@ -5,6 +5,7 @@ EXPECT: DataParallel .*phase init: rank 0, init: \d+ DistributedDataParallel cal
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: DataParallel
+RULE: Build it yourself
 """
 REPLACE = [
     ("""        src = dist.get_global_rank(group, 0) if group is not None else 0

@@ -5,10 +5,10 @@ CLASS: values
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
 REPLACE = [
     (r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,

@@ -4,11 +4,12 @@ EXPECT: forward: 1 collective call\(s\), expected exactly 0; seen: all_gather at
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: Linear
+RULE: Rotation only
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
 REPLACE = [
     (r'''        shard, parts, total = self._own_flat(), [None] * world, None

@@ -1,16 +1,16 @@
 r"""The wrapped attention always reads sequence-first input, whatever the module's batch_first says.
 
 EXPECT: \[E5\.2\] flyweight\.MultiheadAttention_batch_first .*phase forward.*hint: the wrapped attention takes what nn\.MultiheadAttention takes.*batch_first=True
-CLASS: values
+CLASS: values batch-first
 WORLD_SIZES: 2
 ONLY: MultiheadAttention MultiheadAttention_batch_first
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
 BASE = "simple"
 
-# The bug, as edits of solutions/simple/flyweight.py:
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 REPLACE = [
     (r'''        if m.batch_first:
             q, k, v = query, key, value

@@ -5,6 +5,7 @@ EXPECT: mixes a \[[\d, ]+\] float64 tensor made without a device \(at flyweight.
 CLASS: device
 WORLD_SIZES: 2
 ONLY: TransformerLM
+RULE: Device
 """
 BASE = "simple"
 REPLACE = [

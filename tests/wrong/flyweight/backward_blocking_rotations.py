@@ -6,10 +6,10 @@ CLASS: overlap
 WORLD_SIZES: 2
 ONLY: Linear
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
 REPLACE = [
     (r'''            incoming = None

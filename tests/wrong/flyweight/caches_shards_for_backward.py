@@ -5,12 +5,12 @@ CLASS: memory
 WORLD_SIZES: 2
 ONLY: TransformerLM
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
 BASE = "simple"
 
-# The bug, as edits of solutions/simple/flyweight.py:
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 REPLACE = [
     (r'''            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
             if cat:

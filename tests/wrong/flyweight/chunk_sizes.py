@@ -4,6 +4,7 @@ torch.tensor_split: 10 units on 4 ranks become 3, 3, 3, 1, not 3, 3, 2, 2.
 EXPECT: phase structure: rank \d, structure/.* shard is .*expected .*cut like torch.tensor_split, sizes\[s\] = U // N \+ \(1 if s < U % N else 0\)
 CLASS: uneven
 WORLD_SIZES: 3 4
+RULE: Layout
 """
 REPLACE = [
     ("""    return [units // world + (1 if s < units % world else 0) for s in range(world)]""",

@@ -5,12 +5,12 @@ CLASS: values
 WORLD_SIZES: 2
 ONLY: Conv2d
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
 BASE = "simple"
 
-# The bug, as edits of solutions/simple/flyweight.py:
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 REPLACE = [
     (r'''        return m._conv_forward(inputs[0], p["weight"], p.get("bias"))  # handles padding_mode
 ''',

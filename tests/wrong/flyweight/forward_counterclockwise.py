@@ -5,10 +5,12 @@ CLASS: 3-4-ranks direction
 WORLD_SIZES: 3
 ONLY: Linear
 
-A wrong implementation: solutions/flyweight.py with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the reference solution (solutions/flyweight.py):
+BASE = "simple"
+
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 REPLACE = [
     (r'''                incoming = rotation.rotate_async(shard, "clockwise", self.group,
 ''',

@@ -4,6 +4,7 @@ EXPECT: forward: recv\|irecv call\(s\) moved \d+ bytes on this rank, expected be
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: Linear
+RULE: Communication
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

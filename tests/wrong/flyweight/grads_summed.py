@@ -4,11 +4,12 @@ EXPECT: backward/grad weight shard .*every entry is 2 x the expected value.*the 
 CLASS: values
 WORLD_SIZES: 2
 ONLY: Linear
+RULE: Results
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
 REPLACE = [
     (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean

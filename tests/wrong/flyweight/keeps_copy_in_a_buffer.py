@@ -4,6 +4,7 @@ EXPECT: TransformerLM .*(memory/bytes held besides parameters and buffers|forwar
 CLASS: memory
 WORLD_SIZES: 2
 ONLY: TransformerLM
+RULE: Memory
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):

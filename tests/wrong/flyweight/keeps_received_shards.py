@@ -16,9 +16,11 @@ REPLACE = [
         self.received = []  # keep them around, backward may want them
 '''),
     (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
+        if out is not None:  # the parts are its columns
 ''',
      r'''            shard = incoming.wait() if incoming is not None else None
             if shard is not None:
                 self.received.append(shard)
+        if out is not None:  # the parts are its columns
 '''),
 ]

@@ -6,12 +6,12 @@ WORLD_SIZES: 3
 ONLY: TransformerLM_subgroup
 HIDDEN: yes
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
 BASE = "simple"
 
-# The bug, as edits of solutions/simple/flyweight.py:
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 REPLACE = [
     (r'''            dist.all_reduce(p.grad, group=self.group)
 ''',

@@ -4,11 +4,12 @@ EXPECT: forward/compute while the next shard is in flight is False, expected Tru
 CLASS: overlap
 WORLD_SIZES: 2
 ONLY: Linear
+RULE: Overlap
 
-A wrong implementation: solutions/simple/flyweight.py (the stub's design) with this one bug.
+A wrong implementation: the stub's design (solutions/flyweight.py up to its faster design) with this one bug.
 """
 
-# The bug, as edits of the stub's design (solutions/simple/flyweight.py):
+# The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
 REPLACE = [
     (r'''                                                 recv_shape=(self._numel((s - 1) % world),))

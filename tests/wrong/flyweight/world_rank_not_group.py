@@ -4,6 +4,7 @@ EXPECT: Linear_subgroup.*GROUP rank and size
 CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: Linear_subgroup
+RULE: Group
 
 A wrong implementation: solutions/flyweight.py with this one bug.
 """

@@ -4,9 +4,10 @@ Shards of different weights get averaged together, and the replicas never see ea
 other's batches.
 
 WORLD_SIZES: 4
-EXPECT: train_2d_bert.*sync/grad.*hint:.*MEAN over groups\.dp_group.*never on tp_group
+EXPECT: train_2d_bert.*sync: all_reduce at data_parallel\.py:\d+ in average_gradients, called from groups\.py:\d+ in sync_gradients ran on ranks \[0, 1\]; this call belongs to the group of ranks \[0, 2\].*hint: rule 'Group': sync_gradients averages every gradient over groups\.dp_group
 CLASS: values
 ONLY: train_2d_bert
+RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):

@@ -5,6 +5,7 @@ EXPECT: all_reduce was given a \[\d+\] float64 tensor made without a device \(at
 CLASS: device
 WORLD_SIZES: 2
 ONLY: train_2d_bert
+RULE: Device
 """
 REPLACE = [
     ("""    data_parallel.average_gradients(model, group=groups.dp_group)

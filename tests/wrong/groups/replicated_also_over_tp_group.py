@@ -4,8 +4,8 @@ They are equal inside a TP group already, so the numbers do not change: only the
 communication rule sees the extra all-reduce per replicated parameter.
 
 WORLD_SIZES: 4
-EXPECT: train_2d_bert.*phase sync.*collective call\(s\), expected at most.*hint:.*rule 'Communication'.*nothing goes over tp_group
-CLASS: traffic
+EXPECT: train_2d_bert.*phase sync.*all_reduce at groups\.py:\d+ in sync_gradients ran on ranks \[0, 1\]; this call belongs to the group of ranks \[0, 2\].*hint: rule 'Group'.*never tp_group
+CLASS: traffic wrong-group
 ONLY: train_2d_bert
 """
 

@@ -18,6 +18,8 @@ REPLACE = [
     for module in model.modules():
         if isinstance(module, tp_layers):   # replicated params are already equal
             for p in module.parameters():
+                if p.grad is None:
+                    continue
                 dist.all_reduce(p.grad, group=groups.dp_group)
                 p.grad /= groups.dp_size
 '''),

@@ -8,6 +8,7 @@ WORLD_SIZES: 4
 EXPECT: build_groups.*structure/tp_group ranks is \[0, 2\], expected \[0, 1\].*hint:.*consecutive ranks
 CLASS: values
 ONLY: build_groups
+RULE: Layout
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):

@@ -6,6 +6,7 @@ WORLD_SIZES: 4
 EXPECT: train_2d_bert.*sync/grad.*every entry is 2 x the expected value.*hint:.*divide by dp_size
 CLASS: values
 ONLY: train_2d_bert
+RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):

@@ -4,6 +4,7 @@ EXPECT: ring_all_gather dim=0/output max abs error.*concatenate in RANK order
 CLASS: values
 WORLD_SIZES: 2
 ONLY: ring_all_gather
+RULE: Results
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

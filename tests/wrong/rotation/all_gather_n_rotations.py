@@ -4,6 +4,7 @@ EXPECT: ring_all_gather dim=0: 2 recv\|irecv call\(s\), expected exactly 1.*an N
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: ring_all_gather
+RULE: Communication
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -1,6 +1,6 @@
 r"""rotate_async waits for the transfer before returning (nothing can overlap it).
 
-EXPECT: rotate_async/returned before the transfer was done \(ranks 1\.\.N-1\) is False, expected True.*Do not wait\(\) inside rotate_async
+EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*phase rotate_async: deadlock.*rank 0 waited in the check's wait for rank\(s\) \[1\] to get back from rotate_async.*hint: rotate_async must only POST the transfers.*Do not wait\(\) inside rotate_async
 CLASS: overlap
 WORLD_SIZES: 2
 ONLY: rotate_async

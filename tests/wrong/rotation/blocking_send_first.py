@@ -4,6 +4,7 @@ EXPECT: HANG +\[E4.2\] rotation\.rotate .*deadlock.*rank \d waited in send calle
 CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: rotate
+RULE: Post together
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

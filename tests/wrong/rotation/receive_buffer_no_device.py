@@ -5,6 +5,7 @@ EXPECT: irecv was given a \[[\d, ]+\] float64 tensor made without a device \(at 
 CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate
+RULE: Device
 """
 REPLACE = [
     ("""                           dtype=recv_dtype or tensor.dtype, device=tensor.device)""",

@@ -4,7 +4,7 @@ With two ranks the next and the previous rank are the same one, so it passes; fr
 ranks on, rank r waits for rank r+1, which sends to r+2: a deadlock.
 
 WORLD_SIZES: 3
-EXPECT: HANG +\[E4.2\] rotation\.rotate .*deadlock.*hint: rank \d waits to have its send received by rank \d, but rank \d never posted a receive from rank \d in this check \(its receives came from rank\(s\) \d\)
+EXPECT: HANG +\[E4.2\] rotation\.rotate .*deadlock.*hint: rank \d waits to receive from rank \d, but rank \d never posted a send to rank \d in this check \(its sends went to rank\(s\) \d\)
 CLASS: 3-4-ranks deadlock direction
 ONLY: rotate
 """

@@ -1,11 +1,12 @@
 r"""ring_reduce_scatter cuts torch.chunk's uneven chunks when N does not divide the size, instead
 of refusing: the ranks then send partial sums of different sizes (a crash, or wrong sums).
 
-EXPECT: ring_reduce_scatter_uneven_size.*(raises is '\w+', expected 'ValueError'.*otherwise raise ValueError|crashed.*another size than the buffer)
+EXPECT: ring_reduce_scatter .*(uneven size/a size N does not divide raises is '\w+', expected 'ValueError'.*rule 'Raises'|crashed.*another size than the buffer)
 CLASS: uneven
 WORLD_SIZES: 3
-ONLY: ring_reduce_scatter_uneven_size
-HIDDEN: yes
+ONLY: ring_reduce_scatter
+HIDDEN: no
+RULE: Raises
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):

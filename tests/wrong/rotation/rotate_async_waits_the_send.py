@@ -1,9 +1,9 @@
-r"""rotate_async waits on the send's work before returning ('make sure it left'), and wait() waits on every work again: gloo can block for ever on a second wait of a finished work.
+r"""rotate_async waits on its handle before returning ('make sure it left'): the rotation cannot overlap anything, and a rank blocks there until its peers post their halves.
 
-EXPECT: \[E4\.2\] rotation\.rotate .*wait\(\) on a point-to-point work already waited.*hint: a point-to-point work was waited a second time.*wait on each work once
-CLASS: deadlock
+EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*rank 1 waited in wait\(\) on batch_isend_irecv from rotation\.py:\d+ in rotate_async.*hint: rotate_async must only POST the transfers
+CLASS: overlap deadlock
 WORLD_SIZES: 2
-ONLY: rotate
+ONLY: rotate_async
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

@@ -4,6 +4,7 @@ EXPECT: rotation\.subgroup .*dist\.get_global_rank\(group, peer\)
 CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: subgroup
+RULE: Group
 
 A wrong implementation: solutions/rotation.py with this one bug.
 """

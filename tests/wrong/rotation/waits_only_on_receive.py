@@ -7,10 +7,11 @@ cause (on NCCL the send buffer could be reused while the send still reads it). W
 batch_isend_irecv the same code would be right on NCCL, which returns one handle for
 the batch: this bug needs handles of its own.
 
-EXPECT: \[E4.2\] rotation\.rotate .*(clockwise/transfers never waited is \[.isend at rotation\.py.*expected \[\].*hint:.*rule .Wait on EVERY work.|rank \d waits to receive from rank \d, which posted the send but never waited on its work)
+EXPECT: \[E4.2\] rotation\.rotate .*(clockwise/transfers never waited is \[.isend at rotation\.py.*expected \[\].*hint:.*rule .Wait on every work.|rank \d waits to receive from rank \d, which posted the send but never waited on its work)
 CLASS: unwaited
 WORLD_SIZES: 2
 ONLY: rotate rotate_async
+RULE: Wait on every work
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):

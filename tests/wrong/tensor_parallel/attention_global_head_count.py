@@ -4,6 +4,7 @@ EXPECT: FAIL  \[E3\.5\] tensor_parallel\.ParallelSelfAttention .*forward/output.
 CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelSelfAttention
+RULE: Results
 
 A wrong implementation: solutions/tensor_parallel.py with this one bug.
 """

@@ -7,6 +7,7 @@ EXPECT: ParallelEmbedding  .*structure/weight has shape \(48, 48\), expected \(9
 CLASS: values
 WORLD_SIZES: 2
 ONLY: ParallelEmbedding
+RULE: Layout
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):

@@ -7,6 +7,7 @@ EXPECT: ParallelMLP  .*forward/output.*hint:.*no communication between fc1 and f
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: ParallelMLP
+RULE: Communication
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):

@@ -4,6 +4,7 @@ later, say): the parameters are shards, but every rank still holds the whole lay
 EXPECT: ColumnParallelLinear.*memory/bytes held besides parameters and buffers is \d+, expected at most .*keep only your shards
 CLASS: memory
 WORLD_SIZES: 2
+RULE: Memory
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):

@@ -7,6 +7,7 @@ EXPECT: RowParallelLinear  .*forward/output.*hint:.*bias ONCE, after the all-red
 CLASS: bias-every-rank
 WORLD_SIZES: 2
 ONLY: RowParallelLinear
+RULE: Replicated
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):

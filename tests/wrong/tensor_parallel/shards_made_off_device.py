@@ -6,6 +6,7 @@ EXPECT: made without a device \(at tensor_parallel.py:\d+.*rule 'Device'.*hint: 
 CLASS: device
 WORLD_SIZES: 2
 ONLY: ColumnParallelLinear
+RULE: Device
 """
 REPLACE = [
     ("""        layer = cls(in_features, out_features, bias is not None, gather_output, group,

@@ -1,0 +1,87 @@
+"""What a submission's checks may spend, in CPU time, so that load never changes a verdict.
+
+A check is charged the CPU time its ranks used (all their threads), which a busy machine
+stretches in wall time but hardly changes. Each check has its own CPU budget
+(`Check.cpu_budget`), an exercise's checks share one, and so do all the checks of a run: a
+submission is graded in bounded CPU time whatever its code does. Time spent hung (every
+rank blocked, see watchdog.py) is charged to an exercise's hang budget, so an exercise
+whose checks deadlock one after another stops early.
+
+Wall time decides one thing only: a check still running after `BACKSTOP` seconds is
+stopped. If its ranks were starved (waiting for a CPU) most of that time, it is not graded
+("the machine was too busy; run it again"); otherwise the code was too slow.
+"""
+from __future__ import annotations
+
+from rtp_course.course import EXERCISES
+
+STALL = 6.0              # s with every rank blocked (on no CPU and waiting for none): a hang
+HANG_BUDGET = 20.0       # s an exercise's checks may spend hung, in all
+EXERCISE_CPU = 120.0     # CPU-s the checks of one exercise may use, at every world size
+RUN_CPU = 300.0          # CPU-s the checks of one run (a submission) may use
+START_CPU = 40.0         # CPU-s for a launch's ranks to start, join and import the code
+IMPORT_CPU = 10.0        # CPU-s to import one exercise module of the code under test
+BACKSTOP = 120.0         # wall s a check may run at most, however busy the machine
+LEAVING = 15.0           # wall s for ranks done with every check to leave (NCCL's destroy)
+
+BUSY = ("not graded: the machine was too busy to finish this check (its processes waited "
+        "for a CPU most of the time); run it again")
+SLOW_HINT = ("each check computes on tensors of a few kilobytes, in well under a CPU-second: "
+             "look for a Python loop over elements, a sleep, or communication repeated in a "
+             "loop")
+
+
+class Budgets:
+    """The CPU-time budgets of one run, x `scale`. An explicit `timeout` (a person debugging)
+    is every check's CPU budget and lifts the exercise and run budgets."""
+
+    def __init__(self, scale: float = 1.0, timeout: float | None = None):
+        self.scale, self.timeout = scale, timeout
+        lifted = float("inf") if timeout else None
+        self.hang_left = {ex: HANG_BUDGET * scale for ex in EXERCISES}
+        self.left = {ex: lifted or EXERCISE_CPU * scale for ex in EXERCISES}
+        self.run_left = lifted or RUN_CPU * scale
+        self.stall = STALL * scale
+        self.backstop = max(BACKSTOP * scale, 4 * (timeout or 0))
+
+    def limit(self, check) -> tuple[float, str]:
+        """(CPU-s the check may still use, which budget that is)."""
+        own = self.timeout or check.cpu_budget * self.scale
+        return min((own, "own"), (self.left.get(check.exercise, own), "exercise"),
+                   (self.run_left, "run"), key=lambda x: x[0])
+
+    def stall_for(self, check) -> float:
+        """Seconds of blocking that make a hang: never more than the exercise's hang budget."""
+        return max(min(self.stall, self.hang_left.get(check.exercise, self.stall)),
+                   1.0 * self.scale)
+
+    def charge(self, check, cpu: float, hung: float = 0.0) -> None:
+        if check.exercise in self.left:
+            self.left[check.exercise] -= cpu
+            self.hang_left[check.exercise] -= hung
+        self.run_left -= cpu
+
+    def charge_run(self, cpu: float) -> None:
+        self.run_left -= cpu
+
+    def spent(self, check) -> str | None:
+        """Why no more of the check's exercise runs ('hang', 'exercise', 'run'), or None."""
+        if self.hang_left.get(check.exercise, 1) <= 0:
+            return "hang"
+        if self.left.get(check.exercise, 1) <= 0:
+            return "exercise"
+        return "run" if self.run_left <= 0 else None
+
+    def why(self, reason: str, exercise: str = "", used: float = 0.0, limit: float = 0.0) -> str:
+        """The sentence a report gives for a budget that stopped a check."""
+        if reason == "hang":
+            return (f"checks of {exercise} already hung for {HANG_BUDGET * self.scale:.0f} s in "
+                    f"all (the hang budget of an exercise)")
+        if reason == "exercise":
+            return (f"too slow: the checks of an exercise may use {EXERCISE_CPU * self.scale:.0f} "
+                    f"CPU-seconds in all, and {exercise or 'this exercise'}'s have used them")
+        if reason == "run":
+            return (f"too slow: the checks of one run may use {RUN_CPU * self.scale:.0f} "
+                    f"CPU-seconds in all, and this run has used them")
+        return (f"too slow: its ranks used {used:.1f} CPU-seconds, and this check allows "
+                f"{limit:.0f}")

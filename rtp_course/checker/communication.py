@@ -1,0 +1,172 @@
+"""Judge the communication a rank recorded (commlog's events and program). Parent only.
+
+Three kinds of rule, in the order the verdict applies them:
+* before the values, what explains a wrong value better than the value does: a send buffer
+  written before its work was waited (rule 'Send buffers'), a call on another process group
+  than the one a CommRule names (rule 'Group');
+* after the values, the counts, bytes and peers of each CommRule;
+* last, NCCL's stream order (runtime/nccl/order.py): calls gloo completed that would hang on
+  a GPU.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from rtp_course.checker.registry import Bound
+from rtp_course.runtime import nccl
+from rtp_course.runtime.commlog import P2P
+
+LIBRARIES = ("DistributedDataParallel",)   # torch wrappers commlog logs by their construction
+
+SEND_BUFFERS = ("rule 'Send buffers': a tensor handed to a send (isend, a P2POp of "
+                "batch_isend_irecv, rotate_async) is still being read until its work is waited: "
+                "write to it (an in-place add, a copy_, the next receive into it) only after "
+                "wait(), or send a copy. gloo often copies it early and hides this; NCCL reads "
+                "it while the transfer runs")
+
+GROUP = ("rule 'Group': every collective of this function runs on `group` (pass group= to "
+         "each call, also in the helpers it calls); a call without group= runs over the whole "
+         "world, one with another group over that group's ranks")
+
+
+def written_send(events) -> str | None:
+    """What the verdict says of the first send whose buffer was written before its wait."""
+    for e in events:
+        if e.get("overwritten"):
+            return (f"{e['phase']}: the buffer of the {e['kind']} to rank {e['peer']} at "
+                    f"{e['where']} was written to before its work was waited")
+    return None
+
+
+def wrong_group(rules, events):
+    """(rule, message) for the first call counted by a rule with `members` that ran on
+    another group; None when every such call ran on its group."""
+    for rule in rules:
+        if rule.members is None:
+            continue
+        want = tuple(sorted(rule.members))
+        for e in events:
+            got = _ranks(e.get("members"))
+            if _count_matches(rule, e) and got and got != want:
+                return rule, (f"{e['phase']}: {e['kind']} at {e['where']} ran on ranks "
+                              f"{list(got)}; this call belongs to the group of ranks "
+                              f"{list(want)}")
+    return None
+
+
+def _ranks(members) -> tuple:
+    """An event's group members, sorted: a flat event holds them as text, "(0, 2)"."""
+    if isinstance(members, str):
+        return tuple(sorted(int(m) for m in re.findall(r"\d+", members)))
+    return tuple(sorted(members or ()))
+
+
+def _count_matches(rule, ev) -> bool:
+    """A rule's kind names functions or operations: "all_gather" also counts
+    all_gather_into_tensor, all_gather_single, funcol.all_gather_tensor ... (any API)."""
+    if rule.phase != "*" and ev["phase"] != rule.phase:
+        return False
+    family = ev.get("family") or ev["kind"]
+    if rule.kind == "*":
+        return True
+    if rule.kind == "collective":
+        return family not in P2P
+    if rule.kind == "p2p":
+        return family in P2P
+    kinds = rule.kind.split("|")
+    return ev["kind"] in kinds or family in kinds
+
+
+def check_comm(rules, events):
+    """(rule, message) of the first CommRule the events break (count, bytes, peers)."""
+    for rule in rules:
+        hits = [e for e in events if _count_matches(rule, e)]
+        n = len(hits)
+        ok = n in rule.count if isinstance(rule.count, Bound) else n == rule.count
+        if not ok:
+            if rule.phase == "*" and hits:     # name the phase it happened in
+                rule = replace(rule, phase=hits[0]["phase"])
+            seen = ", ".join(f"{e['kind']} at {e['where']}" for e in hits[:4]) or "none"
+            want = rule.count if isinstance(rule.count, Bound) else f"exactly {rule.count}"
+            return rule, (f"{rule.phase}: {n} {rule.kind} call(s), expected {want}; seen: {seen}")
+        if rule.nbytes is not None:
+            total = sum(e["nbytes"] for e in hits)
+            ok = total in rule.nbytes if isinstance(rule.nbytes, Bound) else total == rule.nbytes
+            if not ok:
+                return rule, (f"{rule.phase}: {rule.kind} call(s) moved {total} bytes on this "
+                              f"rank, expected {rule.nbytes}")
+        if rule.peers is not None:
+            odd = [e for e in hits if e["peer"] not in rule.peers]
+            if odd:
+                seen = ", ".join(f"{e['kind']} with rank {e['peer']} at {e['where']}" for e in odd[:2])
+                return rule, (f"{rule.phase}: {rule.kind} with the wrong rank(s): {seen}; "
+                              f"expected only rank(s) {', '.join(map(str, rule.peers))}")
+    return None
+
+
+NCCL_ORDER = (f"{nccl.RULE}: on NCCL, a rank's operations on a process group run in the "
+              "order they were posted, one after the other, and a send waits until its receive "
+              "runs; only the operations of one dist.batch_isend_irecv progress together (gloo "
+              "lets each transfer go on by itself, so the CPU run finished). Post a send and "
+              "the receive that must happen with it in ONE batch_isend_irecv, and wait on "
+              "every handle it returns")
+
+
+def _programs(outcomes: dict) -> dict | None:
+    """{rank: (steps, {op id: op})} of commlog's programs, or None if a rank recorded none."""
+    programs = {}
+    for r, o in outcomes.items():
+        prog = o.get("program")
+        if not isinstance(prog, dict):
+            return None              # an older record, or a rank that recorded none
+        ops = {op["id"]: op for op in prog.get("ops", []) if isinstance(op, dict)}
+        programs[r] = ([tuple(step) for step in prog.get("steps", [])], ops)
+    return programs
+
+
+SIZES = ("a receive must hold exactly what its send sends (NCCL needs the same count on both "
+         "sides; gloo fills part of a larger buffer, or stops the process): allocate it with "
+         "the shape of what arrives (with uneven shards, the shape of the shard that comes, "
+         "not of your own)")
+
+
+def sizes_differ(outcomes: dict) -> dict | None:
+    """A failed result's fields when a send and the receive it meets hold different sizes: the
+    cause of whatever the ranks then computed or raised."""
+    programs = _programs(outcomes)
+    try:
+        found = nccl.size_mismatch(programs) if programs else None
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
+    if found is None:
+        return None
+    send, recv, rank = found["send"], found["recv"], found["receiver"]
+    events = outcomes[rank].get("events", [])
+    phase = events[recv["id"]]["phase"] if recv["id"] < len(events) else ""
+    return dict(status="failed", rank=rank, phase=phase, key=f"{phase}/communication",
+                message=f"rank {found['sender']}'s {send['family']} at {send['where']} sends "
+                        f"{send['nbytes']} bytes to rank {rank}, whose {recv['family']} at "
+                        f"{recv['where']} receives into a buffer of {recv['nbytes']} bytes",
+                hint=SIZES)
+
+
+def nccl_order(outcomes: dict) -> dict | None:
+    """A failed result's fields when the ranks' calls, which gloo completed, would hang on
+    NCCL's streams (runtime/nccl/order.py); None when they would complete."""
+    programs = _programs(outcomes)
+    if programs is None:
+        return None
+    try:
+        found = nccl.simulate(programs)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None                  # a record the simulation cannot read: not judged by it
+    if found is None:
+        return None
+    rank = next(r for r, w in sorted(found["waiting"].items()) if w)
+    events = outcomes[rank].get("events", [])
+    op_id = found["waiting"][rank][0]["id"]
+    phase = events[op_id]["phase"] if op_id < len(events) else ""
+    return dict(status="failed", rank=rank, phase=phase, key=f"{phase}/communication",
+                message=f"on NCCL (a GPU run) these calls would never finish: "
+                        f"{nccl.describe(found)}", hint=NCCL_ORDER)

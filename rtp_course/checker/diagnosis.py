@@ -1,0 +1,389 @@
+"""Why a check failed, said as a cause and a hint: for an exception, a crash, a hang, a budget.
+
+A check's own hints are written for its usual mistakes; an exception, the way a process
+ended, or what the ranks were blocked in often says more precisely what happened:
+
+* an exception's text: SURE causes (an in-place change autograd noticed, a message of
+  another size than its buffer, mixed dtypes) win over the check's own hints; LIKELY ones
+  (mismatched shapes, an index past the end) only fill in where the check has none;
+* a hang: each rank's status (worker.Status) names the call it is blocked in and the sends
+  and receives it posted to each peer, so a transfer whose peer never posted its half, a
+  ring of blocking sends, or ranks that left a collective the others wait in, are named;
+* a crash: what the rank printed last, else how it died.
+
+`diagnose()` turns the watchdog's or the launcher's stop into the Result of the check
+during which the group ended; `blame_earlier_tasks()` points a later check at an earlier
+failing one it depends on.
+"""
+from __future__ import annotations
+
+import re
+import signal
+
+from rtp_course import course
+from rtp_course.checker import budgets as B
+from rtp_course.checker.outcome_file import read_json_bounded
+from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.watchdog import Stuck
+from rtp_course.runtime.launcher import RankFailed, RankHung, died_how, stderr_tail
+
+# --- exceptions ------------------------------------------------------------------------------
+
+SURE = [
+    (r"HARNESS CHANGED",       # confinement/integrity.py: the text is the message's own
+     "remove the code that changes the checker's objects, torch.distributed or commlog's "
+     "record: the check judges what your code computes and communicates, nothing else"),
+    (r"Received data size doesn't match expected size|op\.preamble\.length|"
+     r"receive buffer holds",
+     "a message arrived with another size than the buffer waiting for it: either the ranks' "
+     "collectives did not match (every rank must make the same calls, in the same order, "
+     "with tensors of the same size), or a receive was allocated with the wrong shape or "
+     "dtype (allocate it with the shape and dtype of what the peer sends: with uneven shards "
+     "the shape of the shard that arrives, not of your own, i.e. recv_shape; recv_dtype when "
+     "the peer sends another dtype; never the default float32)"),
+    (r"collective calls do not match|calls do not match",
+     "the ranks' collectives did not match: every rank of a group must make the same "
+     "collective calls, in the same order, with tensors of the same shape and dtype (a rank "
+     "that skips a call, or makes one more, pairs its next call with another rank's)"),
+    (r"modified by an inplace operation",
+     "a tensor autograd saved for backward was changed in place (an in-place collective such "
+     "as all_reduce, or +=, on it): communicate a clone, or a tensor autograd did not save"),
+    (r"a leaf Variable that requires grad is being used in an in-place operation",
+     "an in-place change of a parameter (a broadcast or copy_ into it) must run under "
+     "torch.no_grad()"),
+    (r"expected scalar type|must have the same dtype|same dtype|dtype mismatch",
+     "rule 'Dtypes': tensors of different dtypes met: create buffers, shards and helper "
+     "tensors (a mask turned into a bias) in the dtype of the tensors they meet "
+     "(torch.empty(..., dtype=x.dtype), x.new_zeros(...)); one made in the default float32 "
+     "promotes half-precision data to float32"),
+    (r"made without a device",
+     "rule 'Device': create every tensor on the device of the data it meets "
+     "(torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape), "
+     "torch.empty_like(x)); the checker treats a tensor made without device= as a GPU run "
+     "would: in CPU memory"),
+    (r"\[Errno 27\] File too large",
+     "a rank may write files of at most 512 MB each (the checker's cap on a rank's disk, "
+     "RTP_COURSE_RANK_FILE_MB): code under test has nothing to write to disk"),
+    (r"\[Errno 28\] No space left on device",
+     "a rank's private directory holds at most 512 MB and 10000 files in all (the checker's "
+     "cap on a rank's disk, unless RTP_COURSE_RANK_DISK_MB says otherwise): code under test "
+     "has nothing to write to disk"),
+    (r"can't allocate memory|Cannot allocate memory|MemoryError",
+     "a rank on CPU may use at most 4096 MB of memory (the checker's cap, "
+     "RTP_COURSE_RANK_MEMORY_MB): the checks' tensors take a few kilobytes; look for a "
+     "tensor whose size grows with a loop, or a copy kept on every step"),
+    (r"non-contiguous .* tensor \(at ",
+     "rule 'Contiguity': NCCL sends only contiguous memory; a view such as x.t(), x[:, 1:] or "
+     "x.narrow(...) is not: hand the collective x.contiguous() (gloo takes the view, so the "
+     "checker refuses it on CPU too)"),
+    (r"device-side assert triggered|CUDA error: an illegal memory access",
+     "a CUDA kernel failed (on a GPU an index out of range is reported this way, later than "
+     "the line that caused it): look for an index past the end in this check's code, e.g. "
+     "an embedding lookup of ids outside this rank's rows that was not masked"),
+    (r"Mismatch in shape: grad_output\[0\] has a shape of",
+     "a backward recomputed an output whose shape differs from the gradient it was given: the "
+     "recomputation used other tensors than the forward did, either another call's input (a "
+     "layer called twice before one backward keeps each call's inputs in its own autograd "
+     "context, ctx.save_for_backward, never on the module) or another shard's shape (receive "
+     "each shard with its own shape, recv_shape)"),
+    (r"values to unpack \(expected \d+, got 1\)",
+     "on NCCL, dist.batch_isend_irecv returns ONE handle for the whole batch (gloo one per "
+     "operation; the checker gives one on CPU too): wait on every handle in the list it "
+     "returns (for w in works: w.wait()), never unpack or index it"),
+    (r"Expected all tensors to be on the same device|No backend type associated with device",
+     "a tensor on another device than the others: create tensors on the device of your input "
+     "(device=x.device)"),
+]
+LIKELY = [
+    (r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size "
+     r"of tensor b",
+     "a product or a sum of mismatched shapes: compare each shard's shape with the docstring "
+     "(which dimension is split, which rank holds which slice)"),
+    (r"Sizes of tensors must match except in dimension",
+     "torch.cat of parts whose other dimensions differ: concatenate along the split "
+     "dimension, and give each part the size of its own shard"),
+    (r"does not require grad and does not have a grad_fn",
+     "the result lost its autograd history: a tensor that was detached (or made under "
+     "torch.no_grad()) cannot carry gradients back; return what your autograd.Function "
+     "computed from its inputs"),
+    (r"returned an invalid gradient at index \d+ - got",
+     "a backward returned a gradient of another shape than its forward's input: what backward "
+     "needs (the dim, the sizes, the rank) must be saved on ctx by the same call's forward; a "
+     "function called again before the first call's backward overwrites what was kept on the "
+     "class, the module or a global"),
+    (r"backward through the graph a second time",
+     "backward ran twice through the same graph: call backward once per forward, or keep "
+     "the tensors you need instead of re-running backward"),
+    (r"list index out of range|index \d+ is out of bounds",
+     "an index past the end: ring positions wrap around, (r + k) % N, and shard indices run "
+     "from 0 to N-1"),
+    (r"Invalid process group|is not part of|not in (the )?group",
+     "a rank number a call was given is not in the group it was given (a src, a dst, a peer, "
+     "or the calling rank itself): a collective's src and a send's peer are GLOBAL ranks of "
+     "members of `group` (dist.get_global_rank(group, 0), dist.get_global_rank(group, peer)), "
+     "and only members call a group's collectives"),
+]
+_TIERS = {"sure": [(re.compile(p), h) for p, h in SURE],
+          "likely": [(re.compile(p), h) for p, h in LIKELY]}
+
+
+def exception_hint(text: str, tier: str = "sure") -> str:
+    """The hint of the first cause of `tier` whose pattern `text` (an exception's type and
+    message, or a crashed process's last words) shows; empty if none."""
+    for pattern, hint in _TIERS[tier]:
+        if pattern.search(text or ""):
+            return hint
+    return ""
+
+# --- hangs -----------------------------------------------------------------------------------
+
+BLOCKING_SENDS = ("every rank is blocked in a blocking dist.send, and no rank has posted a "
+                  "receive: a send returns only when the peer receives (on gloo and NCCL "
+                  "alike). Post the receive and the send together (dist.batch_isend_irecv), "
+                  "then wait")
+RECEIVES, SENDS = ("recv", "irecv"), ("send", "isend")
+
+
+def _left_out(done: list, blocked: dict) -> str:
+    calls = sorted({str(st.get("family") or st.get("call", "")).split(" ")[0]
+                    for st in blocked.values()})
+    return (f"rank(s) {', '.join(map(str, done))} finished this check while the others wait in "
+            f"{', '.join(calls)}: a collective that the finished ranks never called. Either they "
+            f"skipped it (every rank makes the same collectives whatever its data: a rank whose "
+            f"tensor or gradient is zero all-reduces it all the same), or it ran over more ranks "
+            f"than the group (a collective called without group= runs over the whole world, and "
+            f"ranks outside the subgroup are waited for forever: pass `group` to every "
+            f"collective)")
+
+
+def _count(status: dict, what: str, peer: int) -> int:
+    return int((status.get(what) or {}).get(str(peer), 0))
+
+
+def _unmatched(r: int, st: dict, mine: dict) -> str:
+    """Why rank r's blocked transfer has no partner, if its peer's status shows it."""
+    peer_rank = st.get("peer")
+    receiving = st.get("family") in RECEIVES
+    if not (receiving or st.get("family") in SENDS) or not isinstance(peer_rank, int):
+        return ""
+    peer = mine.get(peer_rank)
+    if peer is None:
+        return ""
+    half, theirs = ("send", "sent_to") if receiving else ("receive", "recv_from")
+    if not _count(peer, theirs, r):
+        others = sorted(k for k in (peer.get(theirs) or {}) if k != str(r))
+        went = (f"its {half}s {'went to' if receiving else 'came from'} rank(s) "
+                f"{', '.join(others)}" if others else f"it posted no {half} at all")
+        verb = "receive from" if receiving else "have its send received by"
+        return (f"rank {r} waits to {verb} rank {peer_rank}, but rank {peer_rank} never posted "
+                f"a {half} {'to' if receiving else 'from'} rank {r} in this check ({went}): every "
+                f"transfer needs its other half on the peer. Check the direction of each peer, "
+                f"and that both the isend and the irecv are posted")
+    if receiving and _count(peer, "unwaited_to", r) and peer.get("family") not in SENDS:
+        return (f"rank {r} waits to receive from rank {peer_rank}, which posted the send but "
+                f"never waited on its work (and is no longer waiting for it): a send whose "
+                f"work is dropped unwaited may never be delivered (gloo). wait() on EVERY work "
+                f"you start, the send's as well as the receive's")
+    return ""
+
+
+COMPUTING = ("no rank was inside a communication call: each was blocked somewhere else (a "
+             "sleep, a lock, a read of input?). Code under test only computes and communicates")
+
+
+def hang_hint(check_id: str, statuses: dict) -> str:
+    """A hint when the ranks' statuses show the cause of the hang; empty if they do not."""
+    statuses = {r: st if isinstance(st, dict) else {} for r, st in statuses.items()}
+    mine = {r: st for r, st in statuses.items() if st and st.get("check") == check_id}
+    blocked = {r: st for r, st in mine.items() if st.get("call") and st.get("phase") != "done"}
+    running = [st for st in mine.values() if st.get("phase") != "done"]
+    if running and not blocked and len(mine) == len(statuses):
+        return COMPUTING
+    done = sorted(r for r, st in mine.items() if st.get("phase") == "done")
+    # dist.new_group is collective over the whole job, whatever its ranks: ranks waiting in it
+    # while others finished made the calls in another order or number (the check's own hint)
+    if done and blocked and all(st.get("family") not in RECEIVES + SENDS
+                                and not str(st.get("call", "")).startswith("dist.new_group")
+                                for st in blocked.values()):
+        return _left_out(done, blocked)
+    if blocked and len(blocked) == len(mine) and all(
+            st.get("family") == "send" and not st.get("recv_from") for st in blocked.values()):
+        return BLOCKING_SENDS
+    for r, st in sorted(blocked.items()):
+        why = _unmatched(r, st, mine)
+        if why:
+            return why
+    return ""
+
+# --- the check during which a group ended -----------------------------------------------------
+
+MISMATCH_HINT = ("a process killed by the communication library usually means the ranks' "
+                 "collectives did not match (a different order, count or size on some rank); "
+                 "what the rank printed last is quoted above")
+DISK_HINT = ("code under test has nothing to write to disk: a check's results are a few "
+             "tensors, kept in memory")
+IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
+               "definitions, and move work into the functions the checks call")
+STUCK_HINT = ("every rank must make the same collective calls in the same order; "
+              "point-to-point sends need a matching receive on the peer (post them together "
+              "with dist.batch_isend_irecv)")
+
+
+def crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
+    """Why a rank's process ended, by what it printed last, else by how it ended."""
+    cause = exception_hint(said, "sure")
+    if cause:
+        return cause
+    if exit_code == 0:
+        return ("code under test must return its result, never end the process "
+                "(no sys.exit, os._exit or signals)")
+    if exit_code == -signal.SIGABRT and in_call:
+        return MISMATCH_HINT
+    if exit_code == -signal.SIGSEGV:
+        return ("a segmentation fault usually means a tensor used after its memory was freed, "
+                "or a wrong-sized buffer given to a communication call")
+    return "the process was killed from outside or by the system (out of memory?)"
+
+
+def where_ranks_were(check, statuses: dict, world_size: int) -> tuple[str, int | None]:
+    """('rank 0 waited in ...; rank 1 ...', the first rank still in the check)."""
+    lines, first, harness_first = [], None, False
+    for r in range(world_size):
+        st = statuses.get(r) if isinstance(statuses.get(r), dict) else {}
+        if st.get("check") != check.id:
+            lines.append(f"rank {r} never started this check")
+            continue
+        if st.get("phase") == "done":
+            lines.append(f"rank {r} finished the check and waited for the others")
+            continue
+        call = st.get("call")
+        if first is None or (st.get("family") != "harness" and harness_first):
+            first, harness_first = r, st.get("family") == "harness"
+        where = f"waited in {call}" if call else "was outside any communication call"
+        lines.append(f"rank {r} {where} during phase '{st.get('phase')}'")
+    return "; ".join(lines), first
+
+
+def _harness_hint(check, statuses: dict) -> str:
+    """The check's own hint when a rank waited in the check's own meeting (ctx.wait_flags)."""
+    for st in statuses.values():
+        if isinstance(st, dict) and st.get("family") == "harness" and st.get("hint_key"):
+            return check.hint(str(st["hint_key"]))
+    return ""
+
+
+def import_hang_message(module: str, failure: Stuck, impl_dir: str) -> str:
+    where = ""
+    for stack in failure.stacks.values():
+        lines = [ln for ln in stack.splitlines() if impl_dir in ln]
+        if lines:
+            where = " at " + lines[0].strip().replace(impl_dir + "/", "")
+            break
+    return (f"importing {module}.py did not finish ({failure.why}){where}: an endless loop or "
+            f"a blocking call at import time? Every check of {module} fails")
+
+
+def diagnose(check, ws: int, rundir, failure, partial: dict) -> Result:
+    """The check during which the group ended early; `partial`: the outcomes its ranks wrote."""
+    for status in ("notimpl", "error"):  # the rank that failed first explains the rest
+        if any(o["status"] == status for o in partial.values()):
+            res = judge(check, ws, partial, {}, [])
+            stuck = [q for q in range(ws) if q not in partial]
+            if stuck:
+                res.message += f" (rank(s) {stuck} were left waiting for it)"
+            return res
+    base = dict(exercise=check.exercise, check=check.name, world_size=ws)
+    if isinstance(failure, Stuck):
+        return _stopped(check, base, ws, failure)
+    if isinstance(failure, RankFailed):
+        return _crashed(base, ws, rundir, failure, check)
+    if isinstance(failure, RankHung):
+        return Result(**base, status="deadlock", message=str(failure).splitlines()[0],
+                      details={"stacks": failure.stacks})
+    return Result(**base, status="error", message="the worker group ended without a result")
+
+
+def _stopped(check, base: dict, ws: int, failure: Stuck) -> Result:
+    """What the watchdog stopped: a hang, a budget, a busy machine, a disk flood."""
+    details = {"stacks": failure.stacks}
+    where, rank = where_ranks_were(check, failure.statuses, ws)
+    if failure.reason == "disk":
+        return Result(**base, status="error", message=failure.why, rank=failure.rank,
+                      hint=DISK_HINT)
+    if failure.reason == "busy":
+        return Result(**base, status="busy", message=f"{failure.why} (at {failure.elapsed:.0f} "
+                      f"s it had used {failure.cpu:.1f} CPU-seconds)", details=details)
+    if failure.reason in ("own", "exercise", "run", "slow", "import"):
+        return Result(**base, status="failed", hint=B.SLOW_HINT, details=details,
+                      message=f"{failure.why}: this check was stopped after {failure.elapsed:.0f} "
+                              f"s; at that moment {where}")
+    st = failure.statuses.get(rank) if rank is not None else None
+    return Result(**base, status="deadlock", rank=rank, details=details,
+                  message=f"deadlock: {failure.why}; {where}",
+                  phase=st.get("phase", "") if isinstance(st, dict) else "",
+                  hint=_harness_hint(check, failure.statuses)
+                  or hang_hint(check.id, failure.statuses)
+                  or check.hints.get("deadlock") or STUCK_HINT)
+
+
+def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check) -> Result:
+    statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
+    st = statuses.get(failure.rank) if isinstance(statuses.get(failure.rank), dict) else {}
+    if failure.exit_code is not None and failure.exit_code <= 0:
+        call = f", in {st['call']}" if st.get("call") else ""
+        said = stderr_tail(rundir, failure.rank, lines=2)
+        said = f"; its last words: {' / '.join(said.splitlines())}" if said else ""
+        return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+                      message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
+                              f"{call}: {died_how(failure.exit_code)}{said}",
+                      hint=crash_hint(failure.exit_code, bool(st.get("call")), said))
+    where, _ = where_ranks_were(check, statuses, ws)
+    return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+                  message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}; "
+                          f"at that moment: {where}",
+                  hint=MISMATCH_HINT, details={"traceback": failure.traceback})
+
+
+# --- hints along the tasks a task uses -------------------------------------------------------
+
+def variant(name: str, plain: str, task_id: str) -> bool:
+    """Check `name` tests the functions of check `plain` in another configuration
+    (ColumnParallelLinear_gather_output of ColumnParallelLinear); a check named after a
+    function of its task (rotate_async) is no variant of another (rotate)."""
+    own = {n.lower() for n in course.task(task_id).names}
+    return name.startswith(plain + "_") and name.lower() not in own
+
+
+def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
+    """Where a check that tests functions this check's code uses failed in the same run, name
+    it as the likely cause, instead of a hint about this check's own code that may not hold.
+
+    Said only along the course table's `requires` (closed: ParallelMLP's check may follow from
+    comm's Duplication through ColumnParallelLinear), and inside one task from a variant to its
+    plain check (ColumnParallelLinear_gather_output from ColumnParallelLinear) or from a
+    subgroup check to the others; never the other way, and never from a check whose failure
+    says nothing beyond itself (`checks`: {check id: Check}, Check.isolated: a ValueError
+    asked for, a subgroup). The cause named is the earliest in the course: the root."""
+    isolated = {cid for cid, c in (checks or {}).items() if getattr(c, "isolated", False)}
+    failed = [r for r in results if not r.passed and r.status not in ("notimpl", "busy")
+              and r.task]
+    position = {t.id: (i, j) for i, ex in enumerate(course.COURSE) for j, t in enumerate(ex.tasks)}
+    for r in failed:
+        if f"{r.exercise}.{r.check}" in isolated:      # a refusal asked for is its own cause
+            continue
+        needs = course.requirements(r.task)
+
+        def explains(e, r=r, needs=needs) -> bool:
+            if (e.exercise, e.check) == (r.exercise, r.check) or \
+                    f"{e.exercise}.{e.check}" in isolated:
+                return False
+            if e.task == r.task:
+                return variant(r.check, e.check, r.task) or (
+                    "subgroup" in r.check.lower() and "subgroup" not in e.check.lower())
+            return e.task in needs
+        causes = [e for e in failed if explains(e)]
+        if causes:
+            cause = min(causes, key=lambda e: position.get(e.task, (99, 99)))
+            then = f"; if this check still fails after that: {r.hint}" if r.hint else ""
+            r.hint = (f"this may follow from [{cause.task}] {cause.exercise}.{cause.check}, "
+                      f"which fails its own check: fix that first{then}")

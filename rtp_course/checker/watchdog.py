@@ -1,0 +1,308 @@
+"""The parent's watch over one launch: which check the ranks are in, and when to stop them.
+
+Called by launcher.launch about every 0.1 s. A rank's status file (worker.Status) says
+the check, phase and call it is in: the rank's word, so it only moves the watch forward
+and can only stop the ranks sooner. What the ranks use is measured from outside
+(runtime/procstat): the CPU time of each rank's processes, and whether they were blocked
+(almost no CPU, and a main thread that does not wait to run) or starved (a main thread
+waiting to run). The group is stopped when the current check
+
+* has its ranks blocked for `Budgets.stall_for` seconds with no status changing: a hang;
+* used more CPU time than its budget allows: too slow, however busy the machine;
+* has run `BACKSTOP` wall seconds: not graded if its ranks were starved most of that time
+  (the machine was too busy), too slow otherwise;
+* or a rank wrote more than its disk cap in the run's directory.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from rtp_course.checker import budgets as B
+from rtp_course.checker.outcome_file import read_json_bounded
+from rtp_course.runtime import procstat, reaper
+
+SAMPLE = 0.25            # s between two looks at the ranks' CPU
+IDLE = 0.02              # a rank using less CPU than this per wall second is blocked (gloo's
+                         # loop thread, polling, uses ~0.2%; a starved rank gets its share)
+STARVED = 0.5            # a rank whose main thread waited this long per second to run is starved
+DISK_FILES = 10000       # a rank's files in the run's directory
+
+
+class Stuck(Exception):
+    """The watchdog stopped the group: `reason` is hang | own | exercise | run | busy | slow |
+    disk | import."""
+
+    def __init__(self, check_id, stacks, statuses, why="", reason="hang", elapsed=0.0,
+                 cpu=0.0, rank=None):
+        super().__init__(why)
+        self.check_id, self.stacks, self.statuses, self.why = check_id, stacks, statuses, why
+        self.reason, self.elapsed, self.cpu, self.rank = reason, elapsed, cpu, rank
+
+
+class _Usage:
+    """Per rank: CPU time of its process tree, and how long its main threads waited to run,
+    as differences between two samples, process by process (a process that ended takes its
+    time away with it, which must not look like a pause)."""
+
+    def __init__(self, world_size: int):
+        self.trees, self.listed = {}, 0.0
+        self.seen: dict = {}                  # pid -> procstat.usage at the last sample
+        self.gone: dict = {}                  # rank -> CPU s already charged of its ended processes
+        self.looked = None
+
+    def sample(self, processes, now: float) -> tuple[float, float, bool, bool]:
+        """(dt, CPU seconds of all ranks since the last sample, whether every rank was blocked,
+        whether some rank was starved). The first sample only sets the baseline."""
+        if now - self.listed > 1.0:           # forks of the code under test count too
+            self.listed = now
+            self.trees = {r: [p.pid, *sorted(reaper.descendants(p.pid))]
+                          for r, p in enumerate(processes) if p.pid}
+        first, dt = self.looked is None, now - (self.looked or now)
+        self.looked = now
+        used, blocked, starved, seen = 0.0, True, False, {}
+        for rank, pids in self.trees.items():
+            d_cpu = d_delay = 0.0
+            for pid in pids:
+                now_pid = procstat.usage(pid)
+                before = self.seen.get(pid)
+                if now_pid is None:
+                    if before is not None:    # its time returns in its parent's reaped CPU
+                        self.gone[rank] = self.gone.get(rank, 0.0) + before[0]
+                    continue
+                before = before or (0.0, 0.0, 0.0)
+                d_cpu += max(0.0, now_pid[0] - before[0])
+                d_delay += max(0.0, now_pid[1] - before[1])
+                d_cpu += self._reaped(rank, max(0.0, now_pid[2] - before[2]))
+                seen[pid] = now_pid
+            used += d_cpu
+            blocked &= d_cpu < IDLE * dt and d_delay < STARVED * dt
+            # a main thread kept waiting by its own rank's other threads is not starved
+            starved |= d_delay >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
+        self.seen = seen
+        if first or dt > 4 * SAMPLE:          # no baseline, or this process was not scheduled
+            return 0.0, used, False, False    # to look: nothing is known of the ranks' pause
+        return dt, used, blocked, starved
+
+
+    def _reaped(self, rank, cpu: float) -> float:
+        """What a rank's processes reaped: the CPU of children that ended (a child that lived
+        between two listings of the tree was never seen), less what was charged already of
+        the rank's processes seen before they ended."""
+        credit = min(cpu, self.gone.get(rank, 0.0))
+        self.gone[rank] = self.gone.get(rank, 0.0) - credit
+        return cpu - credit
+
+
+class Watchdog:
+    """Watches one launch of `todo` (its checks, in order) on `world_size` ranks.
+
+    `budgets` (budgets.Budgets) is charged each check's CPU time; `tick(i)` is told when
+    every rank has left check i-1; `on_change(statuses)` whenever a status changed;
+    `parent_busy()` says the parent is computing something a rank waits for (its inputs):
+    blocked ranks are not hung then."""
+
+    def __init__(self, rundir: Path, world_size: int, todo: list, budgets: B.Budgets,
+                 tick=None, on_change=None, disk_mb: int = 512, parent_busy=None):
+        self.rundir, self.world_size, self.budgets = rundir, world_size, budgets
+        self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
+        self.imports = len({c.exercise for c in todo})
+        self.tick, self.on_change, self.parent_busy = tick, on_change, parent_busy
+        self.disk_mb, self.disk_looked = disk_mb, 0.0
+        self.reached = {r: -1 for r in range(world_size)}    # per rank: checks it has left
+        self.usage = _Usage(world_size)
+        self.text = None
+        self.sampled = 0.0
+        # The group's place: -2 starting, -1 importing, then the check some rank is still in
+        self.step = -2
+        self._enter_step(time.monotonic())
+
+    def _enter_step(self, now: float) -> None:
+        self.since, self.cpu, self.blocked, self.hung, self.starved = now, 0.0, 0.0, 0.0, 0.0
+
+    def __call__(self, processes) -> None:
+        now = time.monotonic()
+        statuses = {r: read_json_bounded(self.rundir / f"status.{r}.json")
+                    for r in range(self.world_size)}
+        text = repr(sorted(statuses.items(), key=lambda kv: kv[0]))
+        if text != self.text:
+            self.text, self.blocked = text, 0.0
+            self._advance(statuses, now)
+            if self.on_change:
+                self.on_change(statuses)
+        if now - self.sampled >= SAMPLE:
+            self.sampled = now
+            self._measure(processes, now)
+            self._stop_if_over(statuses, processes, now)
+        if now - self.disk_looked > 0.5:
+            self.disk_looked = now
+            self._stop_if_flooding(statuses)
+
+    # --- where the group is -------------------------------------------------------------
+
+    def _advance(self, statuses: dict, now: float) -> None:
+        if self.step == -2 and all((self.rundir / f"status.{r}.json").exists()
+                                   for r in range(self.world_size)):
+            self.budgets.charge_run(self.cpu)
+            self.step = -1
+            self._enter_step(now)
+        for r, st in statuses.items():
+            if isinstance(st, dict) and type(st.get("index")) is int \
+                    and 0 <= st["index"] < len(self.order) \
+                    and st.get("check") == self.order[st["index"]]:
+                self.reached[r] = max(self.reached[r], st["index"] + (st.get("phase") == "done"))
+        step = min(self.reached.values())
+        if step > self.step and step >= 0:
+            self.charge()
+            self.step = step
+            self._enter_step(now)
+            if self.tick:
+                self.tick(step)
+
+    def current(self):
+        """The check the group is in (None: starting, importing or leaving)."""
+        return self.by_id[self.order[self.step]] if 0 <= self.step < len(self.order) else None
+
+    def charge(self, hung: bool = False) -> None:
+        """Charge the budgets with what the current step used so far (once)."""
+        check = self.current()
+        if check is not None:
+            self.budgets.charge(check, self.cpu, self.hung if hung else 0.0)
+        else:
+            self.budgets.charge_run(self.cpu)
+        self.cpu = self.hung = 0.0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.since
+
+    # --- what the ranks use ---------------------------------------------------------------
+
+    def _measure(self, processes, now: float) -> None:
+        dt, used, blocked, starved = self.usage.sample(processes, now)
+        self.cpu += used
+        waiting_on_parent = self.parent_busy is not None and self.parent_busy()
+        if blocked and not waiting_on_parent:
+            self.blocked += dt
+            self.hung += dt
+        else:
+            self.blocked = 0.0
+        if starved:
+            self.starved += dt
+
+    def _stop_if_over(self, statuses, processes, now: float) -> None:
+        check = self.current()
+        if check is not None:
+            limit, reason = self.budgets.limit(check)
+            stall = self.budgets.stall_for(check)
+        elif self.step == -1:
+            limit, reason, stall = B.IMPORT_CPU * self.imports * self.budgets.scale, "import", \
+                self.budgets.stall
+        else:
+            limit, reason, stall = B.START_CPU * self.budgets.scale, "own", self.budgets.stall
+        who = check.id if check is not None else self._named(statuses)
+        if self.step == -2:
+            if self.blocked >= 3 * stall:
+                # no code under test has run yet: what holds the ranks up is not the student's
+                self._stuck(who, statuses, processes, "the ranks did not start (they were "
+                            f"blocked for {self.blocked:.0f} s before any check): not graded, "
+                            f"run it again", "busy")
+        elif self.blocked >= stall:
+            self._stuck(who, statuses, processes,
+                        f"no rank moved for {self.blocked:.0f} s, each of them blocked", "hang")
+        if self.cpu > limit:
+            if self.step == -1:
+                why = f"importing the code under test used over {limit:.0f} CPU-seconds"
+            else:
+                why = self.budgets.why(reason, who.split(".")[0], self.cpu, limit)
+            self._stuck(who, statuses, processes, why, reason)
+        wall = now - self.since
+        backstop = B.LEAVING if self.step >= len(self.order) else self.budgets.backstop
+        if wall > backstop:
+            if self.starved > wall / 2 and self.step < len(self.order):
+                self._stuck(who, statuses, processes, B.BUSY, "busy")
+            self._stuck(who, statuses, processes,
+                        f"the check did not finish within {backstop:.0f} s, though its ranks "
+                        f"were mostly not waiting for a CPU (they used {self.cpu:.1f} "
+                        f"CPU-seconds)", "slow")
+
+    def _named(self, statuses) -> str:
+        """The import or check a rank says it is in, for a report before any check started."""
+        for st in statuses.values():
+            if isinstance(st, dict) and str(st.get("check", "")).startswith("import:"):
+                return st["check"]
+        return self.order[min(max(self.step, 0), len(self.order) - 1)]
+
+    def _stuck(self, check_id, statuses, processes, why, reason):
+        for p in processes:
+            if p.is_alive():
+                try:
+                    os.kill(p.pid, signal.SIGUSR1)
+                except OSError:
+                    pass
+        time.sleep(0.3)
+        stacks = {}
+        for q in range(self.world_size):
+            path = self.rundir / f"stack.{q}.txt"
+            try:
+                stacks[q] = path.read_bytes()[:65536].decode(errors="replace")
+            except OSError:
+                pass
+        raise Stuck(check_id, stacks, statuses, why, reason, self.elapsed(), self.cpu)
+
+    # --- the disk ----------------------------------------------------------------------------
+
+    def _stop_if_flooding(self, statuses) -> None:
+        used, files = disk_use(self.rundir, self.world_size)
+        for r in range(self.world_size):
+            if used[r] > self.disk_mb << 20 or files[r] > DISK_FILES:
+                check = self.current()
+                what = f"{used[r] >> 20} MB of files" if files[r] <= DISK_FILES \
+                    else f"{files[r]} files"
+                raise Stuck(check.id if check else self._named(statuses), {}, statuses,
+                            f"rank {r} wrote {what} (a rank's cap is {self.disk_mb} MB and "
+                            f"{DISK_FILES} files in all, RTP_COURSE_RANK_DISK_MB)",
+                            reason="disk", rank=r)
+
+
+def disk_use(rundir: Path, world_size: int) -> tuple[dict, dict]:
+    """({rank: bytes}, {rank: files}) of what each rank wrote in the run's directory: its
+    result, error and status files, and its private directory. Not its captured stdout and
+    stderr, which the launcher caps as it drains them."""
+    used, files = {r: 0 for r in range(world_size)}, {r: 0 for r in range(world_size)}
+
+    def add(rank, entry):
+        try:
+            used[rank] += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            pass
+        files[rank] += 1
+
+    def walk(rank, folder):
+        stack = [folder]
+        while stack and files[rank] <= DISK_FILES:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        add(rank, e)
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+            except OSError:
+                pass
+    try:
+        entries = list(os.scandir(rundir))
+    except OSError:
+        return used, files
+    for e in entries:
+        parts = e.name.split(".")
+        if parts[0] in ("stdout", "stderr"):
+            continue
+        where = parts[1] if parts[0] == "tmp" else parts[-2] if len(parts) >= 3 else ""
+        if not where.isdigit() or int(where) not in used:
+            continue
+        if parts[0] == "tmp":
+            walk(int(where), e.path)
+        else:
+            add(int(where), e)
+    return used, files

@@ -1,0 +1,57 @@
+"""A launch's ranks in namespaces of their own (grading only).
+
+On gloo, the launch gets a private network (netns.py): rank 0 makes a user and network
+namespace whose only device is its own loopback and serves the launch's store there, the
+other ranks join it, so no other launch, classmate's or grader's service is reachable and
+none can reach them. Each CPU rank then has a PID namespace of its own (pidns.py: it can
+name no process but its own) and a mount namespace (scratch.py: its private directory a
+tmpfs). NCCL ranks keep the machine's network and pid space: NCCL's bootstrap runs over
+the machine's interfaces and its transports pass pids between a node's ranks.
+
+Under a root grader the parent also picks the uid its ranks drop to (identity.py); each
+rank drops in rank.confine, just before the code under test runs, and the launch's user
+namespace maps that uid so that it can.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from rtp_course.confinement import identity, netns, pidns, seccomp
+
+# What this rank's launch decided, for rank.confine (set by Isolation.enter in the rank).
+ENTERED = {"uid": None}
+
+
+class Isolation:
+    """Given to launcher.launch; pickled to the ranks with the parent's decisions in it."""
+
+    def __init__(self):
+        self.private = False
+        self.uid = None
+
+    def private_network(self, backend: str) -> bool:
+        """In the parent: whether the ranks will serve their own store on a private network
+        (and, under a root grader, the uid they will drop to)."""
+        self.uid = identity.grading_uid()
+        self.private = backend == "gloo" and netns.available()
+        return self.private
+
+    def enter(self, rank: int, info, keep=()) -> int | None:
+        """In a rank, first thing, with one thread: the launch's namespaces; returns the port
+        rank 0 serves the store on inside them, or None (the parent's store)."""
+        ENTERED["uid"] = self.uid
+        if _no_new_privs():                   # (the harness execs nothing setuid)
+            seccomp.refuse_rings()            # before the store's libuv loop makes one
+        if self.uid is not None and os.geteuid() == 0:
+            os.setgroups([])                  # none of root's groups, inside the namespace too
+        if not self.private:
+            return None
+        netns.create(info.rundir, also=self.uid) if rank == 0 else netns.join(info.rundir)
+        if netns.unshare_own() & netns.CLONE_NEWPID:
+            pidns.split(close=[k for k in keep if k is not None])
+        return netns.PORT
+
+
+def _no_new_privs() -> bool:
+    return ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) == 0   # PR_SET_NO_NEW_PRIVS

@@ -1,0 +1,359 @@
+"""Token fingerprints that survive renaming, comments, docstrings and reformatting (winnowing, as MOSS).
+
+A source becomes a sequence of normalised tokens (`tokenize`): comments, line structure,
+trailing commas, grouping parentheses, docstrings and do-nothing statements (`pass`, a store
+to a name never read, a bare `print(...)`: padding between copied lines) are dropped; every
+name the file defines (variables, parameters, functions, classes, the attributes it assigns)
+becomes "V", every string "S" and number "N", every keyword argument's name "V"; keywords,
+builtins, operators, the attribute names of the APIs used (`.all_reduce`, `.grad`) and
+imported names, spelled in full whatever their alias (`dist.send` and a from-imported `send`
+are both `torch . distributed . send`), are kept: they carry the algorithm.
+
+Each run of K tokens within one definition (so that reordering functions changes nothing) is
+hashed; winnowing keeps the smallest hash of every W consecutive ones, so any shared run of at
+least W + K - 1 tokens is found. The stub a student started from is the base: its k-grams are
+taken out before winnowing, so the interface everyone was given counts for nothing.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import io
+import keyword
+import tokenize
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+
+K = 13              # tokens per k-gram: about one statement, so shared idioms rarely match alone
+W = 5               # winnowing window: any shared run of W + K - 1 = 17 tokens is found
+FLOOR = 20          # the smaller set counts as at least this many fingerprints (see similarity)
+# Score at or above which a pair is a near copy, calibrated in tests/unit/test_review_similarity.py:
+# the reference renamed, reformatted and reordered scores 0.98-1.0 against itself; its 37 correct
+# alternatives (tests/correct/: edits of it) 0.68-1.0, median 0.95; independent implementations
+# 0.04-0.21, the highest where the stub all but dictates the code (comm, data_parallel).
+NEAR_COPY = 0.5
+
+_MOD = (1 << 61) - 1
+_BASE = 1_000_003
+_BUILTINS = set(dir(builtins))
+# Builtins whose call, as a statement of its own, changes nothing the program reads later.
+_PURE = {"print", "len", "id", "repr", "str", "int", "float", "bool", "abs", "isinstance", "hasattr",
+         "type", "min", "max", "sum", "sorted", "list", "tuple", "dict", "set", "range", "hash", "ord",
+         "chr", "round", "format", "callable", "dir", "vars", "bin", "hex", "oct", "divmod", "pow",
+         "any", "all", "zip", "map", "filter", "reversed", "enumerate", "frozenset", "bytes", "object"}
+_ASSIGN = {"=", ":", "+=", "-=", "*=", "/=", "//=", "%=", "**=", "|=", "&=", "^=", "<<=", ">>=", "@="}
+_DROP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+         tokenize.ENCODING, tokenize.ENDMARKER}
+_FSTRING = tuple(getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
+                 if hasattr(tokenize, n))          # Python 3.12: an f-string is several tokens
+
+
+@dataclass(frozen=True)
+class Pair:
+    a: str              # a student id
+    b: str              # another student id, or "reference"
+    exercise: str
+    score: float        # similarity() of their fingerprints, in [0, 1]
+    near_copy: bool     # score >= NEAR_COPY
+
+    HEADER = ("a", "b", "exercise", "score", "near_copy")
+
+    def as_row(self) -> list:
+        return [self.a, self.b, self.exercise, f"{self.score:.3f}", "yes" if self.near_copy else "no"]
+
+
+# ---- tokens --------------------------------------------------------------------------------------
+
+def _names(source: str):
+    """(names the file defines, attribute names it defines, {alias: qualified name}, names it
+    stores but never reads), from its ast; empty when it does not parse (its names then all
+    become placeholders)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set(), set(), {}, set()
+    defined, attrs, aliases, classes, loaded = set(), set(), {}, [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            loaded.add(node.id if isinstance(node, ast.Name) else node.attr)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                classes.append(node)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            defined.add(node.id)
+        elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load):
+            attrs.add(node.attr)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            defined.add(node.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                aliases[a.asname or top] = a.name if a.asname else top
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""       # relative: the sibling module's own name
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{module}.{a.name}".lstrip(".")
+    for cls in classes:
+        for stmt in cls.body:               # methods and class attributes: reached as self.name
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                attrs.add(stmt.name)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                attrs |= {t.id for t in targets if isinstance(t, ast.Name)}
+    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return defined, attrs, aliases, stored - loaded
+
+
+def _raw_tokens(source: str) -> list:
+    """(type, text) of tokenize's tokens less noise, an f-string as one STRING, NEWLINE kept (it
+    ends a logical line); stops quietly where the source stops being Python."""
+    out, fstring = [], 0
+    start, end = (_FSTRING[0], _FSTRING[-1]) if _FSTRING else (None, None)
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == start:
+                fstring += 1
+            elif tok.type == end:
+                fstring -= 1
+                if not fstring:
+                    out.append((tokenize.STRING, "S"))
+            elif fstring:
+                continue                    # inside an f-string: its text and expressions
+            elif tok.type == tokenize.NEWLINE or tok.type not in _DROP:
+                out.append((tok.type, tok.string))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return out
+
+
+def _logical_lines(raw: list) -> list:
+    """Logical lines, less those that are only strings (docstrings, no-op strings)."""
+    lines, line = [], []
+    for tok in raw + [(tokenize.NEWLINE, "")]:
+        if tok[0] == tokenize.NEWLINE:
+            if line and not all(t[0] == tokenize.STRING for t in line):
+                lines.append(line)
+            line = []
+        else:
+            line.append(tok)
+    return lines
+
+
+def segments(source: str) -> list[list[str]]:
+    """The normalised tokens of `source`, one list per definition (a function, method or class
+    header with what precedes the next one): no k-gram spans two, so that reordering the
+    definitions changes no fingerprint."""
+    names = _names(source)
+    out, segment, decorated = [], [], False
+    for line in _logical_lines(_raw_tokens(source)):
+        if _padding(line, names):
+            continue
+        first = line[0][1]
+        if first in ("def", "class", "async", "@") and not decorated and segment:
+            out.append(_ungroup(segment))
+            segment = []
+        decorated = first == "@"
+        segment += _line_tokens(line, names)
+    if segment:
+        out.append(_ungroup(segment))
+    return out
+
+
+def _padding(line: list, names) -> bool:
+    """A statement that does nothing, as inserted between copied ones to break up their k-grams:
+    `pass`, a bare constant or name, a call of a side-effect-free builtin (`print` included), or
+    a store to a name never read whose calls are all such builtins."""
+    defined, dead = names[0], names[3]
+    texts = [text for _, text in line]
+    if len(texts) == 1:
+        return texts[0] == "pass" or not keyword.iskeyword(texts[0])
+    # What each call calls: a method (after a dot) may change its object, so it is never pure.
+    callees = {texts[i - 1] if i < 2 or texts[i - 2] != "." else "." + texts[i - 1]
+               for i in range(1, len(texts)) if texts[i] == "("}
+    pure = all(c in _PURE and c not in defined for c in callees)
+    if texts[0] in dead and texts[1] in _ASSIGN:
+        return pure
+    return texts[0] in callees and texts[1] == "(" and pure and not _assigns(texts)
+
+
+def _assigns(texts: list) -> bool:
+    depth = 0
+    for t in texts:
+        depth += (t in "([{") - (t in ")]}") if len(t) == 1 else 0
+        if depth == 0 and t in _ASSIGN:
+            return True
+    return False
+
+
+def tokens(source: str) -> list[str]:
+    """The normalised token sequence of `source` (what fingerprints hash), for reading."""
+    return [t for seg in segments(source) for t in seg]
+
+
+def _line_tokens(line: list, names) -> list[str]:
+    out, depth = [], 0
+    is_import = line[0][1] in ("import", "from")
+    for i, (kind, text) in enumerate(line):
+        prev = line[i - 1] if i else (None, "")
+        nxt = line[i + 1][1] if i + 1 < len(line) else ""
+        if kind == tokenize.STRING:
+            if prev[0] != tokenize.STRING:          # "a" "b" is one string
+                out.append("S")
+        elif kind == tokenize.NUMBER:
+            out.append("N")
+        elif kind == tokenize.NAME:
+            out += _name(text, prev[1], nxt, depth, is_import, names)
+        elif text == "," and nxt in (")", "]", "}"):
+            continue                                # a trailing comma is formatting
+        else:
+            depth += (text in "([{") - (text in ")]}") if len(text) == 1 else 0
+            out.append(text)
+    return out
+
+
+def _ungroup(toks: list) -> list:
+    """Less the parentheses that only group (`return (a, b)`, `x = (y + z)`): formatters add and
+    remove them. A call's parentheses, after a name or a closing bracket, stay."""
+    out, calls = [], []
+    for i, t in enumerate(toks):
+        if t == "(":
+            prev = toks[i - 1] if i else ""
+            call = prev in (")", "]", "S") or (prev.isidentifier() and not keyword.iskeyword(prev))
+            calls.append(call)
+            if not call:
+                continue
+        elif t == ")" and calls and not calls.pop():
+            continue
+        out.append(t)
+    return out
+
+
+def _name(text, prev, nxt, depth, is_import, names) -> list[str]:
+    defined, attrs, aliases, _ = names
+    if is_import:
+        return ["V"] if prev == "as" else [text]    # module paths are API; the alias is not
+    if keyword.iskeyword(text):
+        return [text]
+    if prev == ".":
+        return ["V"] if text in attrs else [text]   # an API's attribute, unless the file makes it
+    if depth and nxt == "=":
+        return ["V"]                                # a keyword argument: named by either side
+    if text in aliases:
+        parts = aliases[text].split(".")
+        return [x for p in parts for x in (".", p)][1:]
+    if text in defined or text not in _BUILTINS:
+        return ["V"]
+    return [text]
+
+
+# ---- fingerprints ------------------------------------------------------------------------------
+
+_IDS: dict = {}
+
+
+def _id(token: str) -> int:
+    """A hash of a token that is the same in every process (str's hash() is salted)."""
+    found = _IDS.get(token)
+    if found is None:
+        found = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "big") % _MOD
+        if len(_IDS) < 100_000:
+            _IDS[token] = found
+    return found
+
+
+def _kgrams(toks: list) -> list[int]:
+    """The rolling (Rabin-Karp) hash of every run of K tokens."""
+    if len(toks) < K:
+        return []
+    ids = [_id(t) for t in toks]
+    high, h = pow(_BASE, K - 1, _MOD), 0
+    for t in ids[:K]:
+        h = (h * _BASE + t) % _MOD
+    out = [h]
+    for i in range(K, len(ids)):
+        h = ((h - ids[i - K] * high) * _BASE + ids[i]) % _MOD
+        out.append(h)
+    return out
+
+
+def _winnow(hashes: list) -> set[int]:
+    """The smallest hash of every window of W (None: a k-gram of the base, never picked)."""
+    if len(hashes) <= W:
+        return {h for h in hashes if h is not None}
+    picked = set()
+    for i in range(len(hashes) - W + 1):
+        window = [h for h in hashes[i:i + W] if h is not None]
+        if window:
+            picked.add(min(window))
+    return picked
+
+
+def _hashes(source: str) -> list[int]:
+    return [h for seg in segments(source) for h in _kgrams(seg)]
+
+
+@lru_cache(maxsize=16)
+def _given(base: str) -> frozenset:
+    """Every k-gram of a base (one stub serves a whole class)."""
+    return frozenset(_hashes(base))
+
+
+def fingerprints(source: str, base: str | None = None) -> set[int]:
+    """The winnowed fingerprints of `source`, less every k-gram of `base` (the stub)."""
+    hashes = _hashes(source)
+    if base:
+        given = _given(base)
+        hashes = [None if h in given else h for h in hashes]
+    return _winnow(hashes)
+
+
+def similarity(a: set, b: set) -> float:
+    """|a & b| / min(|a|, |b|): how much of the smaller is found in the larger (containment, as
+    MOSS reports), so that code copied into a longer file, or a copy of half the reference, still
+    scores high where Jaccard would dilute it. The smaller counts as at least FLOOR fingerprints,
+    so that a few shared lines in a nearly empty file (a stub with one line filled) cannot score
+    1.0. 0 when either is empty."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / max(min(len(a), len(b)), FLOOR)
+
+
+# ---- a class ----------------------------------------------------------------------------------
+
+def compare_class(submissions: dict, reference: dict, stubs: dict, top: int = 20) -> list[Pair]:
+    """The closest pairs of each exercise: every student against "reference" and against every
+    other student, each exercise's `top` best with a score above 0, then sorted by score (best
+    first). submissions: {student: {exercise: source}}; reference and stubs: {exercise: source}
+    (the stub is the base: what it holds is not counted).
+
+    No fingerprint is dropped for being common in the class (MOSS's -m): a whole class copying
+    one leaked file is what that would hide, and honest code that the stub all but dictates
+    scored at most 0.32 (NEAR_COPY)."""
+    exercises = sorted({ex for subs in submissions.values() for ex in subs} | set(reference))
+    pairs = []
+    for ex in exercises:
+        base = stubs.get(ex)
+        memo: dict = {}                     # identical files (a shared copy) are fingerprinted once
+        prints = {s: memo.get(subs[ex]) or memo.setdefault(subs[ex], fingerprints(subs[ex], base))
+                  for s, subs in sorted(submissions.items()) if ex in subs}
+        found = []
+        if ex in reference:
+            ref = fingerprints(reference[ex], base)
+            found += [_pair(s, "reference", ex, fp, ref) for s, fp in prints.items()]
+        found += [_pair(a, b, ex, prints[a], prints[b]) for a, b in combinations(prints, 2)]
+        pairs += sorted((p for p in found if p.score > 0), key=_order)[:top]
+    return sorted(pairs, key=_order)
+
+
+def _pair(a: str, b: str, exercise: str, fa: set, fb: set) -> Pair:
+    score = round(similarity(fa, fb), 4)
+    return Pair(a, b, exercise, score, score >= NEAR_COPY)
+
+
+def _order(p: Pair):
+    return (-p.score, p.exercise, p.a, p.b)

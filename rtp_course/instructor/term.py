@@ -1,0 +1,114 @@
+"""One command per intention of the instructor's term, each safe to repeat.
+
+    rtp-course regrade ASSIGNMENT --student ID ...   notebooks and code of these students again
+    rtp-course export [--to FILE]                    the grades CSV, refused while code points
+                                                     are missing or were overwritten since
+
+`nbgrader autograde` zeroes the points for code (the notebook's grading cells award nothing
+while it runs, grading.py says why), so it must always be followed by `rtp-course grade`:
+`regrade` does both, and `export` checks, cell by cell, that the gradebook holds the points
+`rtp-course grade` recorded (code.json) before nbgrader writes the CSV.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def code_problems(course: Path) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the gradebook's code points, over every assignment it has."""
+    from nbgrader.api import MissingEntry
+    from rtp_course.instructor.grade_code import graded_cells
+    from rtp_course.instructor.grade_outcome import STATUS, read_status
+    from rtp_course.instructor.grade_record import checks_dir, gradebook
+    problems, warnings = [], []
+    with gradebook(course) as gb:
+        for assignment in gb.assignments:
+            cells = graded_cells(course, assignment.name)
+            for sub in assignment.submissions if cells else ():
+                who = f"{sub.student.id}/{assignment.name}"
+                status = read_status(checks_dir(course, sub.student.id, assignment.name) / STATUS) or {}
+                for cell in cells:
+                    got = status.get(cell.grade_id)
+                    try:
+                        score = gb.find_grade(cell.grade_id, cell.notebook, assignment.name,
+                                              sub.student.id).auto_score
+                    except MissingEntry:
+                        problems.append(f"{who}: {cell.exercise}: not autograded")
+                        continue
+                    if got is None:
+                        problems.append(f"{who}: {cell.exercise}: no code points yet")
+                    elif got.points is None:
+                        problems.append(f"{who}: {cell.exercise}: not graded ({got.why})")
+                    elif score != got.points:
+                        problems.append(f"{who}: {cell.exercise}: the gradebook has {score} points, "
+                                        f"`rtp-course grade` gave {got.points:g} (autograde ran since?)")
+                    elif got.status == "provisional":
+                        warnings.append(f"{who}: {got.phrase()}")
+    return problems, warnings
+
+
+def export(course: Path, to: Path, force: bool = False, log=print) -> int:
+    """nbgrader export, after checking the code points (refused on a problem unless `force`)."""
+    from rtp_course.instructor import REPOSITORY
+    problems, warnings = code_problems(course)
+    for w in warnings:
+        log(f"PROVISIONAL  {w}")
+    for p in problems:
+        log(f"{'WARNING' if force else 'MISSING'}  {p}")
+    if problems and not force:
+        who = sorted({p.split(":")[0] for p in problems})
+        log(f"not exported: {len(problems)} code grade(s) missing or overwritten; grade them "
+            f"(rtp-course grade ASSIGNMENT --student ID), or export anyway with --force. "
+            f"Students: {', '.join(who)}")
+        return 2
+    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course))
+    r = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", str(to)],
+                       cwd=REPOSITORY, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"nbgrader export failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+        return 1
+    log(f"grades written to {to}")
+    return 0
+
+
+def regrade(course: Path, assignment: str, students, jobs: int, world_sizes=None,
+            timeout_scale: float = 1.0, log=print) -> int:
+    """autograde --force, then the code points, for `students`: never one without the other."""
+    from rtp_course.instructor import autograde, grade_code
+    failed = autograde.autograde(course, assignment, students, jobs, force=True, log=log)
+    again = [s for s in students if not failed.get(s)]
+    if not grade_code.graded_cells(course, assignment):
+        return 1 if any(failed.values()) else 0          # a quiz: its notebook is everything
+    graded = grade_code.grade_assignment(course, assignment, again, jobs, world_sizes,
+                                         timeout_scale, log) if again else None
+    unfinished = [s for s in again if not graded.final(s)] if graded else []
+    return 1 if any(failed.values()) or unfinished else 0
+
+
+def cli_regrade(args) -> int:
+    from rtp_course.instructor import autograde, grading_dir
+    from rtp_course.instructor.grade_pool import default_jobs
+    from rtp_course.instructor.manifest import AlteredGrader, verify
+    from rtp_course.instructor.points import PointsChanged, verify_points
+    course = grading_dir()
+    try:
+        verify(course)
+        verify_points(course, [args.assignment])
+        students = autograde.students_of(course, args.assignment, args.student)
+        return regrade(course, args.assignment, students, args.jobs or default_jobs(),
+                       args.world_size, args.timeout_scale)
+    except (ValueError, OSError, AlteredGrader, PointsChanged) as e:
+        print(f"rtp-course regrade: {e}", file=sys.stderr)
+        return 2
+
+
+def cli_export(args) -> int:
+    from rtp_course.instructor import grading_dir
+    course = grading_dir()
+    if not (course / "gradebook.db").exists():
+        print(f"rtp-course export: no gradebook in {course}", file=sys.stderr)
+        return 2
+    return export(course, Path(args.to) if args.to else course / "grades.csv", args.force)

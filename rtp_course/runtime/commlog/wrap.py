@@ -1,0 +1,182 @@
+"""The wrappers commlog puts around torch.distributed's functions, and their installation."""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, RECEIVES
+from rtp_course.runtime.commlog.state import (STATE, Event, _nbytes, _peer, _pending, _status,
+                                              _track_recv, caller)
+from rtp_course.runtime.commlog.works import _Work
+from rtp_course.runtime.nccl import calls as nccl_calls
+
+_ORIGINAL: dict = {}
+
+
+_SIGNATURES: dict = {}
+
+
+def _group_of(fn, args, kwargs):
+    """(name, global ranks) of the process group a call names (the default one if none)."""
+    try:
+        sig = _SIGNATURES.get(fn)
+        if sig is None:
+            sig = _SIGNATURES[fn] = inspect.signature(fn)
+        group = sig.bind_partial(*args, **kwargs).arguments.get("group")
+        pg = group if group is not None else c10d._get_default_group()
+        if not isinstance(pg, dist.ProcessGroup):
+            return "?", ()
+        return pg.group_name, tuple(c10d.get_process_group_ranks(pg))
+    except Exception:  # noqa: BLE001 - a call torch will refuse: it reports that itself
+        return "?", ()
+
+
+def _wrap(kind, family, position, keyword, fn, handles=True):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        depth = getattr(STATE.local, "depth", 0)
+        if depth:  # a call made by torch itself inside another logged call
+            return fn(*args, **kwargs)
+        if STATE.guard is not None:
+            STATE.guard(kind, args, kwargs)
+        where = caller()
+        after = instead = None
+        if STATE.nccl_rules:
+            args, kwargs, after, instead = nccl_calls.before(kind, position, keyword, args,
+                                                             kwargs, where)
+        peer = _peer(family, args, kwargs)
+        group, members = _group_of(fn, args, kwargs)
+        STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
+                                  peer, where, family, group=group, members=members,
+                                  batch=getattr(STATE.local, "batch", None)))
+        index = len(STATE.events) - 1
+        STATE.program.append(("post", index))
+        if family in P2P:
+            posted = STATE.recv_from if family in RECEIVES else STATE.sent_to
+            posted[peer] = posted.get(peer, 0) + 1
+        if STATE.trace is not None:
+            STATE.trace.append((family, index))
+        if family in RECEIVES and args and isinstance(args[0], torch.Tensor):
+            _track_recv(args[0])
+        STATE.local.depth = 1
+        _status(f"{kind} called from {where}", family=family, peer=peer)
+        try:
+            out = instead() if instead is not None else fn(*args, **kwargs)
+        finally:
+            STATE.local.depth = 0
+            _status(None)
+        if handles and out is not None and (family in ("isend", "irecv") or kwargs.get("async_op")):
+            _pending(STATE.events[index])
+            sent = [args[0]] if family == "isend" and args and isinstance(args[0], torch.Tensor) \
+                else []
+            return _Work(out, kind, where, [index], after, sent)
+        if getattr(STATE.local, "batch", None) is None:
+            STATE.program.append(("wait", [index]))      # a blocking call: posted, then waited
+        if after is not None:
+            after()
+        return out
+    wrapper.__rtp_wrapped__ = True
+    return wrapper
+
+
+def _wrap_batch(fn):
+    """batch_isend_irecv logs through the isend/irecv it calls (as one batch); a coalesced
+    handle it returns (NCCL, or NCCL's rules on CPU) covers all of them."""
+    @functools.wraps(fn)
+    def wrapper(p2p_op_list, *args, **kwargs):
+        start = len(STATE.events)
+        if getattr(STATE.local, "depth", 0):
+            return fn(p2p_op_list, *args, **kwargs)
+        STATE.batches += 1
+        STATE.local.batch = STATE.batches
+        selfs = []
+        try:
+            if STATE.nccl_rules:
+                p2p_op_list, selfs = nccl_calls.self_ops(p2p_op_list)
+                _deliver_to_self(selfs)
+            works = fn(p2p_op_list, *args, **kwargs) if p2p_op_list else []
+        finally:
+            STATE.local.batch = None
+        if selfs and not works:
+            works = [nccl_calls.Done()]
+        if not works:
+            return works
+        indices = range(start, len(STATE.events))
+        for i in indices:
+            _pending(STATE.events[i])
+        where = STATE.events[start].where if len(STATE.events) > start else caller()
+        sent = [op.tensor for op in p2p_op_list if getattr(op.op, "__name__", "") == "isend"]
+        inner = [w._work if isinstance(w, _Work) else w for w in works]
+        if STATE.nccl_rules:
+            return [_Work(nccl_calls.Coalesced(inner), "batch_isend_irecv", where, indices,
+                          sent=sent)]
+        return [_Work(w, "batch_isend_irecv", where, indices, sent=sent) for w in inner]
+    wrapper.__rtp_wrapped__ = True
+    return wrapper
+
+
+def _deliver_to_self(pairs) -> None:
+    """A batch's sends of a rank to itself, delivered into its receives (NCCL's way), logged
+    as the batch's operations."""
+    me = dist.get_rank()
+    for send, recv in pairs:
+        with torch.no_grad():
+            recv.tensor.copy_(send.tensor)
+        for op, family in ((send, "isend"), (recv, "irecv")):
+            t = op.tensor
+            group, members = _group_of(_ORIGINAL.get(family, c10d.isend), (t, me, op.group), {})
+            STATE.events.append(Event(family, STATE.phase, t.numel() * t.element_size(), me,
+                                      caller(), family, group=group, members=members,
+                                      batch=STATE.local.batch))
+            STATE.program.append(("post", len(STATE.events) - 1))
+
+
+def _wrap_library(cls):
+    """Log the construction of a torch wrapper that communicates in C++ (its reducer, out of
+    this log's sight) as one call of family "library", for the rules that refuse it."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        if getattr(STATE.local, "depth", 0):
+            return init(self, *args, **kwargs)
+        STATE.events.append(Event(cls.__name__, STATE.phase, 0, None, caller(), "library"))
+        STATE.local.depth = 1          # its own Python-level calls are part of it
+        try:
+            return init(self, *args, **kwargs)
+        finally:
+            STATE.local.depth = 0
+    wrapper.__rtp_wrapped__ = True
+    _ORIGINAL[f"{cls.__name__}.__init__"] = init
+    cls.__init__ = wrapper
+
+
+def install(code_dirs=()) -> None:
+    """Wrap the torch.distributed API once per process."""
+    STATE.code_dirs = tuple(str(d) for d in code_dirs)
+    if _ORIGINAL:
+        return
+    from torch.nn.parallel import DistributedDataParallel
+    _wrap_library(DistributedDataParallel)
+    for name, (family, position, keyword) in C10D.items():
+        fn = getattr(c10d, name, None) or getattr(dist, name, None)
+        if fn is None:
+            continue
+        _ORIGINAL[name] = fn
+        w = _wrap(name, family, position, keyword, fn)
+        setattr(c10d, name, w)  # P2POp compares `op is isend` against this module's name
+        setattr(dist, name, w)
+    _ORIGINAL["batch_isend_irecv"] = c10d.batch_isend_irecv
+    c10d.batch_isend_irecv = dist.batch_isend_irecv = _wrap_batch(c10d.batch_isend_irecv)
+    import torch.distributed._functional_collectives as funcol
+    for name, (family, position) in FUNCOL.items():
+        fn = getattr(funcol, name, None)
+        if fn is not None:
+            _ORIGINAL[f"funcol.{name}"] = fn
+            # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle
+            setattr(funcol, name, _wrap(f"funcol.{name}", family, position, None, fn,
+                                        handles=name.endswith(("isend_inplace", "irecv_inplace"))))

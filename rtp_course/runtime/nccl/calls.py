@@ -1,0 +1,235 @@
+"""NCCL's rules on a call, applied to gloo calls on CPU (commlog's wrappers call `before`).
+
+Where gloo accepts what NCCL refuses, or behaves otherwise, a checker rank on CPU
+behaves as NCCL (the table in runtime/nccl/__init__.py says why each holds):
+
+* a non-contiguous tensor handed to a collective or a send is refused;
+* ReduceOp.AVG is a sum, then a division by the group's size (gloo before torch 2.8 lacks
+  it); the bitwise reductions, which NCCL lacks, are refused;
+* a receive from any source (src=None), which NCCL lacks, is refused;
+* tags are dropped: NCCL matches a pair's sends and receives by their order alone, gloo by
+  tag as well (a send and a receive with different tags would hang on gloo only);
+* an all_gather into outputs of different sizes is done as NCCL does it (one broadcast per
+  rank), where gloo refuses it;
+* batch_isend_irecv returns ONE handle for the whole batch, and a rank's send to itself in
+  a batch is delivered (gloo has no connection to itself): commlog.wrap, `self_ops`;
+* a work may be waited again (returns at once), and completes without a wait (commlog.works).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+RULE = "rule 'Device'"    # the course-wide rules every stub points to (rtp_course/course/rules.py)
+CONTIGUITY = "rule 'Contiguity'"
+
+# Calls that take a reduce op: its positional index (keyword "op").
+_OP_AT = {"all_reduce": 1, "all_reduce_coalesced": 1, "reduce": 2, "reduce_scatter": 2,
+          "reduce_scatter_tensor": 2, "reduce_scatter_single": 2, "_reduce_scatter_base": 2}
+_TAG_AT = {"send": 3, "recv": 3, "isend": 3, "irecv": 3}
+_SRC_AT = {"recv": 1, "irecv": 1}
+
+
+class NCCLRuleError(RuntimeError):
+    """What NCCL would refuse on a GPU run, refused on CPU too."""
+
+
+def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
+    """(args, kwargs, after, instead): the call as NCCL would take it; `after()` (or None)
+    finishes the result once the operation completed (AVG's division); `instead()` (or None)
+    does the whole operation in place of gloo's (an uneven all_gather)."""
+    _refuse_non_contiguous(kind, position, keyword, args, kwargs, where)
+    _refuse_any_source(kind, args, kwargs, where)
+    _refuse_bitwise(kind, args, kwargs, where)
+    args, kwargs = _without_tag(kind, args, kwargs)
+    averaged = _average_by_sum(kind, args, kwargs)
+    if averaged is not None:
+        return (*averaged, None)
+    return args, kwargs, None, _uneven_all_gather(kind, args, kwargs)
+
+
+def _refuse_non_contiguous(kind, position, keyword, args, kwargs, where) -> None:
+    arg = args[position] if position is not None and len(args) > position else \
+        kwargs.get(keyword) if keyword else None
+    for t in arg if isinstance(arg, (list, tuple)) else [arg]:
+        if isinstance(t, torch.Tensor) and t.numel() > 1 and not _dense_as_nccl_wants(t):
+            raise NCCLRuleError(
+                f"{kind} was given a non-contiguous {list(t.shape)} "
+                f"{str(t.dtype).replace('torch.', '')} tensor (at {where}): {CONTIGUITY} (NCCL "
+                f"refuses a non-contiguous tensor, which gloo takes; communicate x.contiguous())")
+
+
+def _dense_as_nccl_wants(t: torch.Tensor) -> bool:
+    """ProcessGroupNCCL's test: contiguous in the tensor's suggested memory format, so a
+    channels_last 4-D tensor (a convolution's weight or gradient) is accepted too."""
+    if t.is_contiguous():
+        return True
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
+    return fmt is not None and t.is_contiguous(memory_format=fmt)
+
+
+def _refuse_any_source(kind, args, kwargs, where) -> None:
+    pos = _SRC_AT.get(kind)
+    if pos is None:
+        return
+    given = "src" in kwargs or "group_src" in kwargs or len(args) > pos
+    src = kwargs.get("src", kwargs.get("group_src", args[pos] if len(args) > pos else None))
+    if not given or src is None:
+        raise NCCLRuleError(
+            f"{kind} without a source (at {where}): {RULE} (NCCL has no receive from any "
+            f"source, which gloo has: name the rank the tensor comes from, src=...)")
+
+
+def _refuse_bitwise(kind, args, kwargs, where) -> None:
+    pos = _OP_AT.get(kind)
+    op = (args[pos] if len(args) > pos else kwargs.get("op")) if pos is not None else None
+    if op is not None and op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
+        raise NCCLRuleError(f"{kind} with {op} (at {where}): {RULE} (NCCL has no bitwise "
+                            f"reductions, which gloo has)")
+
+
+def _without_tag(kind, args, kwargs):
+    pos = _TAG_AT.get(kind)
+    if pos is None:
+        return args, kwargs
+    if len(args) > pos:
+        args = (*args[:pos], 0, *args[pos + 1:])
+    if kwargs.get("tag"):
+        kwargs = {**kwargs, "tag": 0}
+    return args, kwargs
+
+
+def _average_by_sum(kind, args, kwargs):
+    """ReduceOp.AVG on gloo, which lacks it: (args, kwargs) asking for SUM, and the function
+    that divides the result by the group's size once it is there; None if not AVG."""
+    pos = _OP_AT.get(kind)
+    if pos is None:
+        return None
+    op = args[pos] if len(args) > pos else kwargs.get("op")
+    if op is None or op != dist.ReduceOp.AVG:
+        return None
+    group = kwargs.get("group", args[pos + 1] if len(args) > pos + 1 else None)
+    size = dist.get_world_size(group)
+    if len(args) > pos:
+        args = (*args[:pos], dist.ReduceOp.SUM, *args[pos + 1:])
+    else:
+        kwargs = {**kwargs, "op": dist.ReduceOp.SUM}
+    out = args[0] if args else kwargs.get("tensor", kwargs.get("output", kwargs.get("tensors")))
+    outs = out if isinstance(out, (list, tuple)) else [out]
+
+    def divide():
+        for t in outs:
+            if isinstance(t, torch.Tensor):
+                exact = t.is_floating_point() or t.is_complex()
+                t.copy_(t / size if exact else torch.div(t, size, rounding_mode="trunc"))
+    return args, kwargs, divide
+
+
+class Done:
+    """The work of an operation done at once (NCCL's own way, on CPU)."""
+
+    def wait(self, *a, **k):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def get_future(self):
+        future = torch.futures.Future()
+        future.set_result(None)
+        return future
+
+
+def _uneven_all_gather(kind, args, kwargs):
+    """An all_gather whose outputs differ in size: NCCL gathers them with one broadcast per
+    rank (ProcessGroupNCCL::allgather); gloo refuses. The same broadcasts, on CPU."""
+    if kind != "all_gather":
+        return None
+    outs = args[0] if args else kwargs.get("tensor_list")
+    mine = args[1] if len(args) > 1 else kwargs.get("tensor")
+    if not (isinstance(outs, (list, tuple)) and outs and isinstance(mine, torch.Tensor)):
+        return None
+    if len({tuple(t.shape) for t in outs if isinstance(t, torch.Tensor)}) <= 1:
+        return None
+    group = args[2] if len(args) > 2 else kwargs.get("group")
+    async_op = args[3] if len(args) > 3 else kwargs.get("async_op", False)
+
+    def gather():
+        me = dist.get_rank(group)
+        for i, out in enumerate(outs):
+            if i == me:
+                out.copy_(mine.reshape(out.shape))
+            dist.broadcast(out, dist.get_global_rank(group, i) if group is not None else i,
+                           group=group)
+        return Done() if async_op else None
+    return gather
+
+
+def self_ops(p2p_op_list):
+    """(the operations of a batch that go to other ranks, the rank's sends to itself paired
+    with its receives from itself): NCCL delivers a send to itself within a batch, gloo has
+    no connection to itself."""
+    me = dist.get_rank()
+    mine = [op for op in p2p_op_list if _peer_of(op) == me]
+    if not mine:
+        return list(p2p_op_list), []
+    sends = [op for op in mine if getattr(op.op, "__name__", "") == "isend"]
+    recvs = [op for op in mine if getattr(op.op, "__name__", "") == "irecv"]
+    if len(sends) != len(recvs):
+        raise NCCLRuleError(f"batch_isend_irecv with {len(sends)} send(s) to this rank itself "
+                            f"and {len(recvs)} receive(s) from it: {RULE} (a rank's send to "
+                            f"itself needs its receive in the same batch)")
+    return [op for op in p2p_op_list if op not in mine], list(zip(sends, recvs))
+
+
+def _peer_of(op) -> int | None:
+    peer = getattr(op, "peer", None)
+    if peer is None and getattr(op, "group_peer", None) is not None:
+        peer = dist.get_global_rank(op.group, op.group_peer) if op.group is not None \
+            else op.group_peer
+    return peer
+
+
+class Coalesced:
+    """NCCL's one handle for a batch of point-to-point operations (gloo returns one each)."""
+
+    def __init__(self, works):
+        self._works = list(works)
+
+    def wait(self, *a, **k):
+        for w in self._works:
+            w.wait(*a, **k)
+        return True
+
+    def is_completed(self):
+        return all(w.is_completed() for w in self._works)
+
+    def get_future(self):
+        futures = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futures)
+
+
+def warm_up_ring(group, device) -> None:
+    """One transfer each way with both ring neighbours, batched and not, outside commlog's
+    log: NCCL connects a pair at its first transfer, blocking the host until the peer takes
+    part; after this, posting does not block."""
+    from rtp_course.runtime import commlog
+    n = dist.get_world_size(group)
+    if n == 1:
+        return
+    me = dist.get_rank(group)
+    peers = sorted({dist.get_global_rank(group, (me + s) % n) for s in (1, -1)})
+    bufs = {p: (torch.zeros(1, device=device), torch.empty(1, device=device)) for p in peers}
+    with commlog.unlogged():
+        ops = [op for p, (out, into) in bufs.items()
+               for op in (dist.P2POp(dist.isend, out, p, group),
+                          dist.P2POp(dist.irecv, into, p, group))]
+        for w in dist.batch_isend_irecv(ops):      # one batch with both: no ring of waits
+            w.wait()
+        for p, (out, into) in bufs.items():        # by the lower rank first: no cycle
+            if dist.get_rank() < p:
+                works = [dist.isend(out, p, group=group), dist.irecv(into, p, group=group)]
+            else:
+                works = [dist.irecv(into, p, group=group), dist.isend(out, p, group=group)]
+            for w in works:
+                w.wait()

@@ -1,0 +1,14 @@
+"""AllReduce all-reduces a fresh buffer made contiguous whatever the input's strides
+(torch.empty_like(x, memory_format=torch.contiguous_format), then copy_) instead of
+x.contiguous().clone().
+"""
+REPLACE = [
+    ("""        out = x.contiguous().clone()
+        dist.all_reduce(out, group=group)
+        return out
+""",
+     """        out = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+        dist.all_reduce(out, group=group)
+        return out
+"""),
+]

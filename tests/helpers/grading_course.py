@@ -1,0 +1,110 @@
+"""A small grading directory for the grading tests: source notebooks with grading cells, a
+gradebook that knows the students (as `nbgrader autograde` would have left it), submissions
+made from the reference with edits."""
+import ast
+import builtins
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def grading_cell(exercise: str, grade_id: str, points: float):
+    import nbformat
+    return nbformat.v4.new_code_cell(f'grade("{exercise}")', metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "grade_id": grade_id, "points": points}})
+
+
+def make_course(tmp_path: Path, students: dict, assignment: str = "03_tp_communication",
+                cells=(("comm", "comm-code", 3),), answer_cell: bool = False) -> tuple[Path, str]:
+    """A grading directory with one assignment whose notebook has `cells` ((exercise, grade_id,
+    points)), one submission per student ({name: {module: source}} over the reference, or
+    None for the reference as it is) and a gradebook that knows them. `answer_cell`: also a
+    solution cell "answer" (nbgrader makes a Comment for those)."""
+    import nbformat
+    from nbgrader.api import Gradebook
+    course = tmp_path / "course"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [grading_cell(*c) for c in cells]
+    if answer_cell:
+        nb.cells.insert(0, nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {
+            "grade": False, "solution": True, "locked": False, "grade_id": "answer"}}))
+    (course / "source" / assignment).mkdir(parents=True)
+    nbformat.write(nb, course / "source" / assignment / f"{assignment}.ipynb")
+    with alembic_on_path(), \
+            Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        gb.add_assignment(assignment)
+        gb.add_notebook(assignment, assignment)
+        for exercise, grade_id, points in cells:
+            gb.add_grade_cell(grade_id, assignment, assignment, max_score=points, cell_type="code")
+        if answer_cell:
+            gb.add_solution_cell("answer", assignment, assignment)
+        for student, edits in students.items():
+            submit(course, assignment, student, edits)
+            gb.add_student(student)
+            gb.add_submission(assignment, student)
+    return course, assignment
+
+
+@contextlib.contextmanager
+def alembic_on_path():
+    """nbgrader runs `alembic` from the PATH when it creates a gradebook: this Python's first."""
+    before = os.environ["PATH"]
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{before}"
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = before
+
+
+def submit(course: Path, assignment: str, student: str, edits) -> Path:
+    """The reference as `student`'s modules, with {module: source} replacing some."""
+    impl = course / "submitted" / student / assignment / "rtp_course"
+    if impl.exists():
+        shutil.rmtree(impl)
+    shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__", "simple"))
+    for module, source in (edits or {}).items():
+        if source is None:
+            (impl / f"{module}.py").unlink()
+        else:
+            (impl / f"{module}.py").write_text(source)
+    return impl
+
+
+def scores(course: Path, assignment: str, students, grade_id: str = "comm-code") -> dict:
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        return {s: gb.find_grade(grade_id, assignment, assignment, s).auto_score for s in students}
+
+
+def working_disguise(source: str, stub: str) -> str:
+    """`source` as a copier who wants full marks would hand it in: every name it defines that
+    the stub does not (helpers, locals) renamed, docstrings rewritten, comments dropped, the
+    layout ast.unparse's. The stub's names and every parameter stay: callers use them."""
+    api = {n.name for n in ast.walk(ast.parse(stub)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    tree = ast.parse(source)
+    mine = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    mine |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    keep = api | {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)} | set(dir(builtins))
+    new = {name: f"v{i}_{name[::-1].strip('_')}" for i, name in enumerate(sorted(mine - keep))
+           if not name.startswith("__")}
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node):
+            node.id = new.get(node.id, node.id)
+            return node
+
+        def _def(self, node):
+            node.name = new.get(node.name, node.name)
+            if ast.get_docstring(node):
+                node.body[0].value.value = "In my own words."
+            self.generic_visit(node)
+            return node
+        visit_FunctionDef = visit_ClassDef = _def
+    tree = Rename().visit(tree)
+    if ast.get_docstring(tree):
+        tree.body[0].value.value = "My module."
+    return ast.unparse(tree) + "\n"

@@ -1,0 +1,154 @@
+"""The collection of realistic wrong implementations in tests/wrong/<exercise>/<bug>.py.
+
+Each file holds one bug as edits of the reference solution: `REPLACE`, a list
+of (old, new) pairs applied to solutions/<exercise>.py (each `old` must occur
+exactly once, so a change of the solution that breaks a bug is noticed), or, with
+`BASE = "simple"`, to the design the stub describes where the reference is a faster one
+built on it (`simple_design`: solutions/flyweight.py up to its faster part), since a bug is
+most realistic in what students write. Its docstring's first
+line says the bug; `EXPECT: <regex>` is what the checker's report must say
+(matched across lines), `CLASS:` its bug classes (CLASSES below), `WORLD_SIZES: 2 3`
+the world sizes that show it, and
+the optional `ONLY: check_a check_b` limits the run to those checks (speed), and
+`HIDDEN: yes` runs the hidden checks too (for a bug only they catch, as grading would).
+`RULE: Name` says the entry breaks that rule of rtp_course/course/rules.py: it then proves
+that rule's cell in its exercise, and runs in tests/test_rules_stated.py (with the checks
+holding the cell) instead of tests/test_wrong_implementations.py.
+"""
+from __future__ import annotations
+
+import re
+import runpy
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WRONG = ROOT / "tests" / "wrong"
+SOLUTIONS = ROOT / "solutions"
+
+
+# Bug classes, and the exercises whose contract makes each one possible: the collection
+# must hold at least one entry of each (tests/test_wrong_implementations.py).
+CLASSES = {
+    "values": ("wrong numbers (a sum for a mean, a wrong slice or order)", "*"),
+    "forgotten-collective": ("a collective left out (an all-reduce in a backward)",
+                             "comm context_parallel data_parallel flyweight groups sharding "
+                             "tensor_parallel"),
+    "deadlock": ("a hang: mismatched or missing communication",
+                 "comm data_parallel groups rotation"),
+    "3-4-ranks": ("right with 1 or 2 ranks, wrong with 3 or 4",
+                  "comm context_parallel data_parallel flyweight rotation sharding "
+                  "tensor_parallel"),
+    "subgroup": ("ignores the `group` it is given (world ranks, world size)",
+                 "comm context_parallel data_parallel flyweight rotation sharding "
+                 "tensor_parallel"),
+    "uneven": ("a size the world size does not divide, where the contract allows it",
+               "comm flyweight rotation sharding"),
+    "traffic": ("more communication than the Rules allow", "*"),
+    "memory": ("tensors held beyond the Memory rule",
+               "context_parallel flyweight sharding tensor_parallel"),
+    "overlap": ("waits where the Rules ask for overlap",
+                "context_parallel flyweight rotation sharding"),
+    "direction": ("a wrong rotation direction", "context_parallel flyweight rotation"),
+    "off-by-one": ("an off-by-one ring or shard index", "context_parallel flyweight rotation"),
+    "buffers": ("module buffers (running statistics) left out", "data_parallel"),
+    "init": ("fresh layers initialised unlike the serial ones", "tensor_parallel"),
+    "padding": ("padding_idx ignored", "tensor_parallel"),
+    "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
+    "in-place": ("the caller's tensor changed in place", "comm rotation"),
+    "unwaited": ("a work never waited", "rotation"),
+    "dtype": ("a buffer in another dtype", "context_parallel data_parallel sharding"),
+    "device": ("a tensor made without device= (in CPU memory on a GPU run)", "*"),
+    # configurations real code meets (issue 37), in every exercise where each applies
+    "view-shard": ("a shard that is a view of the full weight, which it keeps alive",
+                   "flyweight tensor_parallel"),
+    "batch-first": ("an attention that ignores the module's batch_first", "flyweight tensor_parallel"),
+    "accumulation": ("a gradient assigned where autograd would add it", "data_parallel flyweight"),
+    "frozen": ("a frozen parameter trained, or its missing gradient used",
+               "data_parallel flyweight groups tensor_parallel"),
+    "per-call-state": ("per-call state kept on the class or module: two calls before one backward",
+                       "comm flyweight"),
+    "kept-output": ("an output buffer kept for the next call: an earlier output changes",
+                    "comm flyweight rotation"),
+    "non-consecutive": ("a group's ranks assumed consecutive", "data_parallel rotation"),
+    "module-settings": ("a module's settings beyond the defaults ignored (dilation, padding mode, "
+                        "unbatched input, attn_mask, recv_dtype)", "flyweight rotation tensor_parallel"),
+    "pretrained": ("a pretrained weight re-initialised (a padding row zeroed)",
+                   "flyweight tensor_parallel"),
+    "one-rank-alias": ("with one rank, the input itself returned", "rotation"),
+    "zero-data": ("a collective skipped where this rank's data are zero",
+                  "comm data_parallel flyweight"),
+    "wrong-group": ("an extra collective on another group than the one given, within the count",
+                    "data_parallel groups"),
+    "send-buffer": ("a send buffer written before its wait", "context_parallel flyweight rotation"),
+    "contiguity": ("a non-contiguous tensor handed to communication", "comm rotation"),
+}
+
+
+def collect(exercise: str | None = None, rules: bool | None = None):
+    """Wrong implementations of the exercises that have checks; `rules`: only those that prove
+    a rule's cell (True), only the others (False), or all (None)."""
+    from rtp_course.checker.registry import check_modules
+    files = sorted(WRONG.glob(f"{exercise or '*'}/*.py"))
+    found = [f for f in files if not f.name.startswith("_") and check_modules([f.parent.name], False)]
+    return [f for f in found if rules is None or bool(spec(f)["rules"]) == rules]
+
+
+def spec(path: Path) -> dict:
+    text = path.read_text()
+    doc = re.match(r'\s*r?"""(.*?)"""', text, re.S)
+    assert doc, f"{path}: needs a module docstring"
+    body = doc.group(1)
+    expect = re.search(r"^EXPECT:\s*(.+)$", body, re.M)
+    sizes = re.search(r"^WORLD_SIZES:\s*(.+)$", body, re.M)
+    only = re.search(r"^ONLY:\s*(.+)$", body, re.M)
+    classes = re.search(r"^CLASS:\s*(.+)$", body, re.M)
+    requires = re.search(r"^REQUIRES:\s*(.+)$", body, re.M)
+    rules = re.search(r"^RULE:\s*(.+)$", body, re.M)
+    return {"bug": body.strip().splitlines()[0],
+            "classes": classes.group(1).split() if classes else [],
+            "hidden": re.search(r"^HIDDEN:\s*yes\s*$", body, re.M) is not None,
+            "expect": expect.group(1).strip() if expect else None,
+            "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],
+            "only": only.group(1).split() if only else None,
+            # torch.distributed functions the entry calls that an older torch lacks
+            "requires": requires.group(1).split() if requires else [],
+            "rules": [r.strip() for r in rules.group(1).split(",")] if rules else []}
+
+
+def missing_in_torch(path: Path) -> list:
+    """The functions `path` REQUIRES that this torch.distributed does not have."""
+    import torch.distributed as dist
+    return [n for n in spec(path)["requires"] if not hasattr(dist, n)]
+
+
+FASTER = "\n# ===== THE FASTER DESIGN"   # the line where a reference's faster design begins
+
+
+def simple_design(exercise: str) -> str:
+    """The stub's own design of `exercise`: its reference up to the faster design built on it
+    (a complete exercise module), or the whole reference where there is only one design."""
+    source = (SOLUTIONS / f"{exercise}.py").read_text()
+    return source[:source.index(FASTER)].rstrip() + "\n" if FASTER in source else source
+
+
+def build(path: Path) -> str:
+    """The source of the wrong module: the solution with the file's REPLACE edits applied."""
+    entry = runpy.run_path(str(path))
+    exercise = path.parent.name
+    simple = entry.get("BASE") == "simple"
+    source = simple_design(exercise) if simple else (SOLUTIONS / f"{exercise}.py").read_text()
+    where = f"the stub's design in solutions/{exercise}.py" if simple else f"solutions/{exercise}.py"
+    for old, new in entry["REPLACE"]:
+        n = source.count(old)
+        assert n == 1, (f"{path}: an edit no longer applies to {where} (its text occurs {n} "
+                        f"times); update the bug:\n{old}")
+        source = source.replace(old, new)
+    return source
+
+
+def impl_with(path: Path, dest: Path) -> Path:
+    """A copy of solutions/ whose `<exercise>.py` is replaced by the wrong module."""
+    shutil.copytree(SOLUTIONS, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / f"{path.parent.name}.py").write_text(build(path))
+    return dest

@@ -1,0 +1,201 @@
+"""Forging a verdict from inside a rank: every check object is reachable there, results are
+data the parent validates, and a rank's own inputs come from a key only it and the parent
+hold (checker/inputs.py). Each submission is the reference with a few hostile lines."""
+import pickle
+
+import pytest
+import torch
+
+from hostile import ROOT, at_forward, hostile, run
+from rtp_course.checker import engine, judging, report
+from rtp_course.runtime.launcher import RankFailed, launch
+
+ASK_THE_CHECKS = """import gc as _gc
+from rtp_course.checker.registry import Check as _Check
+_checks = [o for o in _gc.get_objects() if isinstance(o, _Check)]
+if not any(c.hidden for c in _checks):
+    raise RuntimeError('FOUND NO HIDDEN CHECK')
+for _c in _checks:
+    for _name in ('expected', 'comm_rules'):
+        try:
+            getattr(_c, _name)(2)
+        except RuntimeError as _e:
+            if 'parent process only' not in str(_e):
+                raise
+        else:
+            raise RuntimeError('ANSWERED ' + _c.id + '.' + _name)
+_left = [f for f in _gc.get_objects() if type(f).__name__ == 'function'
+         and f.__code__.co_name in ('expected', 'comm_rules')
+         and 'hidden' in f.__code__.co_filename]
+if _left:
+    raise RuntimeError('KEPT ' + repr(_left))"""
+
+
+def test_a_check_object_found_in_the_worker_does_not_give_its_answer(tmp_path):
+    """Every check object is reachable from code under test (gc); none computes expected values
+    or rules there, and no function of a hidden check's parent side is left in memory."""
+    results, text = run(hostile(tmp_path, at_forward(ASK_THE_CHECKS)),
+                        only=("Duplication", "Duplication_float32"), hidden=True)
+    assert len(results) == 2 and all(r.passed for r in results), text
+
+
+FORGE = """import sys as _sys
+from rtp_course.checker import worker as _worker
+_record = _worker.Ctx.record
+def _forged(ctx, key, tensor):
+    check = _sys._getframe(1).f_locals['self']          # the check whose run() records
+    try:
+        tensor = check.expected(ctx.world_size)[ctx.rank][key]
+    except Exception:
+        pass
+    _record(ctx, key, tensor)
+_worker.Ctx.record = _forged"""
+
+
+def test_records_forged_with_the_checks_own_answer_still_fail(tmp_path):
+    """Duplication's backward forgets its all-reduce, and the submission replaces every record
+    by the check's answer: there is no answer to take, so the bug fails as it should, and the
+    replaced Ctx.record is flagged (confinement/integrity.py)."""
+    from rtp_course.confinement.integrity import MARK
+    impl = hostile(tmp_path, {"comm": [("import torch\n", "import torch\n" + FORGE + "\n"),
+                                        ("        dist.all_reduce(grad, group=ctx.group)\n", "")]})
+    results, text = run(impl, only=("Duplication", "Duplication_float32"), hidden=True)
+    assert len(results) == 2 and not any(r.passed for r in results), text
+    assert all(MARK in r.message and "Ctx.record" in r.message for r in results), text
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_pickle_in_a_result_file_is_not_executed(tmp_path):
+    from attack_targets import Bomb  # noqa: F401 (pickled by name)
+    marker = tmp_path / "pwned"
+    path = tmp_path / "result.comm.Duplication.0.pt"
+    path.write_bytes(pickle.dumps({"status": "ok", "records": Bomb(marker)}))
+    outcome = judging.load_outcome(path, 0)
+    assert outcome["status"] == "error" and "not a result the checker can judge" in outcome["message"]
+    torch.save({"status": "ok", "records": Bomb(marker)}, path)
+    assert judging.load_outcome(path, 0)["status"] == "error"
+    assert not marker.exists()
+
+
+def test_a_launched_function_cannot_return_code(tmp_path):
+    import attack_targets
+    marker = tmp_path / "pwned"
+    with pytest.raises(RankFailed, match="could not be read as plain data"):
+        launch(attack_targets.return_bomb, 1, args=(str(marker),), timeout=60)
+    assert not marker.exists()
+
+
+def test_a_sparse_result_is_a_failed_check_not_a_crash_of_the_grader(tmp_path):
+    edits = {"rotation": [("    return rotate_async(tensor, direction, group, recv_shape, recv_dtype).wait()",
+                           "    return rotate_async(tensor, direction, group, recv_shape, recv_dtype)"
+                           ".wait().to_sparse()")]}
+    results = engine.run(["rotation"], impl=str(hostile(tmp_path, edits)), world_sizes=(2,),
+                         only=["rotate"])
+    text = report.text(results)
+    assert not results[0].passed and "MalformedResult" in text, text
+    assert "is a torch.sparse_coo tensor, not a dense one" in text, text
+
+
+def test_torch_raising_not_implemented_is_an_error_not_a_todo(tmp_path):
+    """A NotImplementedError that torch raises is no stub's 'not implemented yet'."""
+    results, text = run(hostile(tmp_path, at_forward("torch.nn.Module()(x)")),
+                        only=("Duplication",))
+    assert results[0].status == "error" and "NotImplementedError" in text, text
+    assert "not implemented yet" not in text, text
+
+
+ALL_REDUCE = "        dist.all_reduce(out, group=group)\n        return out\n"
+
+# Each: (exercise, checks, edits of the reference): the answer computed serially on the rank
+# from the public checks' own input functions, with no communication.
+SHORTCUTS = {
+    "AllReduce sums every rank's input itself": ("comm", ["AllReduce"], {"comm": [(
+        ALL_REDUCE,
+        "        from rtp_course.checker.public.comm import x_rank\n"
+        "        return sum(x_rank(q) for q in range(dist.get_world_size(group)))"
+        ".to(out.dtype)\n")]}),
+    "average_gradients recomputes the whole batch's gradient": (
+        "data_parallel", ["average_gradients"], {"data_parallel": [(
+            "    world = dist.get_world_size(group)\n",
+            "    world = dist.get_world_size(group)\n"
+            "    import torch.nn.functional as F\n"
+            "    from rtp_course.checker.public import data_parallel as pub\n"
+            "    step = 0  # the serial answer of the first step: the whole batch, every rank's\n"
+            "    x, y = pub.batch(step, range(world))\n"
+            "    model.zero_grad()\n"
+            "    F.mse_loss(model(x.to(next(model.parameters()).dtype)),\n"
+            "               y.to(next(model.parameters()).dtype)).backward()\n"
+            "    return\n")]}),
+    "rotate returns the previous rank's tensor without a transfer": (
+        "rotation", ["rotate"], {"rotation": [(
+            "    return rotate_async(tensor, direction, group, recv_shape, recv_dtype).wait()\n",
+            "    from rtp_course.checker.public.rotation import source, value\n"
+            "    src = source(dist.get_rank(group), dist.get_world_size(group), direction)\n"
+            "    return value(src).to(tensor.dtype)\n")]}),
+}
+
+
+@pytest.mark.parametrize("shortcut", list(SHORTCUTS))
+def test_the_serial_answer_cannot_be_computed_on_one_rank(tmp_path, shortcut):
+    exercise, only, edits = SHORTCUTS[shortcut]
+    impl = hostile(tmp_path, edits)
+    results = engine.run([exercise], impl=str(impl), world_sizes=[2, 3], only=only)
+    text = report.text(results)
+    assert results and not any(r.passed for r in results), text
+    assert "input data, which is drawn from a key only they and the checker hold" in text, text
+
+
+INPUTS_PROBE = """import torch.distributed as _dist
+from rtp_course.checker import inputs as _inputs
+try:
+    _inputs.seed(0, owner=1 - _dist.get_rank())
+except _inputs.NotYourInput:
+    pass
+else:
+    raise RuntimeError('DREW THE OTHER RANK S DATA')
+try:
+    _inputs.owner_key(1 - _dist.get_rank())
+except _inputs.NotYourInput:
+    pass
+else:
+    raise RuntimeError('HOLDS THE OTHER RANK S KEY')
+if _inputs._master is not None:
+    raise RuntimeError('THE MASTER KEY IS HERE')"""
+
+
+def test_a_rank_holds_no_other_ranks_key(tmp_path):
+    """The rank's key table holds only its own sets, and the master key never leaves the
+    parent: another rank's data can only arrive by communication."""
+    impl = hostile(tmp_path, {"comm": [("import torch\n", "import torch\n" + INPUTS_PROBE + "\n")]})
+    results, text = run(impl, world_sizes=(2,))
+    assert results and all(r.passed for r in results), text
+
+
+# The issue's recipe: the check's own run() replaced from inside the rank, so that it records
+# what the parent expects (here: nothing at all, the simplest form).
+REPLACE_THE_CHECK = """import sys as _s
+_s.modules['rtp_course.checker.public.comm'].AllReduceCheck.run = lambda self, ctx: None"""
+
+# commlog's record rewritten: the collective the check forbids taken out of it.
+REWRITE_THE_RECORD = """import sys as _s, torch.distributed as _d
+_d.all_reduce(x.new_zeros(1), group=group)      # a collective Duplication's forward must not make
+_s.modules['rtp_course.runtime.commlog'].STATE.events[:] = []"""
+
+
+@pytest.mark.parametrize("code, where", [(REPLACE_THE_CHECK, "at import"),
+                                         (REWRITE_THE_RECORD, "in forward")])
+def test_a_rank_that_changes_the_harness_is_flagged(tmp_path, code, where):
+    """Not prevented (the code shares its process with the harness): detected, the check
+    failed with the mark the instructor's review lists (confinement/integrity.py)."""
+    from hostile import at_import
+    from rtp_course.confinement.integrity import MARK
+    impl = hostile(tmp_path, at_import(code) if where == "at import" else at_forward(code))
+    results, text = run(impl, only=("AllReduce",) if where == "at import" else ("Duplication",))
+    assert not results[0].passed and MARK in text, text
+
+
+def test_the_reference_changes_nothing_of_the_harness(tmp_path):
+    """No false alarm: the reference, graded confined, never trips the watch."""
+    from rtp_course.confinement.integrity import MARK
+    results, text = run(ROOT / "solutions", only=("Duplication", "AllReduce"))
+    assert all(r.passed for r in results) and MARK not in text, text

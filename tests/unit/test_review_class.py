@@ -1,0 +1,86 @@
+"""The review `rtp-course grade` writes: review.csv, the gradebook's comment of each grading cell,
+one line per flagged student. A copy of the reference, renamed and reformatted, is listed as
+a near copy; the reference, the correct alternatives (tests/correct) and the stubs are never
+flagged for tampering."""
+import csv
+import sys
+from pathlib import Path
+
+from nbgrader.api import Comment, Gradebook
+
+from rtp_course.instructor import grade_code, review_class
+from rtp_course.instructor.grade_outcome import CellGrade
+from grading_course import ROOT, make_course
+
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+import wrongs  # noqa: E402
+from test_review_similarity import disguise  # noqa: E402
+
+CELLS = (("data_parallel", "dp-code", 10), ("comm", "comm-code", 10))
+HOSTILE = "\nimport sys as _s\n_caller = _s._getframe(1)\n"
+
+
+def _class():
+    students = {"ref": None, "copycat": {"comm": disguise((ROOT / "solutions" / "comm.py").read_text())},
+                "stubs": {ex: (ROOT / "rtp_course" / f"{ex}.py").read_text()
+                          for ex in ("data_parallel", "comm")},
+                "hostile": {"comm": (ROOT / "solutions" / "comm.py").read_text() + HOSTILE}}
+    for path in sorted((ROOT / "tests" / "correct").glob("*/*.py")):
+        if path.parent.name in ("data_parallel", "comm") and not path.name.startswith("_"):
+            students[f"ok_{path.parent.name}_{path.stem}"] = {path.parent.name: wrongs.build(path)}
+    return students
+
+
+def _grades(cells, students):
+    return type("G", (), {"grades": {s: [CellGrade(c.grade_id, c.notebook, c.exercise, c.points, c.points)
+                                        for c in cells] for s in students}})()
+
+
+def test_a_disguised_copy_is_a_near_copy_and_no_correct_entry_is_flagged(tmp_path):
+    """Today nothing was scanned or compared at grading: a byte-identical or disguised copy of
+    solutions/ got full marks with no word, and review.csv did not exist."""
+    students = _class()
+    course, a = make_course(tmp_path, students, "02_class", cells=CELLS)
+    cells = grade_code.graded_cells(course, a)
+    lines = []
+    rows = review_class.review(course, a, cells, _grades(cells, students), lines.append)
+    flagged = {r[0] for r in rows if r[3] == "flag"}
+    assert flagged == {"hostile"}, [r for r in rows if r[3] == "flag"]
+    copies = {(r[0], r[2], r[4]) for r in rows if r[3] == "near-copy"}
+    assert ("copycat", "comm", "reference") in copies
+    with open(course / review_class.NAME, newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert list(table[0]) == list(review_class.HEADER)
+    assert any(r["student"] == "copycat" and r["kind"] == "near-copy" and r["where"] == "reference"
+               and float(r["score"]) >= 0.95 for r in table)
+    hostile = [r for r in table if r["kind"] == "flag"]
+    assert hostile and hostile[0]["where"].startswith("comm.py:") and hostile[0]["reason"]
+    assert any(ln.startswith("REVIEW  copycat/02_class: ") and "reference solution" in ln for ln in lines)
+    assert any(ln.startswith("REVIEW  hostile/02_class: comm.py:") for ln in lines)
+    assert not any(ln.startswith("REVIEW  stubs/") for ln in lines)
+
+
+def test_flags_go_into_the_grading_cells_comment(tmp_path):
+    students = {"ref": None, "hostile": {"comm": (ROOT / "solutions" / "comm.py").read_text() + HOSTILE}}
+    course, a = make_course(tmp_path, students, "03_tp_communication", answer_cell=True)
+    cells = grade_code.graded_cells(course, a)
+    review_class.review(course, a, cells, _grades(cells, students), lambda *_: None)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
+        got = {(c.notebook.student.id, c.cell.name): c.auto_comment for c in gb.db.query(Comment)}
+        flagged = gb.find_submission_notebook(a, a, "hostile").flagged
+    assert "review: comm.py:" in got[("hostile", "comm-code")] and flagged
+    assert "near copy of the reference solution" in got[("ref", "comm-code")]
+
+
+def test_grading_one_student_again_keeps_the_others_rows(tmp_path):
+    students = {"ref": None, "hostile": {"comm": (ROOT / "solutions" / "comm.py").read_text() + HOSTILE}}
+    course, a = make_course(tmp_path, students)
+    cells = grade_code.graded_cells(course, a)
+    review_class.review(course, a, cells, _grades(cells, students), None)
+    before = (course / review_class.NAME).read_text()
+    review_class.review(course, a, cells, _grades(cells, ["ref"]), None)
+    assert (course / review_class.NAME).read_text() == before
+    (course / "submitted" / "hostile" / a / "rtp_course" / "comm.py").write_text(
+        (ROOT / "rtp_course" / "comm.py").read_text())
+    review_class.review(course, a, cells, _grades(cells, ["hostile"]), None)
+    assert ",flag," not in Path(course / review_class.NAME).read_text()

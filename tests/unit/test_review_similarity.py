@@ -1,0 +1,472 @@
+"""rtp_course.instructor.review.similarity, calibrated on real data: a renamed, reformatted, reordered
+reference is a near copy; the edits of it in tests/correct/ score high; independent
+implementations score low; the stub, once it is the base, shares nothing."""
+import ast
+import io
+import keyword
+import os
+import statistics
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from rtp_course.course import EXERCISES
+from rtp_course.instructor.review.similarity import (NEAR_COPY, Pair, compare_class, fingerprints, segments,
+                                          similarity, tokens)
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+import wrongs  # noqa: E402  (tests/helpers/wrongs.py: builds the tests/correct entries)
+
+
+def reference(ex, base=""):
+    """The reference of `ex`, or with base "simple" the stub's design it starts with."""
+    return wrongs.simple_design(ex) if base == "simple" else (ROOT / "solutions" / f"{ex}.py").read_text()
+
+
+def stub(ex):
+    return (ROOT / "rtp_course" / f"{ex}.py").read_text()
+
+
+# ---- a student's disguise of a copied file -------------------------------------------------------
+
+KEEP = {"forward", "backward", "__init__", "self", "cls", "ctx"}    # what torch calls by name
+
+
+def _own_names(tree):
+    """The names the file defines, and the attributes it defines (methods, fields, ctx/self)."""
+    names, attrs = set(), set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ClassDef):
+            attrs |= {m.name for m in n.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            attrs |= {m.target.id for m in n.body
+                      if isinstance(m, ast.AnnAssign) and isinstance(m.target, ast.Name)}
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store) \
+                and isinstance(n.value, ast.Name) and n.value.id in ("self", "ctx"):
+            attrs.add(n.attr)
+        elif isinstance(n, ast.alias) and n.asname:
+            names.add(n.asname)
+    drop = {x for x in names | attrs if x.startswith("__") or x in KEEP}
+    return names - drop, attrs - drop
+
+
+def rename(source):
+    """Every identifier the file defines renamed (a call's keywords left: torch's own)."""
+    names, attrs = _own_names(ast.parse(source))
+    new = {n: f"q{i}x" for i, n in enumerate(sorted(names | attrs))}
+    toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    out, prev, depth, in_def = [], None, 0, False
+    for i, tok in enumerate(toks):
+        s, nxt = tok.string, toks[i + 1].string if i + 1 < len(toks) else ""
+        if s == "def":
+            in_def = True
+        elif tok.type == tokenize.OP and s in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and s in ")]}":
+            depth -= 1
+            in_def = in_def and depth > 0
+        keyword_arg = depth > 0 and nxt == "=" and not in_def
+        if tok.type == tokenize.NAME and s in new and not keyword.iskeyword(s) and not keyword_arg:
+            if (prev == "." and s in attrs) or (prev != "." and s in names):
+                s = new[s]
+        out.append((tok.type, s))
+        if tok.type not in (tokenize.NL, tokenize.COMMENT):
+            prev = tok.string
+    return tokenize.untokenize(out)
+
+
+def reformat(source):
+    """Top-level definitions in reverse order, every docstring rewritten, comments dropped,
+    others added, every line break and parenthesis as ast.unparse writes them."""
+    tree = ast.parse(source)
+    first = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr))]
+    tree.body = first + [n for n in tree.body if n not in first][::-1]
+    for n in ast.walk(tree):
+        body = getattr(n, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0].value, "value", None), str):
+            body[0].value.value = "In my own words: " + body[0].value.value[::-1][:40]
+    lines = []
+    for i, line in enumerate(ast.unparse(tree).splitlines()):
+        if line.lstrip().startswith(("def ", "class ")):
+            lines += ["", f"# step {i}"]
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def disguise(source):
+    return reformat(rename(source))
+
+
+def test_the_disguise_changes_every_defined_name_and_the_layout():
+    ref = reference("comm")
+    d = disguise(ref)
+    ast.parse(d)
+    assert "Duplication" not in d and "def _world" not in d and "ctx.group" not in d
+    assert "dist.all_reduce" not in d and ".all_reduce(" in d      # the alias renamed, the API kept
+    assert len(set(d.splitlines()) & set(ref.splitlines())) < 25    # blank lines, imports, decorators
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_disguised_reference_is_a_near_copy(exercise):
+    ref, base = reference(exercise), stub(exercise)
+    score = similarity(fingerprints(ref, base), fingerprints(disguise(ref), base))
+    assert score >= 0.95, score
+    pairs = compare_class({"mallory": {exercise: disguise(ref)}}, {exercise: ref}, {exercise: base})
+    assert [(p.a, p.b, p.near_copy) for p in pairs] == [("mallory", "reference", True)]
+    assert pairs[0].score >= 0.95
+
+
+def pad(source, statement):
+    """`statement` after every statement: padding that breaks up the copied k-grams."""
+    class Pad(ast.NodeTransformer):
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                    setattr(node, field, [s for st in body for s in (
+                        [st] if isinstance(st, (ast.Return, ast.Raise))
+                        else [st, ast.parse(statement).body[0]])])
+            return node
+    return ast.unparse(Pad().visit(ast.parse(source)))
+
+
+@pytest.mark.parametrize("statement", ["pass", "_unused = None", "print(end='')", "_n = len('x')"])
+def test_a_copy_padded_with_statements_that_do_nothing_is_a_near_copy(statement):
+    ref, base = reference("rotation"), stub("rotation")
+    padded = pad(disguise(ref), statement)
+    assert padded.count(statement.split("(")[0]) > 20
+    assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.95
+
+
+def correct_alternatives():
+    for path in sorted((ROOT / "tests" / "correct").glob("*/*.py")):
+        entry = {}
+        exec(path.read_text(), entry)
+        yield path, reference(path.parent.name, entry.get("BASE", ""))
+
+
+def test_the_correct_alternatives_edits_of_the_reference_are_near_copies():
+    """Each is the reference (or the simple design it edits) with a few edits: a near copy."""
+    scores = {}
+    for path, ref in correct_alternatives():
+        base = stub(path.parent.name)
+        scores[path.stem] = similarity(fingerprints(ref, base), fingerprints(wrongs.build(path), base))
+    assert len(scores) >= 30
+    assert min(scores.values()) >= NEAR_COPY + 0.1, sorted(scores.items(), key=lambda kv: kv[1])[:3]
+    assert statistics.median(scores.values()) >= 0.85
+
+
+def test_the_stub_is_not_a_near_copy_once_it_is_the_base():
+    """Without the base the stub's signatures and imports are shared with the reference (groups:
+    most of it); with it, a student who handed in the stub shares nothing."""
+    unbased = [similarity(fingerprints(stub(ex)), fingerprints(reference(ex))) for ex in EXERCISES]
+    assert max(unbased) >= 0.5
+    refs = {ex: reference(ex) for ex in EXERCISES}
+    stubs = {ex: stub(ex) for ex in EXERCISES}
+    assert all(fingerprints(stub(ex), stub(ex)) == set() for ex in EXERCISES)
+    pairs = compare_class({"idle": dict(stubs), "idle2": dict(stubs)}, refs, stubs)
+    assert [p for p in pairs if p.near_copy] == [] and all(p.score == 0 for p in pairs)
+
+
+# ---- independent implementations: the low end ---------------------------------------------------
+
+ROTATION_A = '''
+import torch
+import torch.distributed as dist
+
+DIRECTIONS = ("clockwise", "counterclockwise")
+
+
+def ring_peers(direction="clockwise", group=None):
+    if direction == "clockwise":
+        offset = 1
+    elif direction == "counterclockwise":
+        offset = -1
+    else:
+        raise ValueError("direction should be one of clockwise, counterclockwise; not %r" % (direction,))
+    n = dist.get_world_size(group)
+    me = dist.get_rank(group)
+    nxt, prv = (me + offset) % n, (me - offset) % n
+    if group is not None:
+        nxt = dist.get_global_rank(group, nxt)
+        prv = dist.get_global_rank(group, prv)
+    return nxt, prv
+
+
+class RotationHandle:
+    def __init__(self, works, received, sent):
+        self.pending = list(works)
+        self.buffer = received
+        self.keep = sent
+
+    def is_completed(self):
+        for work in self.pending:
+            if not work.is_completed():
+                return False
+        return True
+
+    def wait(self):
+        while self.pending:
+            self.pending.pop().wait()
+        self.keep = None
+        return self.buffer
+
+
+def rotate_async(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    to, frm = ring_peers(direction, group)
+    if dist.get_world_size(group) < 2:
+        return RotationHandle([], tensor.clone(), None)
+    shape = tensor.shape if recv_shape is None else recv_shape
+    dtype = tensor.dtype if recv_dtype is None else recv_dtype
+    inbox = tensor.new_empty(shape, dtype=dtype)
+    outbox = tensor.contiguous()
+    ops = [dist.P2POp(dist.irecv, inbox, frm, group), dist.P2POp(dist.isend, outbox, to, group)]
+    return RotationHandle(dist.batch_isend_irecv(ops), inbox, outbox)
+
+
+def rotate(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    handle = rotate_async(tensor, direction, group, recv_shape, recv_dtype)
+    return handle.wait()
+
+
+def ring_all_gather(tensor, dim=0, group=None):
+    n = dist.get_world_size(group)
+    me = dist.get_rank(group)
+    pieces = {me: tensor}
+    moving = tensor
+    step = 1
+    while step < n:
+        moving = rotate(moving, group=group)
+        pieces[(me - step) % n] = moving
+        step += 1
+    return torch.cat([pieces[i] for i in range(n)], dim)
+
+
+def ring_reduce_scatter(tensor, dim=0, group=None):
+    n = dist.get_world_size(group)
+    me = dist.get_rank(group)
+    size = tensor.size(dim)
+    if size % n != 0:
+        raise ValueError("cannot split size %d along dim %d into %d equal chunks" % (size, dim, n))
+    width = size // n
+
+    def chunk(i):
+        return tensor.narrow(dim, (i % n) * width, width)
+
+    acc = chunk(me - 1).clone()
+    for step in range(2, n + 1):
+        acc = rotate(acc, group=group)
+        acc += chunk(me - step)
+    return acc
+'''
+
+ROTATION_B = '''
+import torch
+import torch.distributed as dist
+
+DIRECTIONS = ("clockwise", "counterclockwise")
+
+
+def _to_global(group, r):
+    return r if group is None else dist.get_global_rank(group, r)
+
+
+def ring_peers(direction="clockwise", group=None):
+    if direction not in DIRECTIONS:
+        raise ValueError(f"unknown direction {direction}: use clockwise or counterclockwise")
+    size = dist.get_world_size(group=group)
+    rank = dist.get_rank(group=group)
+    right = (rank + 1) % size
+    left = (rank + size - 1) % size
+    if direction == "clockwise":
+        return _to_global(group, right), _to_global(group, left)
+    return _to_global(group, left), _to_global(group, right)
+
+
+class RotationHandle:
+    def __init__(self, works, received, sent):
+        self.state = {"works": works, "out": received, "sent": sent}
+
+    def is_completed(self):
+        return all(map(lambda w: w.is_completed(), self.state["works"]))
+
+    def wait(self):
+        works = self.state["works"]
+        self.state["works"] = []
+        for w in works:
+            w.wait()
+        self.state["sent"] = None
+        return self.state["out"]
+
+
+def rotate_async(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    if dist.get_world_size(group=group) == 1:
+        return RotationHandle([], tensor.detach().clone(), None)
+    dst, src = ring_peers(direction, group)
+    payload = tensor.detach().contiguous()
+    result = torch.zeros(recv_shape or payload.shape, dtype=recv_dtype or payload.dtype,
+                         device=payload.device)
+    reqs = [dist.isend(payload, dst, group=group), dist.irecv(result, src, group=group)]
+    return RotationHandle(reqs, result, payload)
+
+
+def rotate(tensor, direction="clockwise", group=None, recv_shape=None, recv_dtype=None):
+    return rotate_async(tensor, direction=direction, group=group, recv_shape=recv_shape,
+                        recv_dtype=recv_dtype).wait()
+
+
+def ring_all_gather(tensor, dim=0, group=None):
+    size = dist.get_world_size(group=group)
+    rank = dist.get_rank(group=group)
+    held = [tensor.detach()]
+    for _ in range(size - 1):
+        held.append(rotate(held[-1], "clockwise", group))
+    ordered = sorted(range(size), key=lambda k: (rank - k) % size)
+    return torch.cat([held[k] for k in ordered], dim=dim)
+
+
+def ring_reduce_scatter(tensor, dim=0, group=None):
+    size = dist.get_world_size(group=group)
+    rank = dist.get_rank(group=group)
+    if tensor.shape[dim] % size:
+        raise ValueError(f"dim {dim} has {tensor.shape[dim]} entries, not a multiple of {size}")
+    parts = list(torch.split(tensor.detach(), tensor.shape[dim] // size, dim=dim))
+    index = (rank - 1) % size
+    total = parts[index].clone()
+    for _ in range(size - 1):
+        index = (index - 1) % size
+        total = rotate(total, "clockwise", group).add_(parts[index])
+    return total
+'''
+
+# The stub all but dictates this exercise: the closest an independent hand comes.
+DATA_PARALLEL = '''
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def average_gradients(model: nn.Module, group=None) -> None:
+    n = dist.get_world_size(group=group)
+    for param in model.parameters():
+        if param.grad is None:
+            continue
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, group=group)
+        param.grad.div_(n)
+
+
+class DataParallel(nn.Module):
+    def __init__(self, module: nn.Module, group=None):
+        super().__init__()
+        self.module = module
+        self.group = group
+        root = 0 if group is None else dist.get_global_rank(group, 0)
+        with torch.no_grad():
+            for t in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(t.data, root, group=group)
+        self.n = dist.get_world_size(group=group)
+        for param in module.parameters():
+            if param.requires_grad:
+                param.register_post_accumulate_grad_hook(self.hook)
+
+    def hook(self, param):
+        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM, group=self.group)
+        param.grad.div_(self.n)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+'''
+
+
+def test_independent_implementations_score_low():
+    base = stub("rotation")
+    ref = fingerprints(reference("rotation"), base)
+    a, b = fingerprints(ROTATION_A, base), fingerprints(ROTATION_B, base)
+    assert min(len(a), len(b)) > 100                   # each is a whole module's worth
+    assert similarity(a, ref) < 0.3 and similarity(b, ref) < 0.3 and similarity(a, b) < 0.3
+    dp = similarity(fingerprints(DATA_PARALLEL, stub("data_parallel")),
+                    fingerprints(reference("data_parallel"), stub("data_parallel")))
+    assert dp < 0.3
+    pairs = compare_class({"ann": {"rotation": ROTATION_A}, "bob": {"rotation": ROTATION_B}},
+                          {"rotation": reference("rotation")}, {"rotation": base})
+    assert pairs and not any(p.near_copy for p in pairs)
+
+
+# ---- the normalisation ---------------------------------------------------------------------------
+
+def test_comments_docstrings_layout_and_aliases_do_not_change_the_tokens():
+    one = '''
+import torch.distributed as dist
+
+
+def mean(t, group=None):
+    """Average over ranks."""
+    world = dist.get_world_size(group)   # how many
+    dist.all_reduce(t, group=group)
+    return (t / world, None)
+'''
+    two = '''
+from torch.distributed import all_reduce, get_world_size
+def average(x, g = None):
+    # sum, then divide
+    n = get_world_size(
+        g,
+    )
+    all_reduce(x,
+               group=g)
+    return x / n, None
+'''
+    assert segments(one)[1:] == segments(two)[1:]           # all but the imports themselves
+    assert "all_reduce" in tokens(one) and "mean" not in tokens(one) and "world" not in tokens(one)
+
+
+def test_api_names_are_kept_and_own_attributes_are_not():
+    t = tokens("class A:\n    def go(self, p):\n        self.total = p.grad\n        return self.go(p)\n")
+    assert "grad" in t and "total" not in t and "go" not in t
+
+
+def test_a_source_that_is_not_python_gives_fingerprints_not_an_error():
+    assert isinstance(fingerprints("def f(:\n    return ((("), set)
+    assert fingerprints("") == set() and similarity(set(), {1}) == 0.0
+
+
+def test_fingerprints_are_the_same_in_every_process():
+    """str's hash() is salted per process: the fingerprints must not use it."""
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from rtp_course.instructor.review.similarity import fingerprints\n"
+            "print(sorted(fingerprints(open(%r).read()))[:20])"
+            % (str(ROOT), str(ROOT / "solutions" / "comm.py")))
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout for seed in ("1", "2")}
+    assert len(runs) == 1 and runs.pop().strip() == str(sorted(fingerprints(reference("comm")))[:20])
+
+
+# ---- the class -----------------------------------------------------------------------------------
+
+def test_compare_class_finds_students_who_copied_each_other():
+    base = stub("rotation")
+    carol = disguise(ROTATION_A)            # copied from ann, not from the reference
+    pairs = compare_class({"ann": {"rotation": ROTATION_A}, "bob": {"rotation": ROTATION_B},
+                           "carol": {"rotation": carol}},
+                          {"rotation": reference("rotation")}, {"rotation": base}, top=3)
+    assert len(pairs) == 3
+    assert (pairs[0].a, pairs[0].b, pairs[0].near_copy) == ("ann", "carol", True)
+    assert [p.score for p in pairs] == sorted((p.score for p in pairs), reverse=True)
+    assert all(0 <= p.score <= 1 for p in pairs) and sum(p.near_copy for p in pairs) == 1
+
+
+def test_pair_rows():
+    pair = Pair("ann", "reference", "comm", 0.91234, True)
+    assert pair.as_row() == ["ann", "reference", "comm", "0.912", "yes"]
+    assert len(Pair.HEADER) == len(pair.as_row())
