@@ -1,6 +1,6 @@
 """Time checker commands of two checkouts, interleaved: what a change costs users.
 
-    python scripts/bench_checker.py BEFORE_DIR [--rounds 3] [-- check --hidden --impl solutions]
+    python scripts/bench_checker.py [--rounds 3] BEFORE_DIR [-- check --hidden --impl solutions]
 
 Runs `python -m rtp_course.cli <args>` (default: `check --impl solutions`, cold:
 RTP_COURSE_WARM=0) with BEFORE_DIR's course first on the path, then this checkout's, round
@@ -32,8 +32,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("before", type=Path)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("args", nargs="*", default=["check", "--impl", "solutions"])
+    p.add_argument("args", nargs=argparse.REMAINDER, help="after --: the command's arguments")
     a = p.parse_args()
+    a.args = [x for x in a.args if x != "--"] or ["check", "--impl", "solutions"]
     times = {"before": [], "after": []}
     for _ in range(a.rounds):
         for name, course in (("before", a.before.resolve()), ("after", HERE)):

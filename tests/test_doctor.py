@@ -80,23 +80,23 @@ def test_nccl_without_gpus_fails_with_what_to_ask_for(monkeypatch):
     assert "this process sees 1" in line and "--gpus-per-task=1" in line, line
 
 
-@pytest.mark.parametrize("version", ["2.7.0+cu126", "2.8.0", "2.15.0", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.7.0+cu126", "2.10.0", "2.14.0", "3.0.0"])
 def test_a_torch_outside_the_range_is_named_with_the_fix(monkeypatch, version, capsys):
-    """The course requires torch 2.9 to 2.14 (NCCL's eager point-to-point on one stream per
-    group, which the checker models, is 2.9's). The doctor passed 2.6 to 2.8 (2.7.0 hangs at
+    """The course requires torch 2.11 to 2.13, the releases it has run on. The doctor passed
+    2.6 to 2.8 (2.7.0 hangs at
     random in NCCL's non-blocking mode) and said nothing of a newer torch; `info` said nothing."""
     import torch
     from rtp_course import cli
     monkeypatch.setattr(torch, "__version__", version)
-    with pytest.raises(doctor.Failed, match=r"outside the course's range, 2\.9 to 2\.14: "
-                                            r"install one of those \(pip install 'torch>=2\.9,<2\.15'"):
+    with pytest.raises(doctor.Failed, match=r"outside the course's range, 2\.11 to 2\.13: "
+                                            r"install one of those \(pip install 'torch>=2\.11,<2\.14'"):
         doctor._torch()
     assert cli.main(["info"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("torch "))
     assert "OUTSIDE THE COURSE'S RANGE" in line and version in line
 
 
-@pytest.mark.parametrize("version", ["2.9.1", "2.13.0+cpu", "2.14.0"])
+@pytest.mark.parametrize("version", ["2.11.0+cu130", "2.12.1", "2.13.0+cpu"])
 def test_a_torch_inside_the_range_passes(monkeypatch, version):
     import torch
     monkeypatch.setattr(torch, "__version__", version)

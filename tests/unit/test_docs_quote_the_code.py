@@ -103,7 +103,7 @@ def test_the_readme_does_not_contradict_it():
     for claim in re.findall(r"--jobs[^\n]*\(default: ([^)]*)\)", section):
         assert claim in ("one per two cores", "one per core"), claim
     assert "docs/INSTRUCTORS.md" in section
-    assert not re.search(r"\d+(\.\d+)?x faster|about \d+ s\b", section), "timings belong in INSTRUCTORS.md"
+    assert not re.search(r"\d+(\.\d+)?x faster|about \d+ s\b", section), "timings belong in docs/PERFORMANCE.md"
 
 
 def test_the_release_is_a_plain_folder_as_release_says():

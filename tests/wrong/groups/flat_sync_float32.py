@@ -1,7 +1,7 @@
 r"""sync_gradients packs every gradient into one flat buffer made with torch.zeros(n, device=...):
 float32, the default dtype, so float64 gradients come back rounded to float32.
 
-EXPECT: train_2d_bert .*sync/grad .*only to float32 precision.*hint: rule 'Dtypes'
+EXPECT: train_2d_bert .*(sync/grad|step\d adam/).*only to float32 precision.*hint: rule 'Dtypes'
 CLASS: dtype
 RULE: Dtypes
 WORLD_SIZES: 4
