@@ -22,6 +22,7 @@ from rtp_course.runtime import commlog
 MARK = "HARNESS CHANGED"
 WATCHED = ("rtp_course.checker", "rtp_course.runtime", "rtp_course.confinement",
            "rtp_course.course", "rtp_hidden_checks", "torch.distributed")
+PYTHON_CACHES = {"__slotnames__", "__abstractmethods__", "_abc_impl"}   # Python adds them itself
 _KINDS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
           types.ModuleType, classmethod, staticmethod, property)
 
@@ -56,19 +57,30 @@ class Watch:
 
 
 class _Ledger(list):
-    """A list that remembers what was appended to it: a rewrite shows."""
+    """A list that remembers what was appended to it, and what each item said then: a
+    rewrite shows. The memory is a closure's, not an attribute beside the list."""
 
     def __init__(self):
         super().__init__()
-        self._appended: list = []
+        kept: list = []
 
-    def append(self, item) -> None:
-        self._appended.append(item)
-        super().append(item)
+        def append(item) -> None:
+            kept.append((item, _said(item)))
+            list.append(self, item)
 
-    def rewritten(self) -> bool:
-        return len(self) != len(self._appended) or any(a is not b for a, b in
-                                                       zip(self, self._appended))
+        def rewritten() -> bool:
+            return len(self) != len(kept) or any(
+                a is not b or _said(a) != said for a, (b, said) in zip(self, kept))
+        self.append, self.rewritten = append, rewritten
+
+
+def _said(item):
+    """What an entry says that no later step may change: an event's call, size, peer, group
+    and place, or a program step as a whole."""
+    if isinstance(item, tuple):
+        return repr(item)
+    return tuple(getattr(item, f, None) for f in ("kind", "phase", "nbytes", "peer", "where",
+                                                   "family", "group", "members", "batch"))
 
 
 def _snapshot() -> dict:
@@ -98,10 +110,10 @@ def _collect(name: str, module, seen: dict) -> None:
 def _changed(before: dict, now: dict) -> list:
     found = []
     for key, value in before.items():
-        if key.endswith(".__dict__"):          # a method given to a class that inherited it
+        if key.endswith(".__dict__"):          # a method or a flag given to a class
             added = sorted(now.get(key, value) - value)
             found += [f"{key[:-len('__dict__')]}{a} was added" for a in added
-                      if f"{key[:-len('__dict__')]}{a}" in now]
+                      if a not in PYTHON_CACHES]
         elif now.get(key) is not value:
             found.append(f"{key} was {'removed' if key not in now else 'replaced'}")
     return found

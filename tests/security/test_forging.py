@@ -199,3 +199,28 @@ def test_the_reference_changes_nothing_of_the_harness(tmp_path):
     from rtp_course.confinement.integrity import MARK
     results, text = run(ROOT / "solutions", only=("Duplication", "AllReduce"))
     assert all(r.passed for r in results) and MARK not in text, text
+
+
+# commlog's switch for the harness's own calls turned on around a forbidden collective.
+HIDE_A_CALL = """import sys as _s, torch.distributed as _d
+_st = _s.modules['rtp_course.runtime.commlog'].STATE
+_st.local.depth = 1
+_d.all_reduce(x.new_zeros(1), group=group)      # a collective Duplication's forward must not make
+_st.local.depth = 0"""
+
+# The record rewritten and the watch's own memory of it brought in line.
+REWRITE_AND_COVER = """import sys as _s, torch.distributed as _d
+_st = _s.modules['rtp_course.runtime.commlog'].STATE
+_d.all_reduce(x.new_zeros(1), group=group)
+del _st.events[-1:], _st.program[-1:]
+for _l in (_st.events, _st.program):
+    if hasattr(_l, '_appended'):
+        _l._appended = list(_l)"""
+
+
+@pytest.mark.parametrize("code", [HIDE_A_CALL, REWRITE_AND_COVER], ids=["depth", "ledger"])
+def test_a_hidden_or_covered_up_collective_is_still_seen(tmp_path, code):
+    """The second red team's recipes: the call is logged all the same (the code under test
+    made it), or the rewrite is seen (the ledger's memory is not within reach)."""
+    results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
+    assert not results[0].passed and ("all_reduce" in text or "HARNESS CHANGED" in text), text

@@ -452,6 +452,19 @@ EVASIONS = [
         N = "all_" + "gather"
         delattr(dist, N)
         """, [(3, "dynamic-code"), (3, "monkey-patch")]),
+    # The second red team's: a process group's own methods, past torch.distributed's functions,
+    # and a module found by a name an object carries.
+    ("a process group's own allgather (unlogged_pg_rotation)", """
+        import torch.distributed as dist
+        def ring_all_gather(x, group=None):
+            pg = group or dist.group.WORLD
+            dist.ProcessGroup.allgather(pg, [[x]], [x]).wait()
+        """, [(4, "torch-dist-internals")]),
+    ("pydoc.locate of an object's __module__ (depth_switch_rotation)", """
+        import pydoc
+        def f(handle):
+            return pydoc.locate(type(handle).__module__)
+        """, [(1, "dynamic-import"), (3, "dynamic-import")]),
 ]
 
 

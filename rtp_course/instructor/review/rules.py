@@ -115,6 +115,7 @@ RULES = {
              "os.memfd_create os.mkfifo os.mknod os.chdir os.chroot os.truncate os.ftruncate",
              "files", LOW_FILES),
     **_rules("pathlib.Path.home os.path.expanduser os.path.expandvars", "outside-path", OUTSIDE),
+    **_rules("pydoc", "dynamic-import", DYN_IMPORT),
     **_rules("dis", "introspection", "disassembles code, the grader's checks included: exercise code "
              "only calls functions"),
     **_rules("importlib", "dynamic-import", DYN_IMPORT),
@@ -142,6 +143,17 @@ ATTRS = {
              "_pg_group_ranks", "torch-dist-internals",
              "torch.distributed's internal state, the launch's store and groups: exercise code uses "
              "the public API"),
+    # A ProcessGroup's own methods (allreduce, not all_reduce): communication that torch's
+    # functions, which the checker logs, never see.
+    **_rules("allreduce allreduce_coalesced allgather allgather_coalesced _allgather_base "
+             "allgather_into_tensor_coalesced reduce_scatter_tensor_coalesced "
+             "reduce_scatter_single_coalesced all_gather_single_coalesced alltoall alltoall_base "
+             "recv_anysource", "torch-dist-internals",
+             "a process group's own methods, which move data past torch.distributed's functions "
+             "(and past the checker's record of them): exercise code calls dist.all_reduce & co."),
+    **_rules("locate __module__", "dynamic-import",
+             "finds a module by a name taken from an object (pydoc.locate, type(x).__module__): "
+             "exercise code imports the modules it uses"),
     **_rules("exec_module load_module", "dynamic-code", RUN_CODE),
     **_rules("__traceback__ _getframe currentframe _current_frames", "introspection", FRAMES),
     **_rules("get_objects get_referrers get_referents", "introspection", GC),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import torch
 import torch.distributed as dist
@@ -35,11 +36,20 @@ def _group_of(fn, args, kwargs):
         return "?", ()
 
 
+def _inside_a_logged_call() -> bool:
+    """Whether this call is torch's (or the harness's) own, made inside another: never when
+    the code under test makes it itself, whatever the depth says (code that sets the depth to
+    hide its calls is logged all the same)."""
+    if not getattr(STATE.local, "depth", 0):
+        return False
+    caller_file = sys._getframe(2).f_code.co_filename
+    return not any(caller_file.startswith(d) for d in STATE.code_dirs)
+
+
 def _wrap(kind, family, position, keyword, fn, handles=True):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        depth = getattr(STATE.local, "depth", 0)
-        if depth:  # a call made by torch itself inside another logged call
+        if _inside_a_logged_call():      # torch's own call inside another logged call
             return fn(*args, **kwargs)
         if STATE.guard is not None:
             STATE.guard(kind, args, kwargs)
@@ -89,7 +99,7 @@ def _wrap_batch(fn):
     @functools.wraps(fn)
     def wrapper(p2p_op_list, *args, **kwargs):
         start = len(STATE.events)
-        if getattr(STATE.local, "depth", 0):
+        if _inside_a_logged_call():
             return fn(p2p_op_list, *args, **kwargs)
         STATE.batches += 1
         STATE.local.batch = STATE.batches
@@ -142,7 +152,7 @@ def _wrap_library(cls):
 
     @functools.wraps(init)
     def wrapper(self, *args, **kwargs):
-        if getattr(STATE.local, "depth", 0):
+        if _inside_a_logged_call():
             return init(self, *args, **kwargs)
         STATE.events.append(Event(cls.__name__, STATE.phase, 0, None, caller(), "library"))
         STATE.local.depth = 1          # its own Python-level calls are part of it
