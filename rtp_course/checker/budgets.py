@@ -24,6 +24,8 @@ IMPORT_CPU = 10.0        # CPU-s to import one exercise module of the code under
 BACKSTOP = 120.0         # wall s a check may run at most, however busy the machine
 LEAVING = 15.0           # wall s for ranks done with every check to leave (NCCL's destroy)
 
+BUSY_START = ("not graded: the ranks lost their connections to each other before they "
+              "imported your code, twice: the machine's network or load, not your code; run it again")
 BUSY = ("not graded: the machine was too busy to finish this check (its processes waited "
         "for a CPU most of the time); run it again")
 SLOW_HINT = ("each check computes on tensors of a few kilobytes, in well under a CPU-second: "

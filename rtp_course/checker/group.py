@@ -57,13 +57,17 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
 
     `budgets` is charged for the CPU time every check took, hung or not; an exercise that
     has used its budget runs no further checks, and neither does any once the run has."""
-    results, seen = [], {}
+    results, seen, retried = [], {}, False
     while todo:
         first_of_launch = len(results)
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         failure, judged, watchdog, job = _launch(todo, ws, rundir, impl_dir, modules, dtype,
                                                  budgets, backend, tick, expect, confine,
                                                  len(results))
+        if not retried and _connections_broke(failure, rundir, ws, todo[0]):
+            retried = True                  # the machine's, not the code's: once more
+            shutil.rmtree(rundir, ignore_errors=True)
+            continue
         watchdog.charge(hung=isinstance(failure, Stuck) and failure.reason == "hang")
         done = 0
         for check in todo:
@@ -124,6 +128,10 @@ def _ended(todo, done, ws, rundir, failure, impl_dir, budgets) -> list:
         return [Result(c.exercise, c.name, ws, "deadlock", message, phase="import",
                        hint=diagnosis.IMPORT_HINT) for c in todo[done:] if c.exercise == module]
     broken = todo[done]
+    if _connections_broke(failure, rundir, ws, broken):
+        why = str(failure).strip().splitlines()[-1][:200] if str(failure).strip() else ""
+        return [Result(broken.exercise, broken.name, ws, "busy", f"{B.BUSY_START} ({why})",
+                       task=broken.task)]
     if done > 0 and not _started(rundir, ws, broken):
         return []      # the group ended between two checks (a GPU run after a failed check,
         #                a rank whose peers left): a new group runs the rest
@@ -133,6 +141,19 @@ def _ended(todo, done, ws, rundir, failure, impl_dir, budgets) -> list:
     out = [diagnosis.diagnose(broken, ws, rundir, failure, partial)]
     out += [over_budget(c, ws, budgets) for c in todo[done + 1:] if budgets.spent(c)]
     return out
+
+
+LAUNCH_ERRORS = ("DistNetworkError", "DistStoreError", "Broken pipe", "Connection reset",
+                 "Connection refused")
+
+
+def _connections_broke(failure, rundir: Path, ws: int, first) -> bool:
+    """The group broke on the launch's own connections (the store, the transport's pairs)
+    before any rank imported the code under test: the machine's doing, not the code's."""
+    began = any((read_json_bounded(rundir / f"status.{r}.json") or {}).get("check")
+                for r in range(ws))
+    return (isinstance(failure, RankFailed) and not began
+            and any(e in str(failure) for e in LAUNCH_ERRORS))
 
 
 def _remaining(todo, results, first) -> list:
