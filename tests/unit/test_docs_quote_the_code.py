@@ -112,3 +112,13 @@ def test_the_release_is_a_plain_folder_as_release_says():
     release = (ROOT / "rtp_course" / "instructor" / "release.py").read_text()
     assert "git init" in release and "git init" in DOC
     assert "repository of its own" not in DOC.replace("as a repository of its own", "")
+
+
+def test_design_quotes_the_checkers_constants():
+    """DESIGN.md's numbers are the code's: the pause of a poll that says no, and the share of
+    a CPU under which a waiting rank is starved."""
+    from rtp_course.checker import watchdog
+    from rtp_course.runtime.commlog import works
+    design = " ".join((ROOT / "DESIGN.md").read_text().split())
+    assert f"yields the CPU for {works.POLL_PAUSE * 1000:g} ms" in design
+    assert watchdog.STARVED == 0.5 and "own threads use under half a CPU" in design
