@@ -57,15 +57,15 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
 
     `budgets` is charged for the CPU time every check took, hung or not; an exercise that
     has used its budget runs no further checks, and neither does any once the run has."""
-    results, seen, retried = [], {}, False
+    results, seen, retried = [], {}, set()
     while todo:
         first_of_launch = len(results)
         rundir = Path(tempfile.mkdtemp(prefix=reaper.temp_prefix(f"check-w{ws}")))
         failure, judged, watchdog, job = _launch(todo, ws, rundir, impl_dir, modules, dtype,
                                                  budgets, backend, tick, expect, confine,
                                                  len(results))
-        if not retried and _connections_broke(failure, rundir, ws, todo[0]):
-            retried = True                  # the machine's, not the code's: once more
+        if "" not in retried and _connections_broke(failure, rundir, ws, todo[0]):
+            retried.add("")                 # the machine's, not the code's: once more
             shutil.rmtree(rundir, ignore_errors=True)
             continue
         watchdog.charge(hung=isinstance(failure, Stuck) and failure.reason == "hang")
@@ -81,7 +81,11 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
             results.append(result)
             seen[check.id] = outcomes
             done += 1
-        results += _ended(todo, done, ws, rundir, failure, job["impl"], budgets)
+        ended = _ended(todo, done, ws, rundir, failure, job["impl"], budgets)
+        if ended and ended[0].check not in retried and _transport_broke(ended[0]):
+            retried.add(ended[0].check)     # once more: a connection lost under load, or the
+            ended = ended[1:]               # code's, which breaks it again
+        results += ended
         _annotate(results[first_of_launch:], rundir, ws)
         shutil.rmtree(rundir, ignore_errors=True)
         todo = _remaining(todo, results, first_of_launch)
@@ -144,7 +148,14 @@ def _ended(todo, done, ws, rundir, failure, impl_dir, budgets) -> list:
 
 
 LAUNCH_ERRORS = ("DistNetworkError", "DistStoreError", "Broken pipe", "Connection reset",
-                 "Connection refused")
+                 "Connection refused", "Connection closed by peer", "connectFullMesh failed")
+
+
+def _transport_broke(result: Result) -> bool:
+    """A rank crashed on the transport's connections (gloo's pairs, the store): on a loaded
+    machine that happens to correct code; run again, code that breaks them breaks them again."""
+    return result.status == "error" and "crashed" in result.message and any(
+        e in result.message for e in LAUNCH_ERRORS)
 
 
 def _connections_broke(failure, rundir: Path, ws: int, first) -> bool:
