@@ -126,3 +126,22 @@ def plot_timeline(per_rank, ax=None, title: str = "", xmax: float | None = None,
                              label=names.get(k, k)) for k in kinds],
               fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)
     return ax
+
+
+def plot_phases(out, ranks: int) -> None:
+    """A demo's forward and backward timelines side by side (`out`: per rank, {"forward":
+    intervals, "backward": intervals}), each from its own first event, with what overlapped."""
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(13, 2.6), gridspec_kw=dict(width_ratios=[1, 2]))
+    for ax, phase in zip(axes, ("forward", "backward")):
+        per_rank = [res[phase] for res in out]
+        start = min(i.start for intervals in per_rank for i in intervals)
+        per_rank = [[i._replace(start=i.start - start, end=i.end - start) for i in intervals]
+                    for intervals in per_rank]
+        stats = summary(per_rank)
+        plot_timeline(per_rank, ax=ax, title=f"{phase}: {1e3 * stats['total']:.1f} ms")
+        if phase == "forward":
+            ax.get_legend().remove()
+        print(f"{phase}: {overlap_verdict(stats, ranks)}")
+    fig.tight_layout()
+    plt.show()

@@ -170,18 +170,7 @@ for kind in ("linear", "attention"):
 # %%
 out = run_demo(demo.layer_timeline, 2, needs="FlyweightWrapper (rtp_course/flyweight.py)")
 if out is not None:
-    fig, axes = plt.subplots(1, 2, figsize=(13, 2.6), gridspec_kw=dict(width_ratios=[1, 2]))
-    for ax, phase in zip(axes, ("forward", "backward")):
-        per_rank = [res[phase] for res in out]
-        start = min(i.start for intervals in per_rank for i in intervals)
-        per_rank = [[i._replace(start=i.start - start, end=i.end - start) for i in intervals]
-                    for intervals in per_rank]
-        timeline.plot_timeline(per_rank, ax=ax, title=f"{phase}: {1e3 * timeline.summary(per_rank)['total']:.1f} ms")
-        if phase == "forward":
-            ax.get_legend().remove()
-        print(f"{phase}: {timeline.overlap_verdict(timeline.summary(per_rank), 2)}")
-    fig.tight_layout()
-    plt.show()
+    timeline.plot_phases(out, 2)
     path = trace.write_trace([res["events"] for res in out], "traces/06_flyweight_linear.json")
     print(f"the whole profiler trace: {path} (open it in ui.perfetto.dev)")
 
