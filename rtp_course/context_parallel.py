@@ -103,7 +103,9 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
   sequence, is_causal=causal) for its own queries, also for scores in the thousands; after
   backward, q.grad, k.grad and v.grad are the serial gradients of this rank's tokens; and an
   attention layer built on ring_attention trains as the serial one (weights after SGD and Adam
-  steps). Results come in the dtype of q. Compared at world sizes 1 to 4.
+  steps), also when it is called twice before one backward: each call returns tensors of its
+  own, which a later call leaves as they are. Results come in the dtype of q. Compared at
+  world sizes 1 to 4.
 * Layout: zigzag_shard returns chunks r and 2N-1-r of 2N, concatenated in that order, so
   every rank's queries see as many keys as any other's; zigzag_unshard is its inverse, on every
   rank.

@@ -91,6 +91,10 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
   rank, the outputs, the input gradients, each shard's gradient (the shard of the
   DDP-averaged gradient) and the parameters after SGD and Adam steps are serial training's
   on the concatenated batch, at world sizes 1 to 4 (sizes N does not divide included).
+* Accumulation (FullyShardedDataParallel): gradients accumulate as in serial PyTorch: two
+  backward passes without zero_grad leave each shard's .grad the sum of both (add to it,
+  never assign it), and two forwards before one backward (two micro-batches) give the
+  gradient of both, each unit reduce-scattered once per backward.
 * Layout: rank r's shard is shard r of the SHARDS rule above: for ShardedOptimizer, the
   parameters of `self.optimizer`, concatenated in order; for FullyShardedDataParallel, its
   parameters (`parameters()`: shards only), concatenated in order, one unit after another.

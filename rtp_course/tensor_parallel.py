@@ -32,7 +32,8 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
   dtype and requires_grad.
 * Results: your outputs, input gradients, shard gradients and weights after SGD and
   Adam steps equal serial training's (the slice each rank holds), also when a model
-  is called twice before one backward.
+  is called twice before one backward; each call returns a tensor of its own, which
+  the next call leaves as it is (no output buffer kept for the next call).
 * Frozen and unused: a serial parameter that does not require grad (a frozen
   embedding) stays frozen in its shard and gets no gradient. nn.Parameter(t)
   requires grad whatever t did: pass requires_grad=t.requires_grad.

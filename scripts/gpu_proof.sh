@@ -14,7 +14,8 @@
 #                    ranks sharing the GPU (RTP_COURSE_SHARE_GPU=1: each its own NCCL host
 #                    id, sockets over the loopback)
 #   NCCL semantics   every pattern of tests/helpers/nccl_patterns.py on NCCL: its label against what
-#                    NCCL did (a hang is a timeout)
+#                    NCCL did (a hang is a timeout); a dry run tries one pattern per label, since
+#                    tests/test_nccl_semantics.py runs them all on CPU
 #   benchmark        one step per strategy, `rtp-course bench --preset gpu` at 4 layers, 2 ranks
 #   notebook demos   the notebooks' demos with the reference, on NCCL
 # and writes DIR/gpu-proof.log (every step's output) and DIR/summary.md (the figures that

@@ -58,6 +58,30 @@ def test_the_probes_ranks_get_the_checkers_namespaces(monkeypatch):
     assert seen["fn"] is doctor._probe and isinstance(seen["isolation"], Isolation)
 
 
+def test_a_launch_that_fails_once_is_tried_again_and_twice_is_named(monkeypatch):
+    """A busy node broke the probe's connections once (rank 1 raised on the transport, in the
+    Slurm doctor job beside the test suite): one more launch; a node that fails twice is
+    reported with the exception's own line, not the traceback's header."""
+    from rtp_course.runtime import launcher
+    tries = []
+
+    def flaky(fn, world_size, args=(), **kw):
+        tries.append(1)
+        if len(tries) == 1:
+            raise launcher.RankFailed(1, "Traceback (most recent call last):\n  ...\n"
+                                         "DistNetworkError: Connection reset by peer")
+        return [{"all_reduce": True, "p2p": True, "subgroup": True, "confinement": "x"}] * world_size
+    monkeypatch.setattr(launcher, "launch", flaky)
+    assert doctor._ranks("gloo", 2).startswith("2 gloo ranks") and len(tries) == 2
+
+    def broken(fn, world_size, args=(), **kw):
+        raise launcher.RankFailed(1, "Traceback (most recent call last):\n  ...\n"
+                                     "RuntimeError: gloo cannot bind")
+    monkeypatch.setattr(launcher, "launch", broken)
+    with pytest.raises(doctor.Failed, match="did not run, twice .*RuntimeError: gloo cannot bind"):
+        doctor._ranks("gloo", 2)
+
+
 def test_the_reference_run_holds_every_rotation_check(monkeypatch):
     """On a GPU the reference failed its own rotate_async check (a fresh communicator's first
     transfer blocks until the peer takes part); the doctor ran one check per exercise only."""

@@ -47,7 +47,13 @@ SURE = [
      "that skips a call, or makes one more, pairs its next call with another rank's)"),
     (r"modified by an inplace operation",
      "a tensor autograd saved for backward was changed in place (an in-place collective such "
-     "as all_reduce, or +=, on it): communicate a clone, or a tensor autograd did not save"),
+     "as all_reduce, or +=, on it; or a buffer a function keeps and writes again at its next "
+     "call, which two calls before one backward show): communicate a clone, or a tensor "
+     "autograd did not save, and return tensors of each call's own"),
+    (r"backward through the graph a second time",
+     "a tensor kept from an earlier call (on the module, its class or in a global) carries that "
+     "call's graph, which its backward freed: keep nothing of one call for the next; each call "
+     "computes from its own inputs and returns tensors of its own"),
     (r"a leaf Variable that requires grad is being used in an in-place operation",
      "an in-place change of a parameter (a broadcast or copy_ into it) must run under "
      "torch.no_grad()"),

@@ -121,17 +121,26 @@ def _isolation():
     return Isolation()
 
 
+def _what(error) -> str:
+    """A launch error in one line: its first line and, for a traceback, its last."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if len(lines) < 2 else f"{lines[0]} {lines[-1]}"
+
+
 def _ranks(backend: str, world_size: int) -> str:
     from rtp_course.course.impl import default_impl, resolve
     from rtp_course.runtime.launcher import LaunchError, launch
     impl_dir = str(resolve(default_impl()))
-    try:
-        results = launch(_probe, world_size, args=(backend, impl_dir), backend=backend,
-                         timeout=120, isolation=_isolation())
-    except LaunchError as e:
-        raise Failed(f"{world_size} {backend} ranks did not run ({str(e).splitlines()[0]}): "
-                     f"`rtp-course info` shows the backends; see docs/INSTRUCTORS.md, "
-                     f"'First time on a GPU cluster'") from None
+    for attempt in (1, 2):   # a busy node can break one launch's connections; a broken one, both
+        try:
+            results = launch(_probe, world_size, args=(backend, impl_dir), backend=backend,
+                             timeout=120, isolation=_isolation())
+            break
+        except LaunchError as e:
+            if attempt == 2:
+                raise Failed(f"{world_size} {backend} ranks did not run, twice ({_what(e)}): "
+                             f"`rtp-course info` shows the backends; see docs/INSTRUCTORS.md, "
+                             f"'First time on a GPU cluster'") from None
     bad = [k for r in results for k in ("all_reduce", "p2p", "subgroup") if not r.get(k)]
     if bad:
         raise Failed(f"{', '.join(sorted(set(bad)))} gave wrong values on {backend}: the "

@@ -81,7 +81,9 @@ _COURSE_WIDE = (
 
 _OWN = (
     Rule("Results", "Every rank's results are those its docstrings state, compared with serial "
-         "PyTorch at world sizes 1 to 4 (a group of one rank included).",
+         "PyTorch at world sizes 1 to 4 (a group of one rank included); a module called twice "
+         "before one backward gives both calls' gradients, and a later call leaves an earlier "
+         "output as it was.",
          EVERY),
     Rule("Communication", "What each function's docstring lists under Communication, and nothing "
          "more; any API of the same operation will do, fewer messages are fine.",
@@ -97,7 +99,8 @@ _OWN = (
           "context_parallel": ("subgroup",)}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",
-         {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",)}),
+         {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",),
+          "sharding": ("FullyShardedDataParallel_accumulated",)}),
     Rule("Frozen and unused", "A parameter that does not require grad stays so and gets no "
          "gradient; one that forward did not use gets none either, and nothing waits for it.",
          {"data_parallel": ("DataParallel_frozen_accumulated",),

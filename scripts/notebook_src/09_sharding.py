@@ -177,6 +177,13 @@ if out is not None:
 #   `full.grad` is complete, `reduce_scatter_tensor` it, divide by $N$, add it to the shard's
 #   `.grad`; set `full.grad = None` and free `full`'s storage.
 #
+# Why these hooks and not others: training with micro-batches calls the model twice (or more)
+# before one backward, and adds the gradients of several backward passes before one step.
+# The post-accumulate-grad hook fires once per backward, when `full.grad` holds every call's
+# part, so each unit is reduce-scattered once; a module's backward hook would fire once per
+# call, with a partial gradient. And *add* to the shard's `.grad`: assigning it keeps only the
+# last pass (the check `FullyShardedDataParallel_accumulated` tries both).
+#
 # One trap: all-gathering into `full` itself is an in-place write into the tensor whose
 # `split` views autograd made. Step 1 and its backward run (backward hooks run without
 # grad), but the next forward pre-hook that gathers into it, step 2's, raises "Output 0 of

@@ -17,6 +17,7 @@ holding the cell) instead of tests/test_wrong_implementations.py.
 """
 from __future__ import annotations
 
+import ast
 import re
 import runpy
 import shutil
@@ -63,13 +64,14 @@ CLASSES = {
     "view-shard": ("a shard that is a view of the full weight, which it keeps alive",
                    "flyweight tensor_parallel"),
     "batch-first": ("an attention that ignores the module's batch_first", "flyweight tensor_parallel"),
-    "accumulation": ("a gradient assigned where autograd would add it", "data_parallel flyweight"),
+    "accumulation": ("a gradient assigned where autograd would add it",
+                     "data_parallel flyweight sharding"),
     "frozen": ("a frozen parameter trained, or its missing gradient used",
                "data_parallel flyweight groups tensor_parallel"),
     "per-call-state": ("per-call state kept on the class or module: two calls before one backward",
-                       "comm flyweight"),
+                       "comm context_parallel data_parallel flyweight sharding tensor_parallel"),
     "kept-output": ("an output buffer kept for the next call: an earlier output changes",
-                    "comm flyweight rotation"),
+                    "comm context_parallel flyweight rotation tensor_parallel"),
     "non-consecutive": ("a group's ranks assumed consecutive", "data_parallel rotation"),
     "module-settings": ("a module's settings beyond the defaults ignored (dilation, padding mode, "
                         "unbatched input, attn_mask, recv_dtype)", "flyweight rotation tensor_parallel"),
@@ -152,3 +154,31 @@ def impl_with(path: Path, dest: Path) -> Path:
     shutil.copytree(SOLUTIONS, dest, ignore=shutil.ignore_patterns("__pycache__"))
     (dest / f"{path.parent.name}.py").write_text(build(path))
     return dest
+
+
+def tasks_touched(path: Path) -> list | None:
+    """The ids of the tasks whose checks can judge an entry otherwise than the reference: the
+    tasks covering the functions and classes its edits change, and every task that calls them
+    (`course.requirements`). None (every check) where an edit changes what no task covers (a
+    helper, an import, a constant) or nothing. The other checks run the reference's code,
+    which tests/test_checker.py holds against every check."""
+    from rtp_course import course
+    exercise = course.BY_MODULE[path.parent.name]
+    base = (simple_design(path.parent.name) if runpy.run_path(str(path)).get("BASE") == "simple"
+            else (SOLUTIONS / f"{path.parent.name}.py").read_text())
+    old, new = _top_level(base), _top_level(build(path))
+    changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    tasks = {exercise.task_of(name) if isinstance(name, str) else None for name in changed}
+    if not changed or None in tasks:
+        return None
+    ids = {t.id for t in tasks}
+    return sorted(ids | {t.id for t in exercise.tasks if course.requirements(t.id) & ids})
+
+
+def _top_level(source: str) -> dict:
+    """{name of a top-level function or class, or (statement index,): its AST dump}."""
+    out = {}
+    for i, node in enumerate(ast.parse(source).body):
+        name = getattr(node, "name", None)
+        out[name if name else (i,)] = ast.dump(node)
+    return out

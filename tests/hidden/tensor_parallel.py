@@ -66,9 +66,10 @@ class MLPBytes(_Hidden, pub.MLP):
     def comm_rules(self, world_size):
         if world_size == 1:
             return []
-        size = self.batch * self.seq * H * 8
-        return [CommRule(p, "all_reduce", 1, "one all-reduce of a [B, S, E] tensor, nothing larger "
-                         "(never the [B, S, ffn/N] hidden activation)", nbytes=size)
+        size, calls = self.batch * self.seq * H * 8, self.calls_before_backward
+        return [CommRule(p, "all_reduce", calls, "one all-reduce of a [B, S, E] tensor per call, "
+                         "nothing larger (never the [B, S, ffn/N] hidden activation)",
+                         nbytes=calls * size)
                 for p in ("forward", "backward")]
 
 

@@ -33,6 +33,7 @@ from rtp_course.checker.registry import Bound, Check, CommRule, Like
 from rtp_course.runtime import commlog
 
 BLOCKS_OVERLAP = "compute while each k/v block is in flight"
+KEPT = "step1 forward again/first call's attention output unchanged"   # a buffer kept
 STEPPED = ("outputs and input gradients were right but the weights after the optimizer step are "
            "not: the gradients of q, k and v (all three feed the weights) must be right on "
            "every rank")
@@ -334,15 +335,27 @@ class AttentionLayerTraining(RingCheck):
     """A one-layer causal attention block (q, k, v and output projections, 2 heads) whose
     attention is ring_attention, each rank its own 4 tokens (its zig-zag shard), trained one
     SGD and one Adam step: outputs, input gradients and weights after each step against the
-    serial layer on the whole sequence. The layer's weights are the same on every rank; the
+    serial layer on the whole sequence. The first step calls the layer twice before one
+    backward (two micro-batches); the first call's attention output must be as it was after
+    the second call. The layer's weights are the same on every rank; the
     checker itself sums their gradients over the ranks (a data-parallel layer's work, not
     this exercise's: not in your communication log) before each step."""
     name, task = "attention_layer", "E8.4"
     causal, length, embed = True, 4, 8
     opt_steps = (("sgd", 1), ("adam", 1))
     hints = dict(HINTS, **{"output": CAUSAL,
-                           "grad input": HINTS["grad q"] + "; " + HINTS["grad k"],
-                           **dict.fromkeys(("sgd", "adam"), STEPPED)})
+                           "grad input": "where ring_attention_backward passes its check, "
+                                         "the math is right, and step 1 calls the layer twice "
+                                         "before one backward: what backward needs of a call "
+                                         "lives in autograd's ctx (RingAttention's "
+                                         "save_for_backward), never on the class or in a "
+                                         "global. Otherwise: " + HINTS["grad q"] + "; "
+                                         + HINTS["grad k"],
+                           **dict.fromkeys(("sgd", "adam"), STEPPED),
+                           KEPT: "rule 'Results': an output changed when the layer was called "
+                                 "again: ring_attention_forward (and RingAttention.forward) "
+                                 "return a new out and lse each call, never a buffer kept (in a "
+                                 "global, on the class) for the next call"})
 
     def layer(self):
         return AttentionLayer(self.embed, 2)
@@ -367,27 +380,43 @@ class AttentionLayerTraining(RingCheck):
         cp, causal = ctx.impl.context_parallel, self.causal
         model = seeded(self.layer, 700).to(device=ctx.device, dtype=ctx.dtype)
 
+        attended = []     # the first call's attention output, and a copy of it then
+
         def attend(q, k, v):
-            return cp.ring_attention(q, k, v, causal=causal, group=group)
+            out = cp.ring_attention(q, k, v, causal=causal, group=group)
+            if not attended and isinstance(out, torch.Tensor):
+                attended.extend((out, out.detach().clone()))
+            return out
         opt = None
         for step, opt_name, first in self.steps():
             if first:
                 opt = Optimizer(opt_name, model.parameters())
             fwd, bwd = f"step{step} forward", f"step{step} backward"
-            x = ctx.to(self.tokens(step, ctx.rank)).requires_grad_(True)
             opt.zero_grad()
-            with ctx.phase(fwd):
-                y = model(x, attend)
-            ctx.record(f"{fwd}/output", y)
-            if not (isinstance(y, torch.Tensor) and y.shape == x.shape and y.requires_grad):
-                return
+            calls = []        # (x, y, the y's seed): two calls before one backward in step 1
+            for again in range(self.calls(step)):
+                x = ctx.to(self.tokens(step + 50 * again, ctx.rank)).requires_grad_(True)
+                phase = fwd + " again" * again
+                with ctx.phase(phase):
+                    y = model(x, attend)
+                ctx.record(f"{phase}/output", y)
+                if not (isinstance(y, torch.Tensor) and y.shape == x.shape and y.requires_grad):
+                    return
+                calls.append((x, y, 700 + step + 50 * again))
+            if step == 1:
+                unchanged = bool(attended) and torch.equal(*(t.detach() for t in attended))
+                ctx.record_value(KEPT, unchanged)
+                if not unchanged:
+                    return    # backward would fail on the overwritten output: noise
             trace = commlog.STATE.trace = [] if step == 1 else None
             try:
                 with ctx.phase(bwd), (BlockMarks() if step == 1 else contextlib.nullcontext()):
-                    (y * ctx.to(upstream(700 + step, ctx.rank, y.shape))).sum().backward()
+                    sum((y * ctx.to(upstream(seed, ctx.rank, y.shape))).sum()
+                        for _, y, seed in calls).backward()
             finally:
                 commlog.STATE.trace = None
-            ctx.record(f"{bwd}/grad input", x.grad)
+            for again, (x, _, _) in enumerate(calls):
+                ctx.record(f"{bwd}/grad input" + " again" * again, x.grad)
             if step == 1:
                 ctx.record_value(f"{bwd}/{BLOCKS_OVERLAP}", blocks_overlapped(trace))
             params = [p for p in model.parameters() if p.grad is not None]
@@ -402,6 +431,10 @@ class AttentionLayerTraining(RingCheck):
             for name, p in model.named_parameters():
                 ctx.record(f"step{step} {opt_name}/{name}", p)
 
+    def calls(self, step):
+        """How many times the layer runs before the step's one backward."""
+        return 2 if step == 1 else 1
+
     def expected(self, world_size):
         exp = {r: {} for r in range(world_size)}
         dtype, causal = getattr(torch, self.dtype), self.causal
@@ -414,16 +447,27 @@ class AttentionLayerTraining(RingCheck):
             for step, opt_name, first in self.steps():
                 if first:
                     opt = Optimizer(opt_name, model.parameters())
-                xs = [self.tokens(step, m).to(dtype) for m in members]
-                x = assemble(xs, causal, dim=1).requires_grad_(True)
                 opt.zero_grad()
-                y = model(x, attend)
-                grads = [upstream(700 + step, m, t.shape).to(dtype) for m, t in zip(members, xs)]
-                (y * assemble(grads, causal, dim=1)).sum().backward()
+                loss, calls = 0, []
+                for again in range(self.calls(step)):
+                    xs = [self.tokens(step + 50 * again, m).to(dtype) for m in members]
+                    x = assemble(xs, causal, dim=1).requires_grad_(True)
+                    y = model(x, attend)
+                    grads = [upstream(700 + step + 50 * again, m, t.shape).to(dtype)
+                             for m, t in zip(members, xs)]
+                    loss = loss + (y * assemble(grads, causal, dim=1)).sum()
+                    calls.append((x, y, " again" * again))
+                loss.backward()
                 opt.step()
                 for g, r in enumerate(members):
-                    exp[r][f"step{step} forward/output"] = rows(y.detach(), g, n, causal, 1)
-                    exp[r][f"step{step} backward/grad input"] = rows(x.grad, g, n, causal, 1)
+                    for x, y, again in calls:
+                        exp[r][f"step{step} forward{again}/output"] = rows(y.detach(), g, n,
+                                                                          causal, 1)
+                    if step == 1:
+                        exp[r][KEPT] = True
+                    for x, y, again in calls:
+                        exp[r][f"step{step} backward/grad input{again}"] = rows(x.grad, g, n,
+                                                                               causal, 1)
                     if step == 1:
                         exp[r][f"step1 backward/{BLOCKS_OVERLAP}"] = True
                     exp[r].update({f"step{step} {opt_name}/{name}": p.detach().clone()
@@ -433,8 +477,9 @@ class AttentionLayerTraining(RingCheck):
     def rank_rules(self, members, g):
         kv, out = self.kv_bytes(), []
         for step, opt_name, _ in self.steps():
-            out += forward_rules(f"step{step} forward", members, g, kv)
-            out += backward_rules(f"step{step} backward", members, g, kv)
+            for again in range(self.calls(step)):
+                out += forward_rules(f"step{step} forward" + " again" * again, members, g, kv)
+            out += backward_rules(f"step{step} backward", members, g, kv, self.calls(step))
             out.append(CommRule(f"step{step} {opt_name}", "*", 0, "the optimizer step only "
                                                                 "computes"))
         return out

@@ -257,15 +257,16 @@ def forward_rules(phase: str, members: list, g: int, kv: int) -> list:
             CommRule(phase, SEND, Bound(n - 1, 2 * (n - 1)), FORWARD, peers=near)]
 
 
-def backward_rules(phase: str, members: list, g: int, kv: int) -> list:
+def backward_rules(phase: str, members: list, g: int, kv: int, calls: int = 1) -> list:
+    """The backward of `calls` forwards of ring attention (one backward pass through both)."""
     n = len(members)
     if n == 1:
         return [CommRule(phase, "*", 0, "with one rank there is nothing to rotate")]
     near = neighbours(members, g)
     return [CommRule(phase, "collective", 0, P2P_ONLY),
-            CommRule(phase, RECV, Bound(0, 4 * n - 2), BACKWARD,
-                     nbytes=Bound(0, (2 * n - 1) * kv), peers=near),
-            CommRule(phase, SEND, Bound(0, 4 * n - 2), BACKWARD, peers=near)]
+            CommRule(phase, RECV, Bound(0, calls * (4 * n - 2)), BACKWARD,
+                     nbytes=Bound(0, calls * (2 * n - 1) * kv), peers=near),
+            CommRule(phase, SEND, Bound(0, calls * (4 * n - 2)), BACKWARD, peers=near)]
 
 
 def held_bounds(phase: str, kv: int, backward: bool) -> dict:

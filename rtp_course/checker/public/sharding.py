@@ -21,6 +21,7 @@ from torch import nn
 
 from rtp_course.checker.common import make_optimizer, owned_module
 from rtp_course.checker.public import sharding_harness as h
+from rtp_course.checker.public.sharding_accumulation import AccumulatedFSDP
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 from rtp_course.training import memory
 
@@ -432,6 +433,10 @@ class FSDPSubgroups(FSDPCheck):
 
     def members(self, world_size):
         return [list(m) for m in h.PAIRS]
+
+
+class FSDPAccumulated(AccumulatedFSDP):
+    name = "FullyShardedDataParallel_accumulated"
 
 
 class _nothing:

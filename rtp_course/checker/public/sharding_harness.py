@@ -359,10 +359,12 @@ DATA_TRAP = ("an exception in a forward after the first step: autograd saw `full
              "is a view and is being modified inplace\"): all-gather into full.data, a write "
              "autograd does not see")
 FSDP_HINTS.update({f"error/step{i} forward": DATA_TRAP for i in range(2, 9)})
-STALE_GRAD = "full.grad kept from the previous step: this step's gradient was added to it"
-STALE_HINT = ("rule 'Memory': \"after the optimizer steps, no gathered unit and no full "
-              "gradient\": set full.grad = None once it is reduce-scattered; a full.grad kept "
-              "from a step makes autograd ADD the next step's gradient to it")
+STALE_GRAD = "a gradient kept from the previous step (full.grad, or a buffer the shard's .grad is): this step's was added to it"
+STALE_HINT = ("a gradient kept from the previous step had this step's added to it: set "
+              "full.grad = None once it is reduce-scattered (rule 'Memory': \"after the "
+              "optimizer steps, no gathered unit and no full gradient\"; autograd ADDS to a "
+              "full.grad it finds), and accumulate into the shard's .grad itself, which "
+              "zero_grad() resets, never into a buffer of your own that outlives it")
 GROUP_SRC = ("rule 'Group': \"Global rank 0 is not part of group\": a broadcast's src is a "
              "GLOBAL rank, the group's rank 0 is dist.get_global_rank(group, 0) (global rank 1 "
              "for the group {1, 3}); shard index and count are the GROUP rank and size")

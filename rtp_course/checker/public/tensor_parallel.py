@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rtp_course.checker.common import randint, randn, seeded
-from rtp_course.checker.public.tensor_parallel_harness import (OnSubgroup, TPCheck, _SizesNotDivisible,
-                                                               raises)
+from rtp_course.checker.public.tensor_parallel_harness import (KEPT, KEPT_HINT, OnSubgroup,
+                                                               TPCheck, _SizesNotDivisible, raises)
 from rtp_course.checker.registry import Check, CommRule
 from rtp_course.models import FeedForward, SelfAttention, build_model, causal_mask, lm_loss
 
@@ -43,9 +43,13 @@ HINTS = {
                             "bias, fc1, fc2, q_proj, k_proj, v_proj, out_proj); keep no other "
                             "parameters (no copy of the serial module)",
     "backward/grad": "each shard's gradient must be the same slice of the serial gradient; a "
-                     "replicated parameter (a row layer's bias) gets the FULL gradient everywhere",
+                     "replicated parameter (a row layer's bias) gets the FULL gradient everywhere. "
+                     "The first step calls the module twice before one backward: what backward "
+                     "needs of a call lives in autograd's context (ctx.save_for_backward), never "
+                     "on the layer or its class, where the next call overwrites it",
     "backward/grad input": "the same x feeds every rank's shard, so dL/dx is the SUM over ranks: "
                            "start the layer with comm.duplicate(x, group) (backward all-reduce)",
+    KEPT: KEPT_HINT,
     "step": "forward and gradients were right but the weights after the optimizer steps are not: "
             "the shards must be nn.Parameters of the layer (model.parameters()) and nothing may "
             "change them outside backward and opt.step()",
@@ -203,7 +207,7 @@ class Model(TPCheck):
     comm = {"forward": {"all_gather": 2, "all_reduce": 4}, "backward": {"all_reduce": 4}}
     comm_hint = "2 blocks: per block one all-reduce in forward and one in backward for the " \
                 "attention and for the MLP; one all-gather per embedding in forward"
-    hints = {"structure/": HINTS["structure/"], "error/structure": SLICING,
+    hints = {"structure/": HINTS["structure/"], "error/structure": SLICING, KEPT: KEPT_HINT,
              "structure/parameters": HINTS["structure/parameters"],
              "structure/frozen": FROZEN, "(frozen)": FROZEN,
              "": "if a layer check above fails, fix that layer first; otherwise swap in the "

@@ -2,7 +2,7 @@ r"""DataParallel registers its gradient hooks in forward: after the second forwa
 gradient is all-reduced twice per step (the values stay right: only the traffic shows it).
 
 EXPECT: DataParallel .*step2 sgd: 8 collective call\(s\), expected at most 4.*hooks are registered once, in the constructor
-CLASS: traffic
+CLASS: traffic per-call-state
 WORLD_SIZES: 2
 ONLY: DataParallel
 """

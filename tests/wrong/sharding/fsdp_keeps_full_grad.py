@@ -1,7 +1,7 @@
 r"""FullyShardedDataParallel reduce-scatters each unit's full gradient but never sets full.grad
 to None: the next step's backward ADDS its gradient to the stale one.
 
-EXPECT: full\.grad kept from the previous step.*rule 'Memory'.*no full gradient
+EXPECT: a gradient kept from the previous step \(full\.grad.*set full\.grad = None.*rule 'Memory'.*no full gradient
 CLASS: memory
 WORLD_SIZES: 2
 ONLY: FullyShardedDataParallel

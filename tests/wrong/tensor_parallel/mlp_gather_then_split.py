@@ -4,7 +4,7 @@ The values are right, but the hidden activation [..., hidden] travels: forward d
 all-gather and an all-reduce, backward an all-reduce and an all-gather, instead of one
 all-reduce each way. Only the communication count shows it.
 
-EXPECT: ParallelMLP  .*forward: 1 all_gather\|all_gather_into_tensor call\(s\), expected exactly 0; seen: all_gather at comm\.py:\d+ in forward, called from tensor_parallel\.py:\d+ in forward.*hint:.*fc1 WITHOUT gather_output
+EXPECT: ParallelMLP  .*forward: \d all_gather\|all_gather_into_tensor call\(s\), expected exactly 0; seen: all_gather at comm\.py:\d+ in forward, called from tensor_parallel\.py:\d+ in forward.*hint:.*fc1 WITHOUT gather_output
 CLASS: traffic
 WORLD_SIZES: 2
 ONLY: ParallelMLP
