@@ -4,6 +4,7 @@ real run refuses in one sentence."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,15 @@ def test_the_dry_run_passes_every_step_and_writes_one_log_and_one_summary(dry_ru
     log = (out / "gpu-proof.log").read_text()
     assert all(f"===== {s.name}: ok" in log for s in _module().STEPS)
     assert "every part works" in log                      # the doctor's own last line
+
+
+def test_the_dry_run_runs_the_doctor_with_every_part_ok(dry_run):
+    _, out = dry_run
+    log = (out / "gpu-proof.log").read_text()
+    text = log[log.index("rtp-course doctor on"):log.index("every part works") + 16]
+    for part in ("torch", "GPUs", "confined ranks", "reference", "benchmark"):
+        assert re.search(rf"^ *ok +{part} ", text, re.M), text
+    assert "2 gloo ranks" in text and "ddp" in text, text
 
 
 def test_the_dry_run_covers_what_the_gpu_run_must_show(dry_run):

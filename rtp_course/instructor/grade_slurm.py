@@ -47,10 +47,11 @@ def run_task(course: Path, assignment: str, students_file: Path, index: int, wor
     return student
 
 
-def submit(course: Path, assignment: str, students, *, world_sizes=None, gpus=0, cpus=4,
+def submit(course: Path, assignment: str, students, *, world_sizes=None, gpus=0, cpus=None,
            max_running=None, time_limit="00:20:00", partition=None, account=None, qos=None,
            extra_sbatch=(), setup=None) -> str:
-    """Submit the array for `students`; return its job id."""
+    """Submit the array for `students`; return its job id. A task asks for `cpus`, by default
+    a core per rank of the largest world size it grades (4 for the course's)."""
     work = course / "slurm" / assignment
     work.mkdir(parents=True, exist_ok=True)
     listing = work / "students.txt"
@@ -58,6 +59,7 @@ def submit(course: Path, assignment: str, students, *, world_sizes=None, gpus=0,
     for s in students:                      # a result from an earlier run must not count
         points_file(course, s, assignment).unlink(missing_ok=True)
     world_sizes = _world_sizes(world_sizes, gpus)
+    cpus = cpus or max(world_sizes or (4,))
     array = f"0-{len(students) - 1}" + (f"%{max_running}" if max_running else "")
     env = {"RTP_COURSE_GRADING_DIR": str(course), "RTP_ASSIGNMENT": assignment,
            "RTP_STUDENTS": str(listing)}

@@ -60,8 +60,10 @@ def test_the_figures_are_the_codes(monkeypatch):
     assert f["notebook cell timeout"] == f"{timeout[1]} s"
     import inspect
     from rtp_course.instructor import grade_slurm
-    cpus = inspect.signature(grade_slurm.submit).parameters["cpus"].default
-    assert f["`grade --slurm` task"] == f"{cpus} CPUs, {_parser_default('grade', '--time')}"
+    assert inspect.signature(grade_slurm.submit).parameters["cpus"].default is None
+    assert "cpus = cpus or max(world_sizes or (4,))" in inspect.getsource(grade_slurm.submit)
+    assert f["`grade --slurm` task"] == ("4 CPUs (one per rank of the largest world size graded), "
+                                         f"{_parser_default('grade', '--time')}")
     sbatch = (ROOT / "rtp_course" / "instructor" / "autograde.sbatch").read_text()
     a_cpus = re.search(r"^#SBATCH --cpus-per-task=(\d+)$", sbatch, re.M)[1]
     a_time = _parser_default("autograde", "--time")
