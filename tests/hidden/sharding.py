@@ -23,12 +23,12 @@ class ShardedOptimizerFloat32(pub.ShardedOptimizerCheck):
 
 
 class FullyShardedDataParallelFloat32(pub.FSDPCheck):
-    """The FSDP check in float32, other weights and data. Adam's eps 1e-6: with 1e-8, float32
-    rounding of a near-zero gradient moves an entry by up to lr (a correct rank differed by
-    8e-5 from serial on one draw)."""
+    """The FSDP check in float32, other weights and data. Adam's eps 1e-4: a smaller one turns
+    float32 rounding of a near-zero gradient (which the order of a sum decides) into a step of
+    up to lr (correct ranks differed from serial by 8e-5 with 1e-8, by 1.9e-5 with 1e-6)."""
     name, hidden = "FullyShardedDataParallel_float32", True
     dtype = "float32"
-    adam_eps = 1e-6
+    adam_eps = 1e-4
     seed, data_seed = 51, 5100
 
 
