@@ -201,8 +201,16 @@ def _groups_made_then_destroyed(rank, world_size):
 
 def test_groups_made_during_a_check_are_destroyed_with_it():
     """What a checker rank does after each NCCL check: a communicator holds GPU memory."""
+    from rtp_course.checker.group import LAUNCH_ERRORS
+    for attempt in (1, 2):   # gloo's pairs can lose a peer on a loaded machine, as the checker knows
+        try:
+            made = launcher.launch(_groups_made_then_destroyed, 2, timeout=60)
+            break
+        except launcher.RankFailed as e:
+            if attempt == 2 or not any(err in str(e) for err in LAUNCH_ERRORS):
+                raise
     # rank 1 is not in [0]: new_group gives it no group to destroy
-    assert launcher.launch(_groups_made_then_destroyed, 2, timeout=60) == [[2, True], [1, True]]
+    assert made == [[2, True], [1, True]]
 
 
 def test_checker_ranks_on_nccl_block_the_host_in_wait(monkeypatch):
