@@ -323,7 +323,9 @@ def died_how(code: int | None) -> str:
             f"the code it ran, or killed)")
 
 
-_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+# A peer's end as the others see it: gloo's pairs, or the store its rank 0 served.
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "Connection was likely closed")
 
 
 

@@ -31,3 +31,28 @@ def test_a_check_whose_transport_broke_is_run_once_more():
     assert group._transport_broke(lost)
     assert not group._transport_broke(Result("groups", "x", 4, "error", "rank 0 raised ValueError"))
     assert not group._transport_broke(Result("groups", "x", 4, "failed", "Broken pipe in the data"))
+
+
+class _Ended:
+    def __init__(self, exitcode):
+        self.exitcode = exitcode
+
+
+def test_a_rank_that_crashed_is_named_not_the_peer_that_lost_its_store(tmp_path):
+    """Seen under load: rank 0 (which serves a confined group's store) died of SIGSEGV while
+    rank 1 still made a subgroup; rank 1's store then failed and it was killed in the teardown.
+    The grade must name rank 0's segfault, not rank 1's fallout."""
+    from rtp_course.runtime import launcher
+    (tmp_path / "error.1.txt").write_text(
+        "Traceback ...\ntorch.distributed.DistNetworkError: Failed to recv, got 0 bytes. "
+        "Connection was likely closed. Did the remote server shutdown or crash?\n")
+    rank, trace, code = launcher._first_failure(tmp_path, [_Ended(-11), _Ended(-9)], 1)
+    assert (rank, code) == (0, -11) and "SIGSEGV" in trace
+
+
+def test_an_error_of_its_own_is_named_before_the_fallout(tmp_path):
+    from rtp_course.runtime import launcher
+    (tmp_path / "error.0.txt").write_text("Traceback ...\nRuntimeError: Connection closed by peer")
+    (tmp_path / "error.1.txt").write_text("Traceback ...\nValueError: shapes differ")
+    rank, trace, _ = launcher._first_failure(tmp_path, [_Ended(1), _Ended(1)], 0)
+    assert rank == 1 and "shapes differ" in trace
