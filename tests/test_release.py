@@ -268,11 +268,13 @@ def test_readme_commands_work(edition):
         text = p.read_text()
         assert "solutions" not in text and "tests/wrong" not in text, p
     # The README's test command in the edition: every test collects; the launcher's and the
-    # devices' (the runtime's, a copy of what this suite runs in tests/given) are left out
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-p", "no:cacheprovider"],
+    # devices' (the runtime's, a copy of what this suite runs in tests/given) are left out; in
+    # one process (-n 0: xdist's workers would each import torch again, for tests of seconds)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--co", "-n", "0",
+                        "-p", "no:cacheprovider"],
                        capture_output=True, text=True, env=env, cwd=edition, timeout=600)
     assert r.returncode == 0 and "test_launcher.py" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
                         "--ignore", "tests/given/test_launcher.py",
                         "--ignore", "tests/given/test_devices.py"],
                        capture_output=True, text=True, env=env, cwd=edition, timeout=600)
