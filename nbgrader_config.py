@@ -4,7 +4,7 @@ Course directory (default ./grading, or $RTP_COURSE_GRADING_DIR), one assignment
 per graded notebook (docs/INSTRUCTORS.md has the commands):
 
     grading/source/<assignment>/<notebook>.ipynb          scripts/make_nbgrader_source.py writes these,
-    grading/source/<assignment>/rtp_course/<exercise>.py  with the six exercise stubs
+    grading/source/<assignment>/rtp_course/<exercise>.py  with the exercise stubs
     grading/submitted/<student>/<assignment>/...          the same layout, the student's files
                                                           (scripts/collect_submissions.py)
     grading/autograded/<student>/<assignment>/            where the kernel runs the hidden checks

@@ -9,7 +9,7 @@ a folder with the notebooks and rtp_course/ side by side). For each assignment
 (default: every folder of <course>/source) it copies
 
     the assignment's notebooks    from notebooks/<name>.ipynb (or <name>.ipynb at the top)
-    the six exercise modules      from rtp_course/<exercise>.py
+    the exercise modules      from rtp_course/<exercise>.py
 
 and nothing else: the rest of the course (launcher, checker, models) always comes
 from the instructor's installation, so a submission cannot change how it is graded.
@@ -158,7 +158,12 @@ def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | N
             refused(src, why)
     unchanged = earlier and before == _contents(dest)
     (dest / "timestamp.txt").write_text(handed_in or (earlier if unchanged else now()))
+    if earlier and not unchanged:
+        CHANGED.setdefault(assignment, []).append(student_dir.name)
     return missing
+
+
+CHANGED: dict = {}      # assignment -> students collected before whose files changed since
 
 
 def _earlier_time(dest: Path) -> str | None:
@@ -177,6 +182,7 @@ def main(argv=None) -> int:
                    help="the hand-in system's submission times: `student,time` rows (ISO 8601); "
                         "default: the time of this collection")
     args = p.parse_args(argv)
+    CHANGED.clear()
     times = read_times(args.times) if args.times else {}
     course = (args.course or course_dir()).resolve()
     assignments = args.assignments or sorted(d.name for d in (course / "source").glob("*") if d.is_dir())
@@ -197,6 +203,9 @@ def main(argv=None) -> int:
             print(f"{student.name}/{a}: handed in {stamp}{note}")
     print(f"{len(students)} student(s) -> {course / 'submitted'}; next:\n" + "\n".join(
         f"    {next_step(course, a)}" for a in assignments))
+    for a, changed in sorted(CHANGED.items()):      # autograde skips a student it has graded
+        print(f"changed since they were graded, in {a}: grade them again with\n"
+              f"    rtp-course regrade {a} --student {' '.join(sorted(changed))}")
     return 0
 
 

@@ -8,7 +8,7 @@
 writes, in the course directory of nbgrader_config.py (./grading or $RTP_COURSE_GRADING_DIR),
 
     source/<assignment>/<notebook>.ipynb        the nbgrader source notebook(s), hidden tests included
-    source/<assignment>/rtp_course/<ex>.py      the six exercise stubs, as in the student edition
+    source/<assignment>/rtp_course/<ex>.py      the exercise stubs, as in the student edition
 
 The stubs make the assignment folder the same shape as a submission (notebook next to
 rtp_course/), which is where grade() looks; nbgrader_config.py keeps autograde from

@@ -88,7 +88,7 @@ def _run(cmd, course, timeout=1800, check=True):
 
 
 def _hand_in(subs: Path, course: Path, students: dict) -> None:
-    """Each student's folder: the released notebook and the six modules, as a clone holds them."""
+    """Each student's folder: the released notebook and the exercise modules, as a clone holds them."""
     released = course / "release" / A / NB
     for student, (comm, _, cell) in students.items():
         folder = subs / student

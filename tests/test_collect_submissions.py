@@ -134,3 +134,17 @@ def test_the_next_step_grades_code_only_where_a_cell_grades_code(tmp_path, capsy
     out = capsys.readouterr().out
     assert "    rtp-course autograde a1\n" in out and "rtp-course grade a1" not in out
     assert "    rtp-course autograde a2 && rtp-course grade a2" in out
+
+
+def test_work_changed_since_its_grading_is_named_with_the_command_that_grades_it_again(tmp_path, capsys):
+    """After a re-collection `autograde` skips students it has seen (unless --force), while
+    the advice said "autograde && grade": the changed work was never graded again."""
+    course, subs = _course(tmp_path), tmp_path / "subs"
+    for who in ("erin", "finn"):
+        (subs / who / "rtp_course").mkdir(parents=True)
+        (subs / who / "rtp_course" / "comm.py").write_text("# mine\n")
+    assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
+    assert "regrade" not in capsys.readouterr().out
+    (subs / "finn" / "rtp_course" / "comm.py").write_text("# mine, fixed\n")
+    assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
+    assert "    rtp-course regrade a1 --student finn\n" in capsys.readouterr().out

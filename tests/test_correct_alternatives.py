@@ -4,7 +4,8 @@ A checker may enforce only what a stub's "Rules" section states: another collect
 a flat buffer, async handles or another valid order must not cost a point. Each entry runs
 every public and hidden check of the tasks its edits touch (`wrongs.tasks_touched`: the
 functions it changes and every task that calls them), at world sizes 1 to 4: at 2 confined,
-as grading runs them, at 1, 3 and 4 as a student's `check` runs them."""
+as grading runs them (the default tier), at 1, 3 and 4 as a student's `check` runs them (the
+extended tier, which CI runs too)."""
 import pytest
 
 from rtp_course.checker import engine, report
@@ -13,19 +14,29 @@ from wrongs import ROOT, build, impl_with, missing_in_torch, spec, tasks_touched
 CORRECT = sorted(p for p in (ROOT / "tests" / "correct").glob("*/*.py") if not p.name.startswith("_"))
 
 
-@pytest.mark.parametrize("path", CORRECT, ids=[f"{p.parent.name}/{p.stem}" for p in CORRECT])
-def test_correct_alternative_passes_every_check(path, tmp_path):
+def _passes(path, tmp_path, sizes, confine):
     if missing_in_torch(path):
         pytest.skip(f"this torch has no {', '.join(missing_in_torch(path))}")
     impl, only = impl_with(path, tmp_path / "impl"), tasks_touched(path)
-    # Each world size once; confined as grading runs them at one (confinement acts on each rank
-    # alike, and costs about 0.7 s a launch)
-    for sizes, confine in (([1, 3, 4], False), ([2], True)):
-        results = engine.run([path.parent.name], impl=str(impl), world_sizes=sizes, hidden=True,
-                             only=only, confine=confine)
-        assert results and all(r.passed for r in results), (
-            f"a correct alternative is rejected{' when confined' if confine else ''} "
-            f"({spec(path)['bug']}):\n" + report.text(results))
+    results = engine.run([path.parent.name], impl=str(impl), world_sizes=sizes, hidden=True,
+                         only=only, confine=confine)
+    assert results and all(r.passed for r in results), (
+        f"a correct alternative is rejected{' when confined' if confine else ''} "
+        f"({spec(path)['bug']}):\n" + report.text(results))
+
+
+@pytest.mark.parametrize("path", CORRECT, ids=[f"{p.parent.name}/{p.stem}" for p in CORRECT])
+def test_correct_alternative_passes_every_check_as_graded(path, tmp_path):
+    """At world size 2, confined: as grading runs it."""
+    _passes(path, tmp_path, [2], True)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("path", CORRECT, ids=[f"{p.parent.name}/{p.stem}" for p in CORRECT])
+def test_correct_alternative_passes_every_check_at_every_world_size(path, tmp_path):
+    """At 1, 3 and 4 ranks (where bugs of ring indices and uneven splits show), unconfined
+    (confinement acts on each rank alike)."""
+    _passes(path, tmp_path, [1, 3, 4], False)
 
 
 def test_every_entry_changes_the_reference():

@@ -348,6 +348,8 @@ def test_feedback_shows_the_diagnosis_wrapped_and_without_the_graders_paths(cycl
             text = report.read_text()
             assert str(course) not in text and str(ROOT) not in text, text
             assert max(map(len, text.splitlines())) <= FEEDBACK_WIDTH, text
+            # the course's words: no confinement facts, no transport's addresses
+            assert not re.search(r"Landlock|seccomp|\buid\b|\d+\.\d+\.\d+\.\d+\]?:\d+", text), text
 
 
 def test_notebook_cells_cannot_write_the_installed_course(cycle):

@@ -2,8 +2,9 @@
 table, and they run top to bottom, with the reference solutions and with the stubs.
 
 Select with `pytest -m notebooks`. Structure tests are instant; executing a notebook takes a
-kernel and spawned ranks (tens of seconds each); the runs with the stubs are marked slow
-(`-m "not slow"` skips them).
+kernel and spawned ranks (tens of seconds each): the executions are in the extended tier
+(`--extended`, which CI runs after the README's test command; the nbgrader cycle of the
+default tier runs every grading cell), and marked slow (`-m "not slow"` skips them).
 
 * with RTP_COURSE_IMPL=solutions every demo runs, every check cell passes and every
   grading cell returns the points of the course table;
@@ -207,6 +208,7 @@ def _at_two_ranks(cell):
                              cell.source, flags=re.M)
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_runs_with_solutions(path, monkeypatch, tmp_path):
     nb = _execute(path, "solutions", monkeypatch, tmp_path, edit=_at_two_ranks)
@@ -235,6 +237,7 @@ def _runs_exercise_code(path) -> bool:
 
 
 @pytest.mark.slow   # the student's first run of each notebook: 10-40 s each
+@pytest.mark.extended
 @pytest.mark.parametrize("path", [p for p in NOTEBOOKS if _runs_exercise_code(p)], ids=lambda p: p.stem)
 def test_runs_with_stubs(path, monkeypatch, tmp_path):
     nb = _execute(path, None, monkeypatch, tmp_path, keep=lambda c: not _nbgrader(c).get("grade"),

@@ -320,6 +320,25 @@ def test_real_checker_job_on_two_cpu_tasks(slurm_cluster, tmp_path, monkeypatch)
     assert {c["world_size"] for c in rep["exercises"]["comm"]["checks"]} == {2}
 
 
+def test_submit_check_on_cpu_gives_the_verdict_of_check(slurm_cluster, tmp_path, monkeypatch, capsys):
+    """`rtp-course submit check rotation --gpus 0` on a wrong direction that only 3 ranks show:
+    it ran world size 2 alone and passed, where `rtp-course check` fails it."""
+    course = real_course_command()
+    if course is None:
+        pytest.skip("the rtp-course CLI is not installed (pip install -e .)")
+    from wrongs import impl_with
+    impl = impl_with(ROOT / "tests" / "wrong" / "rotation" / "swapped_directions.py", tmp_path / "impl")
+    monkeypatch.setenv("RTP_COURSE", course)
+    args = argparse.Namespace(what="check", names=["rotation"], gpus=0, world_size=None,
+                              impl=str(impl), time="00:05:00", timeout=None, partition=None,
+                              account=None, qos=None, sbatch=[], out_dir=str(tmp_path),
+                              setup=None, no_wait=False)
+    assert slurm.cli_submit(args) == 1
+    said = capsys.readouterr().out
+    assert "checker: FAILED" in said and "x rotate (fails at world size 3" in said, said
+    assert "not checked" not in said, said
+
+
 def test_doctor_job_on_two_cpu_tasks(slurm_cluster, tmp_path):
     """slurm/doctor.sbatch on the real cluster: every part of the stack, one line each."""
     course = real_course_command()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rtp_course.checker import report
 from rtp_course.checker.engine import DEFAULT_WORLD_SIZES, run
-from rtp_course.checker.verdict import Result
+from rtp_course.checker.verdict import NOT_GRADED, Result
 from rtp_course.runtime.quiet import torch_warnings
 
 
@@ -29,7 +29,8 @@ class CheckReport:
         return sum(w for w, ok in graded if ok) / total if total else 0.0
 
     def not_graded(self, exercise: str | None = None) -> int:
-        """Checks left out of `score`: the machine was too busy to finish them."""
+        """Checks left out of `score`: the machine was too busy to finish them, or what other
+        checks spent left no budget to run them."""
         return sum(self._busy(rs) for _, rs in self._checks(exercise))
 
     def _checks(self, exercise):
@@ -37,9 +38,10 @@ class CheckReport:
 
     @staticmethod
     def _busy(results) -> bool:
-        """Not graded: some world size was too busy to finish, and none failed."""
-        return any(r.status == "busy" for r in results) and \
-            all(r.passed or r.status == "busy" for r in results)
+        """Not graded: some world size was not graded (too busy, or no budget left to run it),
+        and none failed."""
+        return any(r.status in NOT_GRADED for r in results) and \
+            all(r.passed or r.status in NOT_GRADED for r in results)
 
     @staticmethod
     def weight(exercise: str, name: str) -> float:

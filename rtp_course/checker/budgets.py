@@ -7,6 +7,11 @@ submission is graded in bounded CPU time whatever its code does. Time spent hung
 rank blocked, see watchdog.py) is charged to an exercise's hang budget, so an exercise
 whose checks deadlock one after another stops early.
 
+A budget shared with other checks never fails a check: one that it left no time for, or cut
+short, is "not run" (not graded), and the engine runs those again with fresh budgets. Only a
+check's own budget, or its own hang, fails it; the report names the checks that spent the
+shared ones.
+
 Wall time decides one thing only: a check still running after `BACKSTOP` seconds is
 stopped. If its ranks were starved (waiting for a CPU) most of that time, it is not graded
 ("the machine was too busy; run it again"); otherwise the code was too slow.
@@ -45,6 +50,7 @@ class Budgets:
         self.run_left = lifted or RUN_CPU * scale
         self.stall = STALL * scale
         self.backstop = max(BACKSTOP * scale, 4 * (timeout or 0))
+        self.used: dict = {}       # check id -> (CPU-s, hung s) it spent, world sizes added up
 
     def limit(self, check) -> tuple[float, str]:
         """(CPU-s the check may still use, which budget that is)."""
@@ -58,6 +64,8 @@ class Budgets:
                    1.0 * self.scale)
 
     def charge(self, check, cpu: float, hung: float = 0.0) -> None:
+        was = self.used.get(check.id, (0.0, 0.0))
+        self.used[check.id] = (was[0] + cpu, was[1] + hung)
         if check.exercise in self.left:
             self.left[check.exercise] -= cpu
             self.hang_left[check.exercise] -= hung
@@ -74,16 +82,31 @@ class Budgets:
             return "exercise"
         return "run" if self.run_left <= 0 else None
 
+    def spenders(self, exercise: str = "", hung: bool = False) -> str:
+        """'ring_reduce_scatter (40 CPU-s), rotate (21 CPU-s)': the checks (of `exercise`, or of
+        the run) that spent most of a shared budget."""
+        which = 1 if hung else 0
+        top = sorted(((u[which], cid) for cid, u in self.used.items()
+                      if u[which] >= 0.5 and exercise in ("", cid.split(".")[0])), reverse=True)[:3]
+        unit = "s hung" if hung else "CPU-s"
+        return ", ".join(f"{cid.split('.', 1)[1]} ({u:.0f} {unit})" for u, cid in top)
+
     def why(self, reason: str, exercise: str = "", used: float = 0.0, limit: float = 0.0) -> str:
         """The sentence a report gives for a budget that stopped a check."""
-        if reason == "hang":
-            return (f"checks of {exercise} already hung for {HANG_BUDGET * self.scale:.0f} s in "
-                    f"all (the hang budget of an exercise)")
-        if reason == "exercise":
-            return (f"too slow: the checks of an exercise may use {EXERCISE_CPU * self.scale:.0f} "
-                    f"CPU-seconds in all, and {exercise or 'this exercise'}'s have used them")
-        if reason == "run":
-            return (f"too slow: the checks of one run may use {RUN_CPU * self.scale:.0f} "
-                    f"CPU-seconds in all, and this run has used them")
+        if reason in ("hang", "exercise", "run"):
+            return self._shared(reason, exercise)
         return (f"too slow: its ranks used {used:.1f} CPU-seconds, and this check allows "
                 f"{limit:.0f}")
+
+    def _shared(self, reason: str, exercise: str) -> str:
+        if reason == "hang":
+            spent = (f"checks of {exercise} hung for {HANG_BUDGET * self.scale:.0f} s in all "
+                     f"(an exercise's hang budget)")
+        elif reason == "exercise":
+            spent = (f"checks of {exercise} used the {EXERCISE_CPU * self.scale:.0f} CPU-seconds "
+                     f"an exercise's checks may use in all")
+        else:
+            spent = (f"checks of this run used the {RUN_CPU * self.scale:.0f} CPU-seconds a run's "
+                     f"checks may use in all")
+        who = self.spenders("" if reason == "run" else exercise, hung=reason == "hang")
+        return f"{spent}{f', most of it {who}' if who else ''}"

@@ -23,7 +23,7 @@ import signal
 from rtp_course import course
 from rtp_course.checker import budgets as B
 from rtp_course.checker.outcome_file import read_json_bounded
-from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.verdict import NOT_GRADED, Result, judge
 from rtp_course.checker.watchdog import Stuck
 from rtp_course.runtime.launcher import RankFailed, RankHung, died_how, stderr_tail
 
@@ -313,20 +313,27 @@ def _stopped(check, base: dict, ws: int, failure: Stuck) -> Result:
     """What the watchdog stopped: a hang, a budget, a busy machine, a disk flood."""
     details = {"stacks": failure.stacks}
     where, rank = where_ranks_were(check, failure.statuses, ws)
+    phases = [st.get("phase") for st in failure.statuses.values()
+              if isinstance(st, dict) and st.get("check") == check.id and st.get("phase") != "done"]
+    base["phase"] = str(phases[0])[:200] if phases else ""
     if failure.reason == "disk":
         return Result(**base, status="error", message=failure.why, rank=failure.rank,
                       hint=DISK_HINT)
     if failure.reason == "busy":
         return Result(**base, status="busy", message=f"{failure.why} (at {failure.elapsed:.0f} "
                       f"s it had used {failure.cpu:.1f} CPU-seconds)", details=details)
-    if failure.reason in ("own", "exercise", "run", "slow", "import"):
+    if failure.reason in ("exercise", "run"):      # a budget others spent: not this check's verdict
+        return Result(**base, status="notrun", details=details,
+                      message=f"not run to the end: {failure.why}")
+    if failure.reason in ("own", "slow", "import"):
+        details["stopped"] = failure.reason
         return Result(**base, status="failed", hint=B.SLOW_HINT, details=details,
                       message=f"{failure.why}: this check was stopped after {failure.elapsed:.0f} "
                               f"s; at that moment {where}")
     st = failure.statuses.get(rank) if rank is not None else None
+    base["phase"] = st.get("phase", "") if isinstance(st, dict) else ""
     return Result(**base, status="deadlock", rank=rank, details=details,
                   message=f"deadlock: {failure.why}; {where}",
-                  phase=st.get("phase", "") if isinstance(st, dict) else "",
                   hint=_harness_hint(check, failure.statuses)
                   or hang_hint(check.id, failure.statuses)
                   or check.hints.get("deadlock") or STUCK_HINT)
@@ -371,7 +378,7 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
     says nothing beyond itself (`checks`: {check id: Check}, Check.isolated: a ValueError
     asked for, a subgroup). The cause named is the earliest in the course: the root."""
     isolated = {cid for cid, c in (checks or {}).items() if getattr(c, "isolated", False)}
-    failed = [r for r in results if not r.passed and r.status not in ("notimpl", "busy")
+    failed = [r for r in results if not r.passed and r.status not in ("notimpl", *NOT_GRADED)
               and r.task]
     position = {t.id: (i, j) for i, ex in enumerate(course.COURSE) for j, t in enumerate(ex.tasks)}
     for r in failed:
@@ -386,7 +393,8 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
             if e.task == r.task:
                 return variant(r.check, e.check, r.task) or (
                     "subgroup" in r.check.lower() and "subgroup" not in e.check.lower())
-            return e.task in needs
+            # a check of an earlier task that failed in this task's own function explains nothing
+            return e.task in needs and not any(n in e.phase for n in course.task(r.task).names)
         causes = [e for e in failed if explains(e)]
         if causes:
             cause = min(causes, key=lambda e: position.get(e.task, (99, 99)))

@@ -3,7 +3,10 @@
 The parent never imports the code under test. For each world size, smallest first,
 group.run_world launches the ranks (worker.run_checks), its watchdog follows them, and
 each check is judged in this process (judging.py) as soon as every rank has written its
-result. A hang found at one world size is not run again at larger ones.
+result. A check that hung, or was too slow, at one world size is not run again at larger
+ones. Checks that a budget shared with other checks left no time for ("not run") are run
+once more, with fresh budgets: a hang or a slow loop in one function costs only the checks
+that call it, and the whole run stays bounded (twice the run's budget at most).
 """
 from __future__ import annotations
 
@@ -54,14 +57,15 @@ def _refuse_world_sizes(checks, world_sizes, exercises) -> None:
 
 def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
         timeout_scale=1.0, backend=None, progress=None, only=None,
-        timeout=None, confine=None) -> list[Result]:
+        timeout=None, confine=None, again=True) -> list[Result]:
     """Run the checks of `exercises` on `impl`; return one Result per check and world size.
     `only`: the checks to run, by name, id or task ("E3.1": every check of that task).
 
     Budgets are CPU time (checker/budgets.py), x `timeout_scale`; `timeout` is every check's
     CPU budget and lifts the exercise and run budgets (a person debugging). `confine`: run
     the code under test confined (rtp_course/confinement); default: with the hidden checks,
-    as grading does."""
+    as grading does. `again`: run what a shared budget left "not run" once more (grading
+    leaves them to its next round, which runs them alone, each round under its guard)."""
     budgets = B.Budgets(timeout_scale, timeout)
     confine = hidden if confine is None else confine
     exercises = list(exercises or EXERCISES)
@@ -94,12 +98,18 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         results += [judge(c, ws, {0: unreadable[c.exercise]}, {}, [])
                     for ws in world_sizes if c.applies(ws)]
     checks_run = [c for c in checks if c.exercise not in unreadable]
-    hung: dict[str, Result] = {}   # check id -> where it hung: not run again at larger sizes
-    total = len(results) + sum(c.applies(ws) for c in checks_run for ws in world_sizes)
-    expect = Expectations([(c, ws) for ws in world_sizes for c in checks_run if c.applies(ws)])
+    hung: dict[str, Result] = {}   # check id -> where it hung or was too slow: not run at larger sizes
+    plan = [(ws, [c for c in checks_run if c.applies(ws)]) for ws in world_sizes]
+    total = len(results) + sum(len(todo) for _, todo in plan)
+    expect = Expectations([(c, ws) for ws, todo in plan for c in todo])
+    run_plan = lambda plan, budgets, progress: _run_sizes(      # noqa: E731
+        plan, impl_dir, modules, dtype, budgets, backend, hung, results, total, progress,
+        expect, confine)
     try:
-        _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,
-                   hung, results, total, progress, expect, confine)
+        run_plan(plan, budgets, progress)
+        left = _not_run(results, plan) if again else []
+        if left:
+            run_plan(left, B.Budgets(timeout_scale, timeout), None)
     finally:
         expect.close()
     order = {c.id: i for i, c in enumerate(checks)}
@@ -123,14 +133,22 @@ def _task_order(check) -> tuple:
             tasks.index(check.task_id) if check.task_id in tasks else len(tasks))
 
 
-def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backend,
+def _not_run(results: list, plan) -> list:
+    """The plan of the checks a shared budget left "not run", taken out of `results`."""
+    left = {(r.exercise, r.check, r.world_size) for r in results if r.status == "notrun"}
+    results[:] = [r for r in results if r.status != "notrun"]
+    again = [(ws, [c for c in todo if (c.exercise, c.name, ws) in left]) for ws, todo in plan]
+    return [(ws, todo) for ws, todo in again if todo]
+
+
+def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,
                hung, results, total, progress, expect, confine) -> None:
-    """One worker group per world size, smallest first; `results` grows as they finish."""
-    for ws in world_sizes:
-        todo = [c for c in checks_run if c.applies(ws)]
+    """One worker group per world size of `plan` ([(world size, checks)], smallest first);
+    `results` grows as they finish."""
+    for ws, todo in plan:
         for c in [c for c in todo if c.id in hung]:
             first = hung[c.id]
-            results.append(Result(c.exercise, c.name, ws, "deadlock", phase=first.phase,
+            results.append(Result(c.exercise, c.name, ws, first.status, phase=first.phase,
                                   message=f"not run: it did not finish at world size "
                                           f"{first.world_size} ({first.message.split(';')[0]})",
                                   hint=first.hint))
@@ -147,7 +165,8 @@ def _run_sizes(checks_run, world_sizes, impl_dir, modules, dtype, budgets, backe
                                   expect, confine)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, backend,
                                 expect)
-        hung.update({f"{r.exercise}.{r.check}": r for r in res if r.status == "deadlock"})
+        hung.update({f"{r.exercise}.{r.check}": r for r in res
+                     if r.status == "deadlock" or r.details.get("stopped") in ("own", "slow")})
         results += res
 
 

@@ -7,10 +7,10 @@ import textwrap
 from collections import OrderedDict
 
 from rtp_course import course
-from rtp_course.checker.verdict import Result
+from rtp_course.checker.verdict import NOT_GRADED, Result
 
 MARK = {"passed": "PASS", "failed": "FAIL", "notimpl": "TODO", "error": "ERROR",
-        "deadlock": "HANG", "busy": "BUSY"}
+        "deadlock": "HANG", "busy": "BUSY", "notrun": "NOT RUN"}
 
 
 def by_check(results):
@@ -50,10 +50,25 @@ def _visible_strings(obj):
     return obj
 
 
-def text(results: list[Result], verbose: bool = False, width: int | None = None) -> str:
+# The transport's own words, which say nothing to a student: gloo's source location
+# ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ") and a peer's
+# address and port ("[127.0.0.1]:21393").
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*/(?:third_party|gloo|c10d|torch)/[^\]\s]*:\d+\]\s*")
+_ADDRESS = re.compile(r"\[?\b\d{1,3}(?:\.\d{1,3}){3}\]?:\d{2,5}\b")
+
+
+def plain(message: str) -> str:
+    """A message in the course's words: the transport's source locations and addresses out."""
+    return _ADDRESS.sub("(a peer)", _SOURCE_LOCATION.sub("", message))
+
+
+def text(results: list[Result], verbose: bool = False, width: int | None = None,
+         confinement: bool = True) -> str:
     """The report; with `width`, long lines wrap under their own indentation (for pages, such
-    as nbgrader's feedback, that would otherwise cut them at the right edge)."""
-    body = visible(_text(results, verbose))
+    as nbgrader's feedback, that would otherwise cut them at the right edge). `confinement`:
+    end with how the code under test ran (the instructor's fact: a student's feedback page
+    leaves it out)."""
+    body = visible(_text(results, verbose, confinement))
     return body if width is None else "\n".join(_wrap(line, width) for line in body.splitlines())
 
 
@@ -65,7 +80,7 @@ def _wrap(line: str, width: int) -> str:
                          subsequent_indent=indent + "  ", break_on_hyphens=False)
 
 
-def _text(results: list[Result], verbose: bool) -> str:
+def _text(results: list[Result], verbose: bool, confinement: bool = True) -> str:
     lines = []
     for (ex, name), rs in by_check(results).items():
         bad = [r for r in rs if not r.passed]
@@ -83,7 +98,7 @@ def _text(results: list[Result], verbose: bool) -> str:
         where = ", ".join(str(r.world_size) for r in bad)
         lines.append(f"  {MARK[first.status]:4}  {task}{ex}.{name}  (fails at world size {where})")
         phase = f", phase {first.phase}" if first.phase else ""
-        lines.append(f"        world size {first.world_size}{phase}: {first.message}")
+        lines.append(f"        world size {first.world_size}{phase}: {plain(first.message)}")
         if first.details.get("where"):
             lines.append("        in your code:\n" + _indent(first.details["where"], 10))
         if first.hint:
@@ -103,9 +118,9 @@ def _text(results: list[Result], verbose: bool) -> str:
                 lines.append(f"        stack of rank {r}:\n" + _indent(st, 10))
     lines.append("")
     lines.append(summary_table(results))
-    confinement = sorted({r.details.get("confinement") for r in results} - {None, ""})
-    if confinement:
-        lines.append(f"  code under test ran {' / '.join(confinement)}")
+    ran = sorted({r.details.get("confinement") for r in results} - {None, ""})
+    if ran and confinement:
+        lines.append(f"  code under test ran {' / '.join(ran)}")
     return "\n".join(lines)
 
 
@@ -116,13 +131,14 @@ def summary(results):
         p, t, todo, busy = out.get(ex, (0, 0, 0, 0))
         ok = all(r.passed for r in rs)
         out[ex] = (p + ok, t + 1, todo + any(r.status == "notimpl" for r in rs),
-                   busy + (not ok and all(r.passed or r.status == "busy" for r in rs)))
+                   busy + (not ok and all(r.passed or r.status in NOT_GRADED for r in rs)))
     return out
 
 
 def not_graded(results) -> int:
-    """Checks (at some world size) that the machine was too busy to finish: run them again."""
-    return sum(r.status == "busy" for r in results)
+    """Checks (at some world size) not graded (the machine too busy, or no budget left to run
+    them): run them again."""
+    return sum(r.status in NOT_GRADED for r in results)
 
 
 def summary_table(results) -> str:

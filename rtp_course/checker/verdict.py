@@ -13,6 +13,9 @@ from rtp_course.checker.registry import Bound, Check, Like
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}
 PHASE_ORDER = ("structure", "setup", "init", "forward", "backward")
+# Not graded, never failed: the machine was too busy to finish the check ("busy"), or what other
+# checks spent left it no budget ("notrun"); run again, they are graded then.
+NOT_GRADED = ("busy", "notrun")
 
 
 @dataclass
@@ -21,7 +24,7 @@ class Result:
     exercise: str
     check: str
     world_size: int
-    status: str                 # passed | failed | notimpl | error | deadlock | busy (not graded)
+    status: str                 # passed | failed | notimpl | error | deadlock | busy | notrun
     message: str = ""
     phase: str = ""
     rank: int | None = None
@@ -194,7 +197,39 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}. In order: an
     exception; what explains a wrong value (a send buffer written before its wait, a call on
     another group, torch's own DDP); the values, earliest phase first; the counts of
-    communication; NCCL's stream order."""
+    communication; NCCL's stream order. A wrong value or count where a rank let go of a work
+    unwaited (not while raising: an exception drops what was in flight) names that work first:
+    it is the likeliest cause."""
+    result = _judge(check, world_size, outcomes, expected, rules)
+    dropped = _dropped(outcomes) if result.status == "failed" else None
+    if dropped:
+        rank, what = dropped
+        result.message = (f"rank {rank} let go of a work it never waited ({what}); "
+                          f"then: {result.message}")
+        result.hint = DROPPED_HINT + (f". What failed says: {result.hint}" if result.hint else "")
+    return result
+
+
+DROPPED_HINT = ("keep the handle of every transfer you start and wait() on it before you use "
+                "what it moves, or return: a handle let go unwaited still runs on NCCL (and "
+                "moves data nobody asked for), while on gloo its pair can stall the next transfer")
+
+
+def _dropped(outcomes: dict):
+    """(rank, 'irecv at ...') of the first work a rank let go of unwaited, or None."""
+    for rank in sorted(outcomes):
+        if outcomes[rank].get("status") != "ok":
+            continue
+        events = outcomes[rank].get("events") or []
+        for e in events:
+            if isinstance(e, dict) and e.get("dropped"):
+                n = sum(isinstance(d, dict) and bool(d.get("dropped")) for d in events)
+                more = f", and {n - 1} more" if n > 1 else ""
+                return rank, f"{e.get('family') or e.get('kind')} at {e.get('where')}{more}"
+    return None
+
+
+def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules: list) -> Result:
     base = dict(exercise=check.exercise, check=check.name, world_size=world_size)
     rules_of = lambda rank: rules.get(rank, []) if isinstance(rules, dict) else rules  # noqa: E731
     mismatched = sizes_differ(outcomes)    # the cause of whatever the ranks then raised

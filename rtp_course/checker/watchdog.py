@@ -29,6 +29,7 @@ IDLE = 0.02              # a rank using less CPU than this per wall second is bl
                          # loop thread, polling, uses ~0.2%; a starved rank gets its share)
 STARVED = 0.5            # a rank whose main thread waited this long per second to run is starved
 DISK_FILES = 10000       # a rank's files in the run's directory
+NEVER_SEEN = procstat.Usage(0.0, 0.0, {}, 0.0)
 
 
 class Stuck(Exception):
@@ -49,7 +50,7 @@ class _Usage:
 
     def __init__(self, world_size: int):
         self.trees, self.listed = {}, 0.0
-        self.seen: dict = {}                  # pid -> procstat.usage at the last sample
+        self.seen: dict = {}                  # pid -> procstat.Usage at the last sample
         self.gone: dict = {}                  # rank -> CPU s already charged of its ended processes
         self.looked = None
 
@@ -64,23 +65,29 @@ class _Usage:
         self.looked = now
         used, blocked, starved, seen = 0.0, True, False, {}
         for rank, pids in self.trees.items():
-            d_cpu = d_delay = 0.0
-            for pid in pids:
-                now_pid = procstat.usage(pid)
-                before = self.seen.get(pid)
+            d_cpu = d_main = d_any = 0.0
+            looked = {pid: procstat.usage(pid) for pid in pids}
+            for pid, now_pid in looked.items():  # first: a parent listed before its child reaps it
+                if now_pid is None and pid in self.seen:   # its time returns in its parent's reaped CPU
+                    self.gone[rank] = self.gone.get(rank, 0.0) + self.seen[pid].cpu
+            for pid, now_pid in looked.items():
                 if now_pid is None:
-                    if before is not None:    # its time returns in its parent's reaped CPU
-                        self.gone[rank] = self.gone.get(rank, 0.0) + before[0]
                     continue
-                before = before or (0.0, 0.0, 0.0)
-                d_cpu += max(0.0, now_pid[0] - before[0])
-                d_delay += max(0.0, now_pid[1] - before[1])
-                d_cpu += self._reaped(rank, max(0.0, now_pid[2] - before[2]))
-                seen[pid] = now_pid
+                before = self.seen.get(pid, NEVER_SEEN)
+                d_cpu += max(0.0, now_pid.cpu - before.cpu)
+                d_main += max(0.0, now_pid.main_waited - before.main_waited)
+                # thread by thread: a thread born since the last look waited all its life in it
+                d_any += sum(max(0.0, w - before.waited.get(tid, 0.0))
+                             for tid, w in now_pid.waited.items())
+                d_cpu += self._reaped(rank, max(0.0, now_pid.reaped - before.reaped))
+                # the live threads' sum drops when one ends: never count from below what was seen
+                seen[pid] = now_pid._replace(cpu=max(now_pid.cpu, before.cpu))
             used += d_cpu
-            blocked &= d_cpu < IDLE * dt and d_delay < STARVED * dt
+            # blocked: no CPU, and no thread of the rank waiting for one (a main thread asleep
+            # on the GIL while the rank's other threads wait for a CPU is not a hang)
+            blocked &= d_cpu < IDLE * dt and d_any < STARVED * dt
             # a main thread kept waiting by its own rank's other threads is not starved
-            starved |= d_delay >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
+            starved |= d_main >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
         self.seen = seen
         if first or dt > 4 * SAMPLE:          # no baseline, or this process was not scheduled
             return 0.0, used, False, False    # to look: nothing is known of the ranks' pause

@@ -244,6 +244,8 @@ def _term_commands(sub) -> None:
                                       "(instructor edition)")
     e.add_argument("--to", metavar="FILE", help="default: grades.csv in the grading directory")
     e.add_argument("--force", action="store_true", help="export even with code points missing")
+    e.add_argument("--provisional", action="store_true",
+                   help="export provisional grades too, marked in the CSV's 'provisional' column")
     e.set_defaults(func=_delegate("rtp_course.instructor.term", "cli_export"))
 
 

@@ -11,7 +11,7 @@ child that runs the check exactly as the command would have, writing to the user
 terminal, and sends back the exit status.
 
 * Stale code never runs: the socket is named by a fingerprint of the interpreter, the
-  torch installation, every file of the course package except the six exercise files,
+  torch installation, every file of the course package except the exercise files,
   the environment variables read at import time, and the Slurm job, step and cgroup the
   command runs in (a server never serves another allocation). Change any of them and another
   server starts; a server ends after IDLE seconds without a request. The exercise files

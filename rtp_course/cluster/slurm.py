@@ -154,15 +154,15 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
 
     gpus: GPUs (= tasks) of the node; 0 runs the check on CPU with gloo.
     world_size: an int or a list of ints; each <= gpus on GPUs (default: the course's world
-        sizes that fit the GPUs, as slurm/check.sbatch runs them; 2 on CPU).
+        sizes that fit the GPUs, as slurm/check.sbatch runs them; on CPU all of them, as
+        `rtp-course check` runs them: one verdict everywhere).
     impl: the package directory with the exercise modules (default: $RTP_COURSE_IMPL, else
         your own rtp_course, as a local check() would use).
     setup: shell code the job runs first (module load ..., source venv/bin/activate).
     The log and the JSON report go to out_dir/rtp-check-<jobid>.{out,json}.
     """
     exercises = [exercises] if isinstance(exercises, str) else list(exercises)
-    sizes = world_size if isinstance(world_size, (list, tuple)) else \
-        [world_size] if world_size else _course_sizes(gpus) if gpus else [2]
+    sizes = check_sizes(gpus, world_size)
     if gpus and max(sizes) > gpus:
         raise ValueError(f"world size {max(sizes)} needs {max(sizes)} GPUs; gpus={gpus}")
     _require_slurm(local_check_command(exercises, sizes, impl))
@@ -183,10 +183,29 @@ def submit_check(exercises=(), gpus=1, world_size=None, impl=None, time="00:15:0
     return Job(job_id, log=out / f"rtp-check-{job_id}.out", report_path=out / f"rtp-check-{job_id}.json")
 
 
-def _course_sizes(gpus: int) -> list:
-    """The course's world sizes that `gpus` GPUs hold (8 GPUs: 1 to 4, no check runs at 8)."""
+def check_sizes(gpus: int, world_size=None) -> list:
+    """The world sizes a check job runs: those asked for, else the course's that fit."""
+    if world_size:
+        return list(world_size) if isinstance(world_size, (list, tuple)) else [world_size]
+    return _course_sizes(gpus or None)
+
+
+def _course_sizes(gpus: int | None) -> list:
+    """The course's world sizes that `gpus` GPUs hold (8 GPUs: 1 to 4, no check runs at 8;
+    None: all of them, CPU ranks)."""
     from rtp_course.course import COURSE
-    return sorted(n for n in {n for ex in COURSE for n in ex.world_sizes} if n <= gpus)
+    return sorted(n for n in {n for ex in COURSE for n in ex.world_sizes}
+                  if gpus is None or n <= gpus)
+
+
+def left_out(sizes) -> str:
+    """What a job's world sizes leave out of the course's, said ('' when none)."""
+    missing = [n for n in _course_sizes(None) if n not in sizes]
+    if not missing:
+        return ""
+    return (f"world size{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} not checked "
+            f"by this job (it runs {', '.join(map(str, sizes))}): `rtp-course check` runs every "
+            f"size on CPU; on GPUs, submit with --gpus {max(missing)}")
 
 
 def submit_bench(gpus=4, time="00:30:00", partition=None, account=None, qos=None, bench_args=(),
@@ -213,6 +232,10 @@ def check_on_slurm(exercises=(), gpus=1, wait=True, **kwargs):
         print(e)
         return None
     print(f"submitted Slurm job {job.job_id}; log: {job.log}")
+    if args.what == "check":
+        said = left_out(check_sizes(args.gpus, args.world_size))
+        if said:
+            print(said)
     if wait:
         job.wait()
         print(job.summary())

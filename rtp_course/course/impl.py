@@ -1,6 +1,6 @@
 """Load the exercise modules under test from a directory (`--impl PATH`).
 
-Only the six exercise modules come from PATH; every other submodule name
+Only the exercise modules come from PATH; every other submodule name
 (`models`, `launcher`, ...) resolves to the installed `rtp_course`, so a
 submission cannot change the infrastructure the checks rely on. The modules
 are registered as the package `rtp_impl`, so an exercise's relative import

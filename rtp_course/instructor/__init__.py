@@ -9,7 +9,13 @@ the course another way).
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
+
+# nbgrader's gradebook adds submissions through SQLAlchemy's autoflush, which warns on every
+# ordinary term ("... not in session, add operation along ... will not proceed"): its own
+# noise, not the instructor's concern.
+warnings.filterwarnings("ignore", message=r".*not in session, add operation along", module=r"nbgrader\.")
 
 # The instructor repository: rtp_course/instructor/ -> rtp_course/ -> the repository.
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -32,7 +38,7 @@ def hidden_checks_dir() -> Path | None:
 
 
 def solutions_dir() -> Path | None:
-    """The reference solutions (a folder of the six exercise modules, not an installed package)."""
+    """The reference solutions (a folder of the exercise modules, not an installed package)."""
     path = location("solutions")
     return path.resolve() if path else None
 

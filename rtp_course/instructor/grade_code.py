@@ -66,9 +66,11 @@ def impl_dir(course: Path, assignment: str, student: str) -> Path:
     return course / "submitted" / student / assignment / "rtp_course"
 
 
-def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: float = 1.0) -> dict:
-    """{exercise: [Result]}: the public and hidden checks of `exercises` on `impl`, confined,
-    in one run (its CPU budget bounds the whole submission). Runs in a grading process."""
+def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: float = 1.0,
+               only=None) -> dict:
+    """{exercise: [Result]}: the public and hidden checks of `exercises` on `impl` (`only`:
+    those check ids), confined, in one run (its CPU budget bounds the whole submission).
+    Runs in a grading process."""
     import warnings
     from rtp_course.checker import engine
     from rtp_course.checker.registry import hidden_dir
@@ -78,7 +80,7 @@ def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: floa
         torch_warnings()
         results = engine.run(exercises, impl=impl, world_sizes=world_sizes,
                              hidden=hidden_dir() is not None, timeout_scale=timeout_scale,
-                             backend=grading_backend(), confine=True)
+                             backend=grading_backend(), confine=True, only=only, again=False)
     return {ex: [r for r in results if r.exercise == ex] for ex in exercises}
 
 
@@ -92,6 +94,7 @@ class Submission:
     regrades: dict = field(default_factory=dict)     # exercise -> rounds after the first
     why: dict = field(default_factory=dict)          # exercise -> why it has no results
     error: str = ""                                  # the last failure's full text
+    only: list | None = None                         # check ids to run in the next round (None: all)
 
     def take(self, outcome: grade_pool.Outcome, again: bool) -> None:
         """A round's outcome: merge its results; keep to do what is still not graded."""
@@ -102,6 +105,9 @@ class Submission:
                 self.results[ex] = grade_outcome.merge(self.results.get(ex, []), outcome.value.get(ex, []))
                 self.why.pop(ex, None)
             self.todo = [ex for ex in self.todo if grade_outcome.has_busy(self.results[ex])]
+            # a regrade runs what was not graded, alone: a check that passed or failed keeps its
+            # verdict, and one that hangs does not spend again what the others need
+            self.only = [cid for ex in self.todo for cid in grade_outcome.not_graded_ids(self.results[ex])]
         else:
             self.error = outcome.error
             self.why.update({ex: outcome.error.splitlines()[0] for ex in self.todo})
@@ -153,7 +159,8 @@ def grade_class(course: Path, assignment: str, cells, students, jobs: int = 1, w
                 log(grade_outcome.line(sub.student, assignment, sub.grades(cells), regrading=True))
                 return
             _finish(course, assignment, cells, sub, out, log, write)
-        tasks = [(sub.student, run_checks, (str(sub.impl), sub.todo, world_sizes, timeout_scale))
+        tasks = [(sub.student, run_checks, (str(sub.impl), sub.todo, world_sizes, timeout_scale,
+                                            sub.only or None))
                  for sub in todo]
         grade_pool.run(tasks, 1 if last and rnd else jobs, GUARD_S * timeout_scale, done)
     for sub in subs.values():                # nothing to check (no module handed in)

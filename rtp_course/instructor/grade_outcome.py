@@ -1,8 +1,9 @@
 """What one submission's code earned: its checks' results over the grading rounds, as points.
 
-A check the machine was too busy to finish ("busy") is not graded. `rtp-course grade` grades
-the exercises that had one again, after the other submissions, up to `ROUNDS - 1` times, and
-each check keeps the verdict of the last round that graded it. What is still busy after the
+A check the machine was too busy to finish ("busy"), or that the budgets shared with other
+checks left no time for ("notrun"), is not graded. `rtp-course grade` runs those checks
+again, alone, after the other submissions, up to `ROUNDS - 1` times, and each check keeps
+the verdict of the last round that graded it. What is still not graded after the
 last round is left out of the points, never counted as failed: the points are computed over
 the checks that were graded and marked provisional.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from rtp_course.checker import CheckReport
 from rtp_course.checker.report import by_check
 
-ROUNDS = 3              # the first grading and up to two regrades of what was busy
+ROUNDS = 3              # the first grading and up to two regrades of what was not graded
 STATUS = "code.json"
 TIMES = {1: "once", 2: "twice"}
 
@@ -34,7 +35,7 @@ class CellGrade:
     max_points: float
     points: float | None        # None: nothing of it could be graded
     checks: int = 0             # checks run (each over its world sizes)
-    not_graded: int = 0         # of which the machine was too busy to finish
+    not_graded: int = 0         # of which not graded (the machine too busy, or not run)
     regrades: int = 0           # rounds after the first that graded it again
     why: str = ""               # why it has no points, or how it got them without checks
     names: list = field(default_factory=list)    # the exercise's checks when it was graded
@@ -46,7 +47,7 @@ class CellGrade:
         return "provisional" if self.not_graded else "graded"
 
     def phrase(self, regrading: bool = False) -> str:
-        """'comm 8.75/10 (1 check not graded: machine busy, regraded twice)'."""
+        """'comm 8.75/10 (1 check not graded, regraded twice)'."""
         again = "; regrading" if regrading else (f", regraded {TIMES.get(self.regrades, f'{self.regrades} times')}"
                                                   if self.regrades else "")
         if self.points is None:
@@ -54,7 +55,7 @@ class CellGrade:
         text = f"{self.exercise} {self.points:g}/{self.max_points:g}"
         if self.not_graded:
             n = self.not_graded
-            text += f" ({n} check{'s' * (n > 1)} not graded: machine busy{again})"
+            text += f" ({n} check{'s' * (n > 1)} not graded{again})"
         elif regrading:
             text += " (regrading)"
         return text
@@ -76,6 +77,11 @@ def has_busy(results: list) -> bool:
     return CheckReport(results).not_graded() > 0
 
 
+def not_graded_ids(results: list) -> list[str]:
+    """The ids ("rotation.rotate") of the checks left out of the points: to run again."""
+    return [f"{ex}.{name}" for (ex, name), rs in by_check(results).items() if CheckReport._busy(rs)]
+
+
 def grade_cell(cell, results: list | None, regrades: int = 0, why: str = "") -> CellGrade:
     """The cell's points from its exercise's results (None: not graded, `why` says why)."""
     grade = CellGrade(cell.grade_id, cell.notebook, cell.exercise, cell.points, None,
@@ -90,7 +96,7 @@ def grade_cell(cell, results: list | None, regrades: int = 0, why: str = "") -> 
         grade.why = grade.why or "no check of it ran"
         return grade
     if grade.not_graded == grade.checks:
-        grade.why = grade.why or "machine busy: no check could be graded"
+        grade.why = grade.why or "no check could be graded: machine busy, or not run"
         return grade
     grade.points = round(cell.points * rep.score(cell.exercise), 2)
     return grade

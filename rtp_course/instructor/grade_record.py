@@ -6,11 +6,13 @@ student at a time: it is SQLite, which takes one writer.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 
 from rtp_course.checker import report
+from rtp_course.instructor import REPOSITORY
 from rtp_course.instructor import grade_outcome
 
 FEEDBACK_WIDTH = 92   # characters: nbgrader's feedback page shows outputs unwrapped
@@ -39,7 +41,8 @@ def report_header(grade: grade_outcome.CellGrade) -> str:
     text = f"{grade.exercise}: {grade.points:g} of {grade.max_points:g} points for your code\n"
     if grade.not_graded:
         text += (f"({grade.not_graded} of {grade.checks} checks could not be graded: the grading "
-                 f"machine was too busy; these points count the other checks only)\n")
+                 f"machine was too busy, or the time other checks took left none for them; "
+                 f"these points count the other checks only)\n")
     return text
 
 
@@ -51,7 +54,7 @@ def write_reports(course: Path, assignment: str, student: str, grades: list, res
     for g in grades:
         body = ""
         if results.get(g.exercise):
-            text = report.text(results[g.exercise], width=FEEDBACK_WIDTH)
+            text = report.text(results[g.exercise], width=FEEDBACK_WIDTH, confinement=False)
             body = "\n" + student_view(text, impl) + "\n"
         elif g.why and g.points is not None:
             body = f"{g.why}\n"
@@ -89,8 +92,11 @@ def gradebook(course: Path):
 
 def write_gradebook(course: Path, assignment: str, student: str, cells, points: dict) -> list[str]:
     """Set the grading cells' autograded scores (a cell whose points are None is left as it
-    is); return the cells the gradebook does not have."""
+    is), then the late penalty on the notebooks' new scores (instructor/late.py); return the
+    cells the gradebook does not have."""
     from nbgrader.api import MissingEntry
+    from rtp_course.instructor import late
+    the_plugin = late.plugin(late.settings(str(REPOSITORY)))
     missing = []
     with gradebook(course) as gb:
         for cell in cells:
@@ -102,6 +108,8 @@ def write_gradebook(course: Path, assignment: str, student: str, cells, points: 
             if points.get(cell.grade_id) is not None:
                 grade.auto_score = points[cell.grade_id]
         gb.db.commit()
+        with contextlib.suppress(MissingEntry):
+            late.apply(gb, assignment, student, the_plugin)
     return missing
 
 

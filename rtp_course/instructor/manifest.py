@@ -1,6 +1,6 @@
 """The grader's fingerprint: refuse to grade from an altered installation.
 
-Everything a verdict depends on (the course package less the six exercise
+Everything a verdict depends on (the course package less the exercise
 modules, the hidden checks, the reference solutions, nbgrader_config.py, and
 the Python installation's site directories: their start-up code, the .pth files
 and sitecustomize, by content, every other file by size and modification time)

@@ -1,8 +1,10 @@
 """One command per intention of the instructor's term, each safe to repeat.
 
     rtp-course regrade ASSIGNMENT --student ID ...   notebooks and code of these students again
-    rtp-course export [--to FILE]                    the grades CSV, refused while code points
-                                                     are missing or were overwritten since
+    rtp-course export [--to FILE] [--provisional]    the grades CSV, refused while code points
+                                                     are missing, were overwritten since, or are
+                                                     provisional (unless --provisional: then a
+                                                     column says which)
 
 `nbgrader autograde` zeroes the points for code (the notebook's grading cells award nothing
 while it runs, grading.py says why), so it must always be followed by `rtp-course grade`:
@@ -11,24 +13,33 @@ while it runs, grading.py says why), so it must always be followed by `rtp-cours
 """
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+PROVISIONAL = "provisional"     # the grades CSV's column: what a row's points leave out
 
-def code_problems(course: Path) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of the gradebook's code points, over every assignment it has."""
+
+def code_problems(course: Path) -> tuple[list[str], dict]:
+    """(problems, provisional) of the gradebook's code points, over every assignment it has;
+    provisional: {(student, assignment): [what each provisional mark leaves out]}."""
     from nbgrader.api import MissingEntry
     from rtp_course.instructor.grade_code import graded_cells
     from rtp_course.instructor.grade_outcome import STATUS, read_status
+    from rtp_course.instructor import REPOSITORY, late
     from rtp_course.instructor.grade_record import checks_dir, gradebook
-    problems, warnings = [], []
+    the_plugin = late.plugin(late.settings(str(REPOSITORY)))
+    problems, provisional = [], {}
     with gradebook(course) as gb:
         for assignment in gb.assignments:
             cells = graded_cells(course, assignment.name)
             for sub in assignment.submissions if cells else ():
                 who = f"{sub.student.id}/{assignment.name}"
+                problems += [f"{who}: {s} (grade again: rtp-course grade {assignment.name} "
+                             f"--student {sub.student.id})"
+                             for s in late.stale(gb, assignment.name, sub.student.id, the_plugin)]
                 status = read_status(checks_dir(course, sub.student.id, assignment.name) / STATUS) or {}
                 for cell in cells:
                     got = status.get(cell.grade_id)
@@ -46,16 +57,20 @@ def code_problems(course: Path) -> tuple[list[str], list[str]]:
                         problems.append(f"{who}: {cell.exercise}: the gradebook has {score} points, "
                                         f"`rtp-course grade` gave {got.points:g} (autograde ran since?)")
                     elif got.status == "provisional":
-                        warnings.append(f"{who}: {got.phrase()}")
-    return problems, warnings
+                        provisional.setdefault((sub.student.id, assignment.name), []).append(
+                            got.phrase())
+    return problems, provisional
 
 
-def export(course: Path, to: Path, force: bool = False, log=print) -> int:
-    """nbgrader export, after checking the code points (refused on a problem unless `force`)."""
+def export(course: Path, to: Path, force: bool = False, log=print,
+           provisional_ok: bool = False) -> int:
+    """nbgrader export, after checking the code points: refused on a missing or overwritten
+    one unless `force`, and on a provisional one unless `provisional_ok` (or `force`); the
+    CSV's `provisional` column names what each row's points leave out."""
     from rtp_course.instructor import REPOSITORY
-    problems, warnings = code_problems(course)
-    for w in warnings:
-        log(f"PROVISIONAL  {w}")
+    problems, provisional = code_problems(course)
+    for (student, assignment), said in sorted(provisional.items()):
+        log(f"PROVISIONAL  {student}/{assignment}: {'; '.join(said)}")
     for p in problems:
         log(f"{'WARNING' if force else 'MISSING'}  {p}")
     if problems and not force:
@@ -64,14 +79,38 @@ def export(course: Path, to: Path, force: bool = False, log=print) -> int:
             f"(rtp-course grade ASSIGNMENT --student ID), or export anyway with --force. "
             f"Students: {', '.join(who)}")
         return 2
+    if provisional and not (provisional_ok or force):
+        who = sorted(f"{s}/{a}" for s, a in provisional)
+        log(f"not exported: {len(who)} grade(s) provisional (some checks not graded: the "
+            f"machine was too busy, or they were not run); grade them again (rtp-course grade "
+            f"ASSIGNMENT --student ID), or export them marked in the '{PROVISIONAL}' column "
+            f"with --provisional. Students: {', '.join(who)}")
+        return 2
     env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course))
     r = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", str(to)],
                        cwd=REPOSITORY, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         log(f"nbgrader export failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
         return 1
+    mark_provisional(to, provisional)
     log(f"grades written to {to}")
     return 0
+
+
+def mark_provisional(path: Path, provisional: dict) -> None:
+    """Add the `provisional` column to nbgrader's CSV: on each (assignment, student) row, what
+    its provisional marks leave out ("" for a final grade)."""
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = list(reader.fieldnames or []), list(reader)
+    for row in rows:
+        row[PROVISIONAL] = "; ".join(provisional.get((row.get("student_id"), row.get("assignment")), []))
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*fields, PROVISIONAL])
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
 
 
 def regrade(course: Path, assignment: str, students, jobs: int, world_sizes=None,
@@ -111,4 +150,5 @@ def cli_export(args) -> int:
     if not (course / "gradebook.db").exists():
         print(f"rtp-course export: no gradebook in {course}", file=sys.stderr)
         return 2
-    return export(course, Path(args.to) if args.to else course / "grades.csv", args.force)
+    return export(course, Path(args.to) if args.to else course / "grades.csv", args.force,
+                  provisional_ok=getattr(args, "provisional", False))

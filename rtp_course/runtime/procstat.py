@@ -14,6 +14,7 @@ for one) tell three states of a rank apart:
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 
 def _schedstat(pid: int, tid) -> tuple[int, int]:
@@ -41,23 +42,32 @@ def _stat_cpu(pid: int) -> tuple[float, float] | None:
         return None
 
 
-def usage(pid: int) -> tuple[float, float, float] | None:
-    """(CPU seconds of `pid`, seconds its main thread waited to run, CPU seconds of the
-    children it reaped), None if it is gone (0 where the kernel keeps no scheduler
-    statistics). The CPU counts threads that have ended (the thread group's total in
-    /proc/<pid>/stat): a thread started and ended between two looks still costs its time."""
-    cpu = delay = 0
+class Usage(NamedTuple):
+    """One look at a process, in seconds since it (or each thread) started."""
+    cpu: float                # on a CPU, all its threads (ended ones included)
+    main_waited: float        # its main thread runnable but waiting for a CPU
+    waited: dict              # tid -> that live thread's time runnable but waiting
+    reaped: float             # CPU of the children it reaped
+
+
+def usage(pid: int) -> Usage | None:
+    """How `pid` has used the CPU so far, None if it is gone (waits are 0 where the kernel
+    keeps no scheduler statistics). The CPU counts threads that have ended (the thread
+    group's total in /proc/<pid>/stat): a thread started and ended between two looks still
+    costs its time. The waits of each thread tell a rank whose main thread sleeps (on the
+    GIL, on a lock) while its other threads wait for a CPU from a rank that waits for nothing."""
+    cpu = 0
+    waited = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
     for tid in tasks:
-        on_cpu, waited = _schedstat(pid, tid)
+        on_cpu, waits = _schedstat(pid, tid)
         cpu += on_cpu
-        if tid == str(pid):
-            delay += waited
+        waited[tid] = waits / 1e9
     group, reaped = _stat_cpu(pid) or (0.0, 0.0)
-    return max(cpu / 1e9, group), delay / 1e9, reaped
+    return Usage(max(cpu / 1e9, group), waited.get(str(pid), 0.0), waited, reaped)
 
 
 def cpu_seconds(pid: int) -> float | None:

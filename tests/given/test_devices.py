@@ -140,7 +140,7 @@ def test_the_default_backend_is_one_for_the_whole_run(monkeypatch):
     assert [launcher.default_backend(n) for n in (1, 2, 3)] == ["nccl", "nccl", "gloo"]
     from rtp_course.checker import engine
     seen = []
-    monkeypatch.setattr(engine, "_run_sizes", lambda *a: seen.append(a[6]))
+    monkeypatch.setattr(engine, "_run_sizes", lambda *a: seen.append(a[5]))
     monkeypatch.setattr(engine, "validate", lambda *a: None)
     engine.run(["comm"], world_sizes=(1, 2, 3, 4))
     assert seen == ["gloo"]        # not NCCL at 1-2 ranks and gloo at 3-4

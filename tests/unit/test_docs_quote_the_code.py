@@ -53,7 +53,7 @@ def test_the_figures_are_the_codes(monkeypatch):
     assert f["`grade --jobs` default"] == "one submission per two cores" and grade_pool.default_jobs() == 4
     assert f["`autograde --jobs` default"] == "one student per core" and autograde.default_jobs() == 8
     assert f["wall-clock guard per submission and round"] == f"{grade_code.GUARD_S:g} s"
-    assert f["regrades of busy checks"] == str(grade_outcome.ROUNDS - 1)
+    assert f["regrades of checks not graded"] == str(grade_outcome.ROUNDS - 1)
     assert f["CPU budget of one submission's run"] == f"{budgets.RUN_CPU:g} CPU-s"
     assert f["near-copy threshold"] == f"{similarity.NEAR_COPY:g}"
     timeout = re.search(r"^c\.Execute\.timeout = (\d+)$", (ROOT / "nbgrader_config.py").read_text(), re.M)

@@ -56,15 +56,15 @@ def test_the_summary_line_says_what_is_not_graded_and_how_often_it_was_regraded(
     g = grade_outcome.grade_cell(CELL, rs, regrades=2)
     assert g.status == "provisional" and g.points == 8.57
     assert grade_outcome.line("alice", "02_data_parallelism", [g]) == (
-        "alice/02_data_parallelism: data_parallel 8.57/10 (1 check not graded: machine busy, "
+        "alice/02_data_parallelism: data_parallel 8.57/10 (1 check not graded, "
         "regraded twice)")
-    assert g.phrase(regrading=True).endswith("(1 check not graded: machine busy; regrading)")
+    assert g.phrase(regrading=True).endswith("(1 check not graded; regrading)")
 
 
 def test_nothing_graded_is_no_points_not_zero():
     g = grade_outcome.grade_cell(CELL, results(a="busy", b="busy"), regrades=1)
     assert g.points is None and g.status == "not graded"
-    assert g.phrase() == "data_parallel not graded (machine busy: no check could be graded, regraded once)"
+    assert g.phrase() == "data_parallel not graded (no check could be graded: machine busy, or not run, regraded once)"
     assert grade_outcome.grade_cell(CELL, []).why == "no check of it ran"       # not a zero
     g = grade_outcome.grade_cell(CELL, None, why="its grading took longer than 180 s (stopped)")
     assert g.phrase() == "data_parallel not graded (its grading took longer than 180 s (stopped))"

@@ -11,12 +11,12 @@ from rtp_course.instructor.grade_outcome import CellGrade
 from grading_course import make_course
 
 
-def _graded(course, a, student, pts):
+def _graded(course, a, student, pts, not_graded=0):
     """As `rtp-course grade` leaves a student: code.json and the gradebook."""
     from rtp_course.instructor import grade_record
     cells = grade_code.graded_cells(course, a)
-    grades = [CellGrade(c.grade_id, c.notebook, c.exercise, c.points, pts, checks=4, names=list("abcd"))
-              for c in cells]
+    grades = [CellGrade(c.grade_id, c.notebook, c.exercise, c.points, pts, checks=4,
+                        not_graded=not_graded, names=list("abcd")) for c in cells]
     grade_outcome.write_status(grade_record.checks_dir(course, student, a) / grade_outcome.STATUS,
                                student, a, grades)
     grade_record.write_gradebook(course, a, student, cells, {g.grade_id: pts for g in grades})
@@ -45,6 +45,23 @@ def test_export_with_every_code_point_in_place_writes_the_csv(tmp_path):
     with open(tmp_path / "grades.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["student_id"], float(r["score"])) for r in rows] == [("alice", 2.5)]
+
+
+def test_export_refuses_provisional_grades_unless_asked_then_marks_them(tmp_path):
+    """A provisional mark (a check not graded) left in grades.csv with nothing saying so."""
+    course, a = make_course(tmp_path, {"alice": None, "bob": None})
+    _graded(course, a, "alice", 2.5)
+    _graded(course, a, "bob", 3.0, not_graded=1)
+    lines = []
+    assert term.export(course, tmp_path / "grades.csv", log=lines.append) == 2
+    assert not (tmp_path / "grades.csv").exists()
+    assert any(ln.startswith("PROVISIONAL  bob/") for ln in lines) and "--provisional" in lines[-1]
+    assert term.export(course, tmp_path / "grades.csv", log=lines.append, provisional_ok=True) == 0
+    with open(tmp_path / "grades.csv") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert rows["alice"][term.PROVISIONAL] == ""
+    assert "1 check not graded" in rows["bob"][term.PROVISIONAL]
+    assert float(rows["bob"]["score"]) == 3.0
 
 
 def test_regrade_autogrades_then_grades_the_code(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ class Event:
     members: tuple = ()     # that group's global ranks
     batch: int | None = None  # the batch_isend_irecv it was posted in
     overwritten: bool = False  # a send buffer written to before its work was waited
+    dropped: bool = False   # its handle was let go before it was waited (or seen done)
 
 
 @dataclass

@@ -8,6 +8,7 @@ from rtp_course.runtime.commlog.state import P2P, RECEIVES, STATE, _completed, _
 
 
 POLL_PAUSE = 0.001     # s: is_completed() that says no gives up the CPU this long
+_kept: list = []       # works whose handles were dropped unwaited, until they are done
 
 
 class _Work:
@@ -24,6 +25,7 @@ class _Work:
         self._sent = [(t, t._version) for t in sent]   # send buffers, and their version then
         self._waited = False          # a wait() returned: a second one is named as such
         self._progress = None         # (thread, event, error) of a wait in the background
+        self._adopted = False         # its work now belongs to a batch's handle
 
     def _mark_completed(self):
         if self._events is STATE.events:
@@ -102,6 +104,28 @@ class _Work:
             thread.start()
         return self._progress[1].is_set()
 
+    def __del__(self):
+        """A handle let go unwaited. NCCL runs its operation all the same (the group's stream
+        completes it); gloo's point-to-point work destroyed unwaited can leave the pair
+        stuck, so that the next transfer on it spins or hangs. As NCCL would, the operation
+        is kept until it is done; the check names the work if it fails."""
+        try:
+            if self._waited or self._adopted or not STATE.nccl_rules:
+                return
+            pending = [self._events[i] for i in self._indices if not self._events[i].completed]
+            if not any(e.family in P2P for e in pending):
+                return
+            for e in pending:
+                e.dropped = True
+            _finish(self._work)
+        except Exception:  # noqa: BLE001 - a finalizer must not raise (interpreter shutdown)
+            pass
+
+    def adopt(self):
+        """The inner work, handed to a batch's handle (batch_isend_irecv): this one is done."""
+        self._adopted = True
+        return self._work
+
     def get_future(self):
         """A work turned into a future counts as waited: its waits (fut.wait(),
         torch.futures.wait_all) happen in C++, where no log can see them."""
@@ -112,3 +136,10 @@ class _Work:
 
     def __getattr__(self, name):
         return getattr(self._work, name)
+
+
+def _finish(work) -> None:
+    """Keep a dropped work alive for the rest of the rank's run: gloo completes it as the
+    peer's half arrives, as NCCL's stream would. Never waited here: a thread waiting on it
+    crosses the pair's order of matching, and a wait that gives up closes the pair."""
+    _kept.append(work)

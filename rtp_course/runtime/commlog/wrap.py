@@ -120,7 +120,7 @@ def _wrap_batch(fn):
             _pending(STATE.events[i])
         where = STATE.events[start].where if len(STATE.events) > start else caller()
         sent = [op.tensor for op in p2p_op_list if getattr(op.op, "__name__", "") == "isend"]
-        inner = [w._work if isinstance(w, _Work) else w for w in works]
+        inner = [w.adopt() if isinstance(w, _Work) else w for w in works]
         if STATE.nccl_rules:
             return [_Work(nccl_calls.Coalesced(inner), "batch_isend_irecv", where, indices,
                           sent=sent)]

@@ -1,0 +1,51 @@
+"""A hang or an endless loop in one function costs only the checks that call it: every other
+check of the exercise runs and passes, end to end (ranks, watchdog, budgets). The engine's
+bookkeeping is held without processes in tests/unit/test_engine_budgets.py."""
+import pytest
+
+from rtp_course.checker import engine, report
+from wrongs import ROOT
+
+RS_BODY = '''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if tensor.shape[dim] % world:
+        raise ValueError(f"ring_reduce_scatter'''
+SPINS = "    while True:\n        pass\n"
+WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
+         "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
+CALLERS = ("ring_reduce_scatter", "subgroup")     # the checks that call ring_reduce_scatter
+
+
+def rotation_with(tmp_path, first_lines: str):
+    """The reference rotation.py with `first_lines` at the top of ring_reduce_scatter."""
+    impl = tmp_path / "impl"
+    impl.mkdir()
+    text = (ROOT / "solutions" / "rotation.py").read_text()
+    assert text.count(RS_BODY) == 1
+    (impl / "rotation.py").write_text(text.replace(RS_BODY, first_lines + RS_BODY))
+    return impl
+
+
+def graded(impl, **kw):
+    """The checks' results, run again while the machine was too busy for some (as a student
+    is told to): what is judged here is the verdict, never the machine's load."""
+    for _ in range(3):
+        results = engine.run(["rotation"], impl=str(impl), timeout_scale=0.25, **kw)
+        if not any(r.status == "busy" for r in results):
+            return results, report.text(results)
+    pytest.skip("the machine was too busy to grade three times in a row")
+
+
+@pytest.mark.parametrize("bug", [SPINS, WAITS], ids=["spins", "waits"])
+def test_only_the_checks_calling_the_broken_function_fail(tmp_path, bug):
+    results, text = graded(rotation_with(tmp_path, bug), world_sizes=(2, 3))
+    broken = [r for r in results if r.check.startswith(CALLERS)]
+    rest = [r for r in results if not r.check.startswith(CALLERS)]
+    assert rest and all(r.passed for r in rest), text
+    assert broken and not any(r.passed for r in broken), text
+    first = [r for r in broken if r.world_size == 2]
+    said = "too slow" if bug == SPINS else "deadlock"
+    assert all(said in r.message for r in first), text
+    at_2 = {r.check for r in first}
+    assert all("not run: it did not finish at world size 2" in r.message
+               for r in broken if r.world_size == 3 and r.check in at_2), text
+    assert "may follow from" not in text and "NOT RUN" not in text, text
