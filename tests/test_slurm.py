@@ -22,6 +22,15 @@ from slurm_fixture import ROOT, fake_course, real_course_command, slurm_cluster 
 # ---- no Slurm needed --------------------------------------------------------------------------
 
 
+def test_a_check_job_runs_every_world_size_it_can_and_says_which_it_leaves_out():
+    """`submit check --gpus 0` ran world size 2 alone: a bug only 3 ranks show passed."""
+    assert slurm.check_sizes(0) == [1, 2, 3, 4] and slurm.check_sizes(2) == [1, 2]
+    assert slurm.check_sizes(4, 2) == [2]
+    assert slurm.left_out([1, 2, 3, 4]) == ""
+    said = slurm.left_out([1, 2])
+    assert said.startswith("world sizes 3, 4 not checked") and "--gpus 4" in said
+
+
 def test_without_slurm_the_message_gives_the_local_command(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch anywhere
     ok, why = slurm.slurm_available()

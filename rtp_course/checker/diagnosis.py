@@ -394,7 +394,8 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
                 return variant(r.check, e.check, r.task) or (
                     "subgroup" in r.check.lower() and "subgroup" not in e.check.lower())
             # a check of an earlier task that failed in this task's own function explains nothing
-            return e.task in needs and not any(n in e.phase for n in course.task(r.task).names)
+            return e.task in needs and not any(re.search(rf"\b{re.escape(n)}\b", e.phase)
+                                               for n in course.task(r.task).names)
         causes = [e for e in failed if explains(e)]
         if causes:
             cause = min(causes, key=lambda e: position.get(e.task, (99, 99)))

@@ -5,8 +5,9 @@ group.run_world launches the ranks (worker.run_checks), its watchdog follows the
 each check is judged in this process (judging.py) as soon as every rank has written its
 result. A check that hung, or was too slow, at one world size is not run again at larger
 ones. Checks that a budget shared with other checks left no time for ("not run") are run
-once more, with fresh budgets: a hang or a slow loop in one function costs only the checks
-that call it, and the whole run stays bounded (twice the run's budget at most).
+once more, with fresh budgets (grading leaves them to its next round instead): a hang or a
+slow loop in one function costs only the checks that call it, and the whole run stays
+bounded (twice the run's budget at most).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _refuse_world_sizes(checks, world_sizes, exercises) -> None:
 
 def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype=None,
         timeout_scale=1.0, backend=None, progress=None, only=None,
-        timeout=None, confine=None, again=True) -> list[Result]:
+        timeout=None, confine=None, again=True, later=()) -> list[Result]:
     """Run the checks of `exercises` on `impl`; return one Result per check and world size.
     `only`: the checks to run, by name, id or task ("E3.1": every check of that task).
 
@@ -65,7 +66,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     CPU budget and lifts the exercise and run budgets (a person debugging). `confine`: run
     the code under test confined (rtp_course/confinement); default: with the hidden checks,
     as grading does. `again`: run what a shared budget left "not run" once more (grading
-    leaves them to its next round, which runs them alone, each round under its guard)."""
+    leaves them to its next round, each round under its guard). `later`: task ids whose
+    checks run after the others (their functions hung or spun in an earlier run)."""
     budgets = B.Budgets(timeout_scale, timeout)
     confine = hidden if confine is None else confine
     exercises = list(exercises or EXERCISES)
@@ -75,6 +77,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     impl_dir = str(resolve(impl))
     modules = check_modules(exercises, hidden)
     checks = sorted(load_checks(modules), key=_task_order)   # a task's checks before later tasks'
+    checks.sort(key=lambda c: c.task_id in later)           # stable: what hung before goes last
     if only:   # check names or ids, or task ids ("E3.1": every check of that task)
         unknown = [n for n in only if not any(n in (c.name, c.id, c.task_id) for c in checks)]
         if unknown:
@@ -107,7 +110,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
         expect, confine)
     try:
         run_plan(plan, budgets, progress)
-        left = _not_run(results, plan) if again else []
+        task_of = {c.id: c.task_id for c in checks}
+        left = _not_run(results, plan, _stopped_tasks(results, task_of)) if again else []
         if left:
             run_plan(left, B.Budgets(timeout_scale, timeout), None)
     finally:
@@ -133,12 +137,20 @@ def _task_order(check) -> tuple:
             tasks.index(check.task_id) if check.task_id in tasks else len(tasks))
 
 
-def _not_run(results: list, plan) -> list:
-    """The plan of the checks a shared budget left "not run", taken out of `results`."""
+def _not_run(results: list, plan, last_tasks=frozenset()) -> list:
+    """The plan of the checks a shared budget left "not run", taken out of `results`; those of
+    `last_tasks` after the others."""
     left = {(r.exercise, r.check, r.world_size) for r in results if r.status == "notrun"}
     results[:] = [r for r in results if r.status != "notrun"]
-    again = [(ws, [c for c in todo if (c.exercise, c.name, ws) in left]) for ws, todo in plan]
+    again = [(ws, sorted((c for c in todo if (c.exercise, c.name, ws) in left),
+                         key=lambda c: c.task_id in last_tasks)) for ws, todo in plan]
     return [(ws, todo) for ws, todo in again if todo]
+
+
+def _stopped_tasks(results: list, task_of: dict) -> set:
+    """The tasks of the checks that hung or spun past their own budget."""
+    return {task_of.get(f"{r.exercise}.{r.check}") for r in results
+            if r.status == "deadlock" or r.details.get("stopped") in ("own", "slow")}
 
 
 def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,

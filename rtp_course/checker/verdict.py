@@ -201,7 +201,7 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     unwaited (not while raising: an exception drops what was in flight) names that work first:
     it is the likeliest cause."""
     result = _judge(check, world_size, outcomes, expected, rules)
-    dropped = _dropped(outcomes) if result.status == "failed" else None
+    dropped = _dropped(outcomes, result.phase) if result.status == "failed" else None
     if dropped:
         rank, what = dropped
         result.message = (f"rank {rank} let go of a work it never waited ({what}); "
@@ -215,15 +215,19 @@ DROPPED_HINT = ("keep the handle of every transfer you start and wait() on it be
                 "moves data nobody asked for), while on gloo its pair can stall the next transfer")
 
 
-def _dropped(outcomes: dict):
-    """(rank, 'irecv at ...') of the first work a rank let go of unwaited, or None."""
+def _dropped(outcomes: dict, phase: str):
+    """(rank, 'irecv at ...') of the first work a rank let go of unwaited in `phase` (any phase
+    if the failure names none) and never saw completed, or None."""
+    def let_go(e) -> bool:
+        return isinstance(e, dict) and bool(e.get("dropped")) and not e.get("completed") \
+            and (not phase or e.get("phase") == phase)
     for rank in sorted(outcomes):
         if outcomes[rank].get("status") != "ok":
             continue
         events = outcomes[rank].get("events") or []
         for e in events:
-            if isinstance(e, dict) and e.get("dropped"):
-                n = sum(isinstance(d, dict) and bool(d.get("dropped")) for d in events)
+            if let_go(e):
+                n = sum(let_go(d) for d in events)
                 more = f", and {n - 1} more" if n > 1 else ""
                 return rank, f"{e.get('family') or e.get('kind')} at {e.get('where')}{more}"
     return None

@@ -29,7 +29,7 @@ IDLE = 0.02              # a rank using less CPU than this per wall second is bl
                          # loop thread, polling, uses ~0.2%; a starved rank gets its share)
 STARVED = 0.5            # a rank whose main thread waited this long per second to run is starved
 DISK_FILES = 10000       # a rank's files in the run's directory
-NEVER_SEEN = procstat.Usage(0.0, 0.0, {}, 0.0)
+NEVER_SEEN = procstat.Usage(0.0, {}, 0.0)
 
 
 class Stuck(Exception):
@@ -44,7 +44,7 @@ class Stuck(Exception):
 
 
 class _Usage:
-    """Per rank: CPU time of its process tree, and how long its main threads waited to run,
+    """Per rank: CPU time of its process tree, and how long its threads waited to run,
     as differences between two samples, process by process (a process that ended takes its
     time away with it, which must not look like a pause)."""
 
@@ -65,7 +65,7 @@ class _Usage:
         self.looked = now
         used, blocked, starved, seen = 0.0, True, False, {}
         for rank, pids in self.trees.items():
-            d_cpu = d_main = d_any = 0.0
+            d_cpu = d_most = 0.0
             looked = {pid: procstat.usage(pid) for pid in pids}
             for pid, now_pid in looked.items():  # first: a parent listed before its child reaps it
                 if now_pid is None and pid in self.seen:   # its time returns in its parent's reaped CPU
@@ -75,19 +75,21 @@ class _Usage:
                     continue
                 before = self.seen.get(pid, NEVER_SEEN)
                 d_cpu += max(0.0, now_pid.cpu - before.cpu)
-                d_main += max(0.0, now_pid.main_waited - before.main_waited)
-                # thread by thread: a thread born since the last look waited all its life in it
-                d_any += sum(max(0.0, w - before.waited.get(tid, 0.0))
-                             for tid, w in now_pid.waited.items())
+                # the thread that waited most for a CPU (a thread born since the last look waited
+                # all its life in it); the most, not the sum: a rank's many transport threads
+                # each wait a little at every wake-up on a busy machine
+                d_most = max(d_most, *(w - before.waited.get(tid, 0.0)
+                                       for tid, w in now_pid.waited.items()), 0.0)
                 d_cpu += self._reaped(rank, max(0.0, now_pid.reaped - before.reaped))
                 # the live threads' sum drops when one ends: never count from below what was seen
                 seen[pid] = now_pid._replace(cpu=max(now_pid.cpu, before.cpu))
             used += d_cpu
             # blocked: no CPU, and no thread of the rank waiting for one (a main thread asleep
             # on the GIL while the rank's other threads wait for a CPU is not a hang)
-            blocked &= d_cpu < IDLE * dt and d_any < STARVED * dt
-            # a main thread kept waiting by its own rank's other threads is not starved
-            starved |= d_main >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
+            blocked &= d_cpu < IDLE * dt and d_most < STARVED * dt
+            # starved: a thread waiting for a CPU most of the time while the rank gets under
+            # half of one (a thread kept waiting by its own rank's other threads is not starved)
+            starved |= d_most >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
         self.seen = seen
         if first or dt > 4 * SAMPLE:          # no baseline, or this process was not scheduled
             return 0.0, used, False, False    # to look: nothing is known of the ranks' pause

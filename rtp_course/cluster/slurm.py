@@ -232,10 +232,9 @@ def check_on_slurm(exercises=(), gpus=1, wait=True, **kwargs):
         print(e)
         return None
     print(f"submitted Slurm job {job.job_id}; log: {job.log}")
-    if args.what == "check":
-        said = left_out(check_sizes(args.gpus, args.world_size))
-        if said:
-            print(said)
+    said = left_out(check_sizes(gpus, kwargs.get("world_size")))
+    if said:
+        print(said)
     if wait:
         job.wait()
         print(job.summary())
@@ -299,6 +298,8 @@ def cli_submit(args):
         print(f"rtp-course submit: {e}", file=sys.stderr)
         return 1
     print(f"submitted Slurm job {job.job_id}; log: {job.log}")
+    if args.what == "check" and left_out(check_sizes(args.gpus, args.world_size)):
+        print(left_out(check_sizes(args.gpus, args.world_size)))
     if args.no_wait:
         print(f"follow it with: rtp-course submit status {job.job_id}")
         return 0

@@ -67,7 +67,7 @@ def impl_dir(course: Path, assignment: str, student: str) -> Path:
 
 
 def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: float = 1.0,
-               only=None) -> dict:
+               only=None, later=()) -> dict:
     """{exercise: [Result]}: the public and hidden checks of `exercises` on `impl` (`only`:
     those check ids), confined, in one run (its CPU budget bounds the whole submission).
     Runs in a grading process."""
@@ -80,7 +80,8 @@ def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: floa
         torch_warnings()
         results = engine.run(exercises, impl=impl, world_sizes=world_sizes,
                              hidden=hidden_dir() is not None, timeout_scale=timeout_scale,
-                             backend=grading_backend(), confine=True, only=only, again=False)
+                             backend=grading_backend(), confine=True, only=only, again=False,
+                             later=later)
     return {ex: [r for r in results if r.exercise == ex] for ex in exercises}
 
 
@@ -95,19 +96,25 @@ class Submission:
     why: dict = field(default_factory=dict)          # exercise -> why it has no results
     error: str = ""                                  # the last failure's full text
     only: list | None = None                         # check ids to run in the next round (None: all)
+    later: list = field(default_factory=list)        # task ids of checks that hung or spun: run last
 
-    def take(self, outcome: grade_pool.Outcome, again: bool) -> None:
-        """A round's outcome: merge its results; keep to do what is still not graded."""
+    def take(self, outcome: grade_pool.Outcome, again: bool, last: bool = False) -> None:
+        """A round's outcome: merge its results; keep to do what is still not graded. After
+        the last round a check still not run (the submission's own checks spent the budgets
+        in every round) counts as failed: budgets are CPU time, never the machine's."""
         for ex in self.todo:
             self.regrades[ex] = self.regrades.get(ex, 0) + again
         if outcome.ok:
             for ex in self.todo:
                 self.results[ex] = grade_outcome.merge(self.results.get(ex, []), outcome.value.get(ex, []))
                 self.why.pop(ex, None)
+                if last:
+                    grade_outcome.fail_not_run(self.results[ex])
             self.todo = [ex for ex in self.todo if grade_outcome.has_busy(self.results[ex])]
-            # a regrade runs what was not graded, alone: a check that passed or failed keeps its
-            # verdict, and one that hangs does not spend again what the others need
+            # a regrade runs only what was not graded: a check that passed or failed keeps its
+            # verdict, and the checks whose functions hung or spun run after the others
             self.only = [cid for ex in self.todo for cid in grade_outcome.not_graded_ids(self.results[ex])]
+            self.later = [cid for ex in self.todo for cid in grade_outcome.stopped_ids(self.results[ex])]
         else:
             self.error = outcome.error
             self.why.update({ex: outcome.error.splitlines()[0] for ex in self.todo})
@@ -154,13 +161,13 @@ def grade_class(course: Path, assignment: str, cells, students, jobs: int = 1, w
 
         def done(outcome, rnd=rnd, last=last):
             sub = subs[outcome.key]
-            sub.take(outcome, again=rnd > 0)
+            sub.take(outcome, again=rnd > 0, last=last)
             if sub.todo and not last:
                 log(grade_outcome.line(sub.student, assignment, sub.grades(cells), regrading=True))
                 return
             _finish(course, assignment, cells, sub, out, log, write)
         tasks = [(sub.student, run_checks, (str(sub.impl), sub.todo, world_sizes, timeout_scale,
-                                            sub.only or None))
+                                            sub.only or None, sub.later))
                  for sub in todo]
         grade_pool.run(tasks, 1 if last and rnd else jobs, GUARD_S * timeout_scale, done)
     for sub in subs.values():                # nothing to check (no module handed in)

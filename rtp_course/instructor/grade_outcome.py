@@ -77,6 +77,21 @@ def has_busy(results: list) -> bool:
     return CheckReport(results).not_graded() > 0
 
 
+def stopped_ids(results: list) -> list[str]:
+    """The tasks ("E4.4") of the checks that hung or were stopped for their own budget."""
+    return sorted({r.task for r in results if r.task and (
+        r.status == "deadlock" or r.details.get("stopped") in ("own", "slow"))})
+
+
+def fail_not_run(results: list) -> None:
+    """The checks still not run after the last round: failed, saying why."""
+    for r in results:
+        if r.status == "notrun":
+            r.status = "failed"
+            r.message = (f"{r.message}; in each of {ROUNDS} gradings the submission's other "
+                         f"checks used the budgets first, so it counts as failed")
+
+
 def not_graded_ids(results: list) -> list[str]:
     """The ids ("rotation.rotate") of the checks left out of the points: to run again."""
     return [f"{ex}.{name}" for (ex, name), rs in by_check(results).items() if CheckReport._busy(rs)]

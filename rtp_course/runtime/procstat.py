@@ -45,7 +45,6 @@ def _stat_cpu(pid: int) -> tuple[float, float] | None:
 class Usage(NamedTuple):
     """One look at a process, in seconds since it (or each thread) started."""
     cpu: float                # on a CPU, all its threads (ended ones included)
-    main_waited: float        # its main thread runnable but waiting for a CPU
     waited: dict              # tid -> that live thread's time runnable but waiting
     reaped: float             # CPU of the children it reaped
 
@@ -67,7 +66,7 @@ def usage(pid: int) -> Usage | None:
         cpu += on_cpu
         waited[tid] = waits / 1e9
     group, reaped = _stat_cpu(pid) or (0.0, 0.0)
-    return Usage(max(cpu / 1e9, group), waited.get(str(pid), 0.0), waited, reaped)
+    return Usage(max(cpu / 1e9, group), waited, reaped)
 
 
 def cpu_seconds(pid: int) -> float | None:

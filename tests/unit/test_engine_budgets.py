@@ -82,8 +82,10 @@ def test_checks_a_shared_budget_left_no_time_for_are_run_again_not_failed(launch
     honest = [r for r in results if r.check not in spins]
     assert all(r.passed for r in honest), [(r.check, r.world_size, r.message) for r in honest
                                            if not r.passed]
+    assert not any(r.status == "notrun" for r in results), verdicts(results)
+    first = {name: min(r.world_size for r in results if r.check == name) for name in spins}
     assert all(r.status == "failed" and "too slow" in r.message for r in results
-               if r.check in spins and "not run" not in r.message)
+               if r.check in spins and r.world_size == first[r.check])
     assert len(fake.runs) > 4           # a second pass ran what the first left
 
 
@@ -115,3 +117,26 @@ def test_a_hint_blames_only_a_check_that_failed():
           Result("rotation", "ring_all_gather", 2, "failed", "max abs error", hint="h", task="E4.3")]
     diagnosis.blame_earlier_tasks(rs)
     assert rs[1].hint == "h"
+
+
+def test_grading_counts_what_is_still_not_run_after_its_last_round_as_failed():
+    """Budgets are CPU time: what the submission's own checks spent in every round is its
+    doing, never a provisional full mark."""
+    from rtp_course.instructor import grade_outcome
+    rs = [Result("rotation", "rotate", 2, "notrun", "not run: ...", task="E4.2"),
+          Result("rotation", "ring_peers", 2, "failed", "too slow", task="E4.1",
+                 details={"stopped": "own"}),
+          Result("rotation", "wait_twice", 2, "passed", task="E4.2")]
+    assert grade_outcome.not_graded_ids(rs) == ["rotation.rotate"]
+    assert grade_outcome.stopped_ids(rs) == ["E4.1"]
+    grade_outcome.fail_not_run(rs)
+    assert [r.status for r in rs] == ["failed", "failed", "passed"]
+    assert "counts as failed" in rs[0].message and grade_outcome.not_graded_ids(rs) == []
+
+
+def test_checks_of_a_task_that_spun_run_after_the_others(launches):
+    """`later`: grading's next round runs the honest checks first."""
+    fake = launches()
+    engine.run(["rotation"], impl="solutions", world_sizes=[2], later=("E4.1",),
+               only=["ring_peers", "rotate", "ring_all_gather"])
+    assert fake.runs == [(2, ["rotate", "ring_all_gather", "ring_peers"])]

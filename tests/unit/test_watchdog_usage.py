@@ -30,7 +30,7 @@ class FakeProc:
         live = self.threads[pid]
         group = sum(c for c, _ in live.values()) + self.ended.get(pid, 0.0)
         waited = {str(t): w for t, (_, w) in live.items()}
-        return procstat.Usage(group, waited.get(str(pid), 0.0), waited, self.reaped.get(pid, 0.0))
+        return procstat.Usage(group, waited, self.reaped.get(pid, 0.0))
 
 
 @pytest.fixture
@@ -94,6 +94,34 @@ def test_ranks_that_wait_for_each_other_are_blocked_though_a_transport_thread_wa
             proc.run(pid, pid + 10, cpu=0.0002, waited=0.02 * SAMPLE)
     samples = looks(watchdog._Usage(2), ranks(1, 2), 6, polling)
     assert all(blocked and not starved for _, _, blocked, starved in samples), samples
+
+
+def test_many_transport_threads_that_each_wait_a_little_do_not_hide_a_deadlock(proc):
+    """A rank late in a launch has a gloo loop thread per group it made; on a busy machine
+    each waits a little at every wake-up. Added up they pass any threshold: each alone does
+    not, and the deadlocked ranks are blocked."""
+    for pid in (1, 2):
+        proc.run(pid, pid)
+        for t in range(40):
+            proc.run(pid, 100 * pid + t)
+
+    def polling(_):
+        for pid in (1, 2):
+            for t in range(40):
+                proc.run(pid, 100 * pid + t, cpu=0.00005, waited=0.03 * SAMPLE)
+    samples = looks(watchdog._Usage(2), ranks(1, 2), 6, polling)
+    assert all(blocked and not starved for _, _, blocked, starved in samples), samples
+
+
+def test_a_main_thread_asleep_while_its_threads_are_starved_is_starved(proc):
+    """Not a hang, and not slow either: the machine keeps the rank's threads from a CPU."""
+    proc.run(1, 1)
+    proc.run(1, 2)
+
+    def starved(_):
+        proc.run(1, 2, cpu=0.001, waited=0.9 * SAMPLE)
+    samples = looks(watchdog._Usage(1), ranks(1), 4, starved)
+    assert all(starved and not blocked for _, _, blocked, starved in samples), samples
 
 
 def test_a_rank_whose_main_thread_waits_for_a_cpu_is_starved_not_blocked(proc):

@@ -110,7 +110,8 @@ class _Work:
         stuck, so that the next transfer on it spins or hangs. As NCCL would, the operation
         is kept until it is done; the check names the work if it fails."""
         try:
-            if self._waited or self._adopted or not STATE.nccl_rules:
+            if self._waited or self._adopted or not STATE.nccl_rules \
+                    or getattr(STATE.local, "batch", None) is not None:   # a batch's own op
                 return
             pending = [self._events[i] for i in self._indices if not self._events[i].completed]
             if not any(e.family in P2P for e in pending):
