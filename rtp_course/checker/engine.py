@@ -149,8 +149,7 @@ def _not_run(results: list, plan, last_tasks=frozenset()) -> list:
 
 def _stopped_tasks(results: list, task_of: dict) -> set:
     """The tasks of the checks that hung or spun past their own budget."""
-    return {task_of.get(f"{r.exercise}.{r.check}") for r in results
-            if r.status == "deadlock" or r.details.get("stopped") in ("own", "slow")}
+    return {task_of.get(f"{r.exercise}.{r.check}") for r in results if r.never_returned}
 
 
 def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,
@@ -177,8 +176,7 @@ def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,
                                   expect, confine)
         _compare_with_reference(res, outcomes, todo, ws, impl_dir, modules, dtype, backend,
                                 expect)
-        hung.update({f"{r.exercise}.{r.check}": r for r in res
-                     if r.status == "deadlock" or r.details.get("stopped") in ("own", "slow")})
+        hung.update({f"{r.exercise}.{r.check}": r for r in res if r.never_returned})
         results += res
 
 

@@ -37,6 +37,11 @@ class Result:
     def passed(self) -> bool:
         return self.status == "passed"
 
+    @property
+    def never_returned(self) -> bool:
+        """It hung, or spun past its own CPU budget: the function it called did not return."""
+        return self.status == "deadlock" or self.details.get("stopped") in ("own", "slow")
+
 
 def _phase_of(key: str) -> str:
     return key.split("/", 1)[0]

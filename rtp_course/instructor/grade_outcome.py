@@ -79,8 +79,7 @@ def has_busy(results: list) -> bool:
 
 def stopped_ids(results: list) -> list[str]:
     """The tasks ("E4.4") of the checks that hung or were stopped for their own budget."""
-    return sorted({r.task for r in results if r.task and (
-        r.status == "deadlock" or r.details.get("stopped") in ("own", "slow"))})
+    return sorted({r.task for r in results if r.task and r.never_returned})
 
 
 def fail_not_run(results: list) -> None:
