@@ -39,6 +39,7 @@ class ShardedOptimizerCheck(Check):
     task = "E7.1"
     hints = h.ZERO_HINTS
     owned = ("build",)
+    adam_eps = None               # None: torch.optim.Adam's default
     seed, data_seed, steps = 3, 500, 2
     in_features, out_features = 5, 3
 
@@ -52,7 +53,7 @@ class ShardedOptimizerCheck(Check):
         group = self.groups(ctx)
         scan = ctx.world_size in h.MEMORY_SIZES
         before = memory.live_storages() if scan else None
-        for opt_name, (cls, kwargs) in h.ZERO_OPTIMIZERS.items():
+        for opt_name, (cls, kwargs) in h.zero_optimizers(self).items():
             model = owned_module(self, "build", self.seed, ctx.rank).to(device=ctx.device,
                                                                          dtype=ctx.dtype)
             with ctx.phase("init" if opt_name == "sgd" else f"init {opt_name}"):

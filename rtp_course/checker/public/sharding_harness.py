@@ -107,12 +107,20 @@ def _mean_loss_backward(model, check, step, members):
     loss_of(check, model(x), y).backward()
 
 
+def zero_optimizers(check) -> dict:
+    """{name: (optimizer class, kwargs)} the ZeRO-1 check trains with: Adam's eps the check's
+    (None: Adam's default, not passed)."""
+    eps = getattr(check, "adam_eps", None)
+    return {name: (cls, {**kwargs, **({"eps": eps} if name == "adam" and eps is not None else {})})
+            for name, (cls, kwargs) in ZERO_OPTIMIZERS.items()}
+
+
 def zero_serial(check, members) -> dict:
     """{opt: {"grads": [per step {name: grad}], "params": [per step {name: param}]},
     "init": {name: param}}: a fresh model per optimizer, as the ZeRO-1 check trains."""
     def compute():
         out = {"init": {n: p.detach().clone() for n, p in _start(check, members).named_parameters()}}
-        for opt_name, (cls, kwargs) in ZERO_OPTIMIZERS.items():
+        for opt_name, (cls, kwargs) in zero_optimizers(check).items():
             model = _start(check, members)
             opt = cls(model.parameters(), **kwargs)
             grads, params = [], []
