@@ -106,6 +106,12 @@ def _files(out: Path):
 
 # ------------------------------------------------------------------ nothing leaks
 
+def test_the_license_pyproject_names_ships(edition):
+    """pyproject.toml names Apache-2.0: the edition carries the license's text."""
+    assert "Apache-2.0" in (edition / "pyproject.toml").read_text()
+    assert "Apache License" in (edition / "LICENSE").read_text()
+
+
 def test_no_instructor_files(edition):
     rels = [p.relative_to(edition).as_posix() for p in _files(edition)]
     assert not (edition / "solutions").exists() and not any("solutions" in r.split("/") for r in rels)
