@@ -113,22 +113,14 @@ def test_many_transport_threads_that_each_wait_a_little_do_not_hide_a_deadlock(p
     assert all(blocked and not starved for _, _, blocked, starved in samples), samples
 
 
-def test_a_main_thread_asleep_while_its_threads_are_starved_is_starved(proc):
+@pytest.mark.parametrize("waiting", [2, 1], ids=["a worker thread, the main one asleep", "the main thread"])
+def test_a_rank_whose_thread_waits_for_a_cpu_is_starved_not_blocked(proc, waiting):
     """Not a hang, and not slow either: the machine keeps the rank's threads from a CPU."""
     proc.run(1, 1)
     proc.run(1, 2)
 
     def starved(_):
-        proc.run(1, 2, cpu=0.001, waited=0.9 * SAMPLE)
-    samples = looks(watchdog._Usage(1), ranks(1), 4, starved)
-    assert all(starved and not blocked for _, _, blocked, starved in samples), samples
-
-
-def test_a_rank_whose_main_thread_waits_for_a_cpu_is_starved_not_blocked(proc):
-    proc.run(1, 1)
-
-    def starved(_):
-        proc.run(1, 1, cpu=0.01, waited=0.8 * SAMPLE)
+        proc.run(1, waiting, cpu=0.001, waited=0.8 * SAMPLE)
     samples = looks(watchdog._Usage(1), ranks(1), 4, starved)
     assert all(starved and not blocked for _, _, blocked, starved in samples), samples
 
