@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))   # the tests' shared
 # one by one, except that each module below goes to one worker whole: it builds an expensive
 # session fixture (a release, the nbgrader cycle, a Slurm cluster, a training run) once.
 SHARED_FIXTURES = {"test_nbgrader_cycle.py", "test_slurm.py", "test_release.py", "test_train.py",
-                   "test_bench.py", "test_course_table.py", "test_class_term.py", "test_slurm_autograde.py"}
+                   "test_bench.py", "test_course_table.py", "test_class_term.py", "test_slurm_autograde.py",
+                   "test_class_grades.py"}
 
 
 def pytest_xdist_make_scheduler(config, log):

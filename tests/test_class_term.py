@@ -16,27 +16,22 @@ World sizes 2 and 3 (`--world-size 2 3`) keep the run to minutes: every entry be
 bug there (its spec says so). The time of each step is printed (`pytest -s`) and quoted in
 docs/INSTRUCTORS.md, "Time".
 """
-import ast
 import csv
 import datetime
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import nbformat
-import psutil
 import pytest
 
 import wrongs
-from grading_course import alembic_on_path, working_disguise
-from rtp_course.course import EXERCISES
+from grading_course import (alembic_on_path, busy, hand_in, leftovers, run_cli, stop,
+                            working_disguise)
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(3600)]
 ROOT = Path(__file__).resolve().parents[1]
-A, NB = "03_tp_communication", "03_tp_communication.ipynb"
+A = "03_tp_communication"
 WORLD_SIZES = ("2", "3")
 FULL = 10.0
 
@@ -77,40 +72,6 @@ def _class() -> dict:
     return dict(list(students.items())[:24])
 
 
-def _run(cmd, course, timeout=1800, check=True):
-    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), OMP_NUM_THREADS="1",
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    env.pop("RTP_COURSE_IMPL", None)
-    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert r.returncode == 0, f"{' '.join(map(str, cmd))}:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
-    return r
-
-
-def _hand_in(subs: Path, course: Path, students: dict) -> None:
-    """Each student's folder: the released notebook and the exercise modules, as a clone holds them."""
-    released = course / "release" / A / NB
-    for student, (comm, _, cell) in students.items():
-        folder = subs / student
-        (folder / "notebooks").mkdir(parents=True)
-        nb = nbformat.read(released, as_version=4)
-        if cell:
-            at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
-            nb.cells.insert(at, nbformat.v4.new_code_cell(cell))
-        nbformat.write(nb, folder / "notebooks" / NB)
-        (folder / "rtp_course").mkdir()
-        for ex in EXERCISES:        # the reference's modules, or the stubs as released
-            shutil.copy2((ROOT / ("solutions" if comm else "rtp_course")) / f"{ex}.py",
-                         folder / "rtp_course" / f"{ex}.py")
-        if comm:
-            (folder / "rtp_course" / "comm.py").write_text(comm)
-            assert ast.parse(comm)
-
-
-def _busy(n: int) -> list:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-
-
 @pytest.fixture(scope="module")
 def term(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("term")
@@ -119,43 +80,30 @@ def term(tmp_path_factory):
     assert len(students) == 24, sorted(students)
     py = sys.executable
     seconds = {}
-    _run([py, "scripts/make_nbgrader_source.py", A], course)
+    run_cli([py, "scripts/make_nbgrader_source.py", A], course)
     with alembic_on_path():
-        _run([py, "-m", "nbgrader", "generate_assignment", A], course)
-    _hand_in(subs, course, students)
+        run_cli([py, "-m", "nbgrader", "generate_assignment", A], course)
+    hand_in(subs, course, A, "comm", {s: (comm, cell) for s, (comm, _, cell) in students.items()})
     before = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
-    collected = _run([py, "scripts/collect_submissions.py", str(subs)], course).stdout
-    _run([py, "-m", "rtp_course.cli", "seal"], course)
-    busy = _busy(3 * len(os.sched_getaffinity(0)))
+    collected = run_cli([py, "scripts/collect_submissions.py", str(subs)], course).stdout
+    run_cli([py, "-m", "rtp_course.cli", "seal"], course)
+    spinning = busy(3 * len(os.sched_getaffinity(0)))
     try:
         steps = {"autograde": ["autograde", A],
                  "grade": ["grade", A, "--world-size", *WORLD_SIZES]}
         out = {}
         for name, args in steps.items():
             start = time.perf_counter()
-            out[name] = _run([py, "-m", "rtp_course.cli", *args], course, check=False)
+            out[name] = run_cli([py, "-m", "rtp_course.cli", *args], course, check=False)
             seconds[name] = time.perf_counter() - start
     finally:
-        for p in busy:
-            p.kill()
-            p.wait()
-    exported = _run([py, "-m", "rtp_course.cli", "export"], course, check=False)
-    print(f"\nclass of {len(students)}, {len(busy)} busy processes beside it, world sizes "
+        stop(spinning)
+    exported = run_cli([py, "-m", "rtp_course.cli", "export"], course, check=False)
+    print(f"\nclass of {len(students)}, {len(spinning)} busy processes beside it, world sizes "
           f"{' '.join(WORLD_SIZES)}: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
     return {"course": course, "students": students, "out": out, "exported": exported,
             "before": before, "collected": collected, "seconds": seconds,
-            "leftovers": _leftovers(course)}
-
-
-def _leftovers(course: Path) -> list:
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if Path(p.cwd()).is_relative_to(course) or str(course) in " ".join(p.info["cmdline"] or []):
-                found.append((p.pid, " ".join(p.info["cmdline"] or [])[:120]))
-        except (psutil.Error, OSError):
-            pass
-    return found
+            "leftovers": leftovers(course)}
 
 
 def test_every_command_succeeded_and_nothing_is_left(term):

@@ -4,14 +4,8 @@ bookkeeping is held without processes in tests/unit/test_engine_budgets.py."""
 import pytest
 
 from rtp_course.checker import engine, report
-from wrongs import ROOT
+from wrongs import SPINS, WAITS, reduce_scatter_starting_with
 
-RS_BODY = '''    world, rank = dist.get_world_size(group), dist.get_rank(group)
-    if tensor.shape[dim] % world:
-        raise ValueError(f"ring_reduce_scatter'''
-SPINS = "    while True:\n        pass\n"
-WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
-         "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
 CALLERS = ("ring_reduce_scatter", "subgroup")     # the checks that call ring_reduce_scatter
 
 
@@ -19,9 +13,7 @@ def rotation_with(tmp_path, first_lines: str):
     """The reference rotation.py with `first_lines` at the top of ring_reduce_scatter."""
     impl = tmp_path / "impl"
     impl.mkdir()
-    text = (ROOT / "solutions" / "rotation.py").read_text()
-    assert text.count(RS_BODY) == 1
-    (impl / "rotation.py").write_text(text.replace(RS_BODY, first_lines + RS_BODY))
+    (impl / "rotation.py").write_text(reduce_scatter_starting_with(first_lines))
     return impl
 
 
@@ -49,3 +41,4 @@ def test_only_the_checks_calling_the_broken_function_fail(tmp_path, bug):
     assert all("not run: it did not finish at world size 2" in r.message
                for r in broken if r.world_size == 3 and r.check in at_2), text
     assert "may follow from" not in text and "NOT RUN" not in text, text
+

@@ -10,6 +10,7 @@ Three kinds of rule, in the order the verdict applies them:
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -170,3 +171,84 @@ def nccl_order(outcomes: dict) -> dict | None:
     return dict(status="failed", rank=rank, phase=phase, key=f"{phase}/communication",
                 message=f"on NCCL (a GPU run) these calls would never finish: "
                         f"{nccl.describe(found)}", hint=NCCL_ORDER)
+
+
+# --- the ranks' collectives, side by side -----------------------------------------------------
+
+# Operations whose every rank contributes a tensor of the same shape (an all_gather given a
+# list may gather uneven shards; an all_to_all's splits, a gather's root differ by design).
+SAME_SHAPE = {"all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "_all_gather_base",
+              "all_gather_single", "reduce_scatter_tensor", "_reduce_scatter_base",
+              "reduce_scatter_single", "all_gather_tensor", "reduce_scatter_tensor_autograd",
+              "all_gather_tensor_autograd"}
+MATCH = ("every rank makes the same collective calls, in the same order, on each group, with "
+         "tensors of the same shape and dtype: iterate over what every rank has in the same "
+         "order (model.parameters(), never a set), and never skip a call on one rank because "
+         "of its data (a zero gradient, an empty shard). On NCCL calls that do not match hang "
+         "or corrupt memory; gloo stops the process")
+
+
+def _collectives(outcome, status) -> dict:
+    """{(group, n): call} of one rank: its n-th collective on each group, from its record,
+    and the call it was in when the group ended (its status)."""
+    calls = {}
+    for e in (outcome or {}).get("events") or []:
+        if isinstance(e, dict) and e.get("nth") and e.get("group") != "?":  # "?": group unknown
+            calls[(e.get("group"), e["nth"])] = e
+    now = status.get("collective") if isinstance(status, dict) else None
+    if isinstance(now, dict) and now.get("nth") and now.get("group") != "?":
+        calls.setdefault((now.get("group"), now["nth"]),
+                         {**now, "family": status.get("family"), "phase": status.get("phase")})
+    return calls
+
+
+def _differ(a: dict, b: dict) -> bool:
+    if a.get("family") != b.get("family"):
+        return True
+    ga, gb = str(a.get("given") or ""), str(b.get("given") or "")
+    if not ga or not gb:
+        return False
+    (shape_a, dtype_a), (shape_b, dtype_b) = ga.rsplit(" ", 1), gb.rsplit(" ", 1)
+    if dtype_a != dtype_b:
+        return True
+    kind = str(a.get("kind", "")).removeprefix("funcol.")
+    return kind in SAME_SHAPE and _numel(shape_a) != _numel(shape_b)   # NCCL counts elements
+
+
+def _numel(shape: str) -> int | None:
+    try:
+        return math.prod(int(d) for d in shape.strip("[]").split(",") if d.strip())
+    except ValueError:
+        return None
+
+
+def _call(rank: int, nth: str, c: dict) -> str:
+    given = f", given {c['given']}" if c.get("given") else ""
+    return f"rank {rank}'s {nth} is {c.get('kind') or c.get('family')} at {c.get('where')}{given}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def collectives_differ(outcomes: dict, statuses: dict | None = None) -> dict | None:
+    """A failed result's fields when two ranks' n-th collectives on one group are not the same
+    call (another operation, dtype, or shape where every rank gives the same): named with both
+    calls. Only said of a run that failed anyway (a crash, an error, a hang): it explains it."""
+    statuses = statuses or {}
+    per_rank = {r: _collectives(outcomes.get(r), statuses.get(r))
+                for r in sorted(set(outcomes) | set(statuses))}
+    keys = sorted({k for calls in per_rank.values() for k in calls},
+                  key=lambda k: (k[1], str(k[0])))
+    for key in keys:
+        having = [(r, calls[key]) for r, calls in per_rank.items() if key in calls]
+        for (ra, a), (rb, b) in zip(having, having[1:]):
+            if _differ(a, b):
+                phase = str(b.get("phase") or a.get("phase") or "")
+                return dict(status="failed", rank=rb, phase=phase, key=f"{phase}/communication",
+                            message=f"the ranks' collective calls do not match: "
+                                    f"{_call(ra, f'{_ordinal(key[1])} collective on the group', a)}"
+                                    f"; {_call(rb, _ordinal(key[1]), b)}",
+                            hint=MATCH)
+    return None

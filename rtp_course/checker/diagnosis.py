@@ -22,6 +22,7 @@ import signal
 
 from rtp_course import course
 from rtp_course.checker import budgets as B
+from rtp_course.checker.communication import collectives_differ
 from rtp_course.checker.outcome_file import read_json_bounded
 from rtp_course.checker.verdict import NOT_GRADED, Result, judge
 from rtp_course.checker.watchdog import Stuck
@@ -185,7 +186,7 @@ def _unmatched(r: int, st: dict, mine: dict) -> str:
                 f"a {half} {'to' if receiving else 'from'} rank {r} in this check ({went}): every "
                 f"transfer needs its other half on the peer. Check the direction of each peer, "
                 f"and that both the isend and the irecv are posted")
-    if receiving and _count(peer, "unwaited_to", r) and peer.get("family") not in SENDS:
+    if receiving and _count(peer, "dropped_to", r) and peer.get("family") not in SENDS:
         return (f"rank {r} waits to receive from rank {peer_rank}, which posted the send but "
                 f"never waited on its work (and is no longer waiting for it): a send whose "
                 f"work is dropped unwaited may never be delivered (gloo). wait() on EVERY work "
@@ -293,6 +294,13 @@ def diagnose(check, ws: int, rundir, failure, partial: dict) -> Result:
     """The check during which the group ended early; `partial`: the outcomes its ranks wrote."""
     for status in ("notimpl", "error"):  # the rank that failed first explains the rest
         if any(o["status"] == status for o in partial.values()):
+            statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
+            differ = collectives_differ(partial, _in_check(statuses, check))
+            if status == "error" and differ is not None:    # why a rank raised, or its peer
+                said = "; ".join(f"rank {r} raised {o.get('type')}: {o.get('message')}"
+                                 for r, o in sorted(partial.items()) if o["status"] == "error")
+                return Result(exercise=check.exercise, check=check.name, world_size=ws,
+                              **{**differ, "status": "error"}, details={"transport": said})
             res = judge(check, ws, partial, {}, [])
             stuck = [q for q in range(ws) if q not in partial]
             if stuck:
@@ -300,16 +308,16 @@ def diagnose(check, ws: int, rundir, failure, partial: dict) -> Result:
             return res
     base = dict(exercise=check.exercise, check=check.name, world_size=ws)
     if isinstance(failure, Stuck):
-        return _stopped(check, base, ws, failure)
+        return _stopped(check, base, ws, failure, partial)
     if isinstance(failure, RankFailed):
-        return _crashed(base, ws, rundir, failure, check)
+        return _crashed(base, ws, rundir, failure, check, partial)
     if isinstance(failure, RankHung):
         return Result(**base, status="deadlock", message=str(failure).splitlines()[0],
                       details={"stacks": failure.stacks})
     return Result(**base, status="error", message="the worker group ended without a result")
 
 
-def _stopped(check, base: dict, ws: int, failure: Stuck) -> Result:
+def _stopped(check, base: dict, ws: int, failure: Stuck, partial: dict | None = None) -> Result:
     """What the watchdog stopped: a hang, a budget, a busy machine, a disk flood."""
     details = {"stacks": failure.stacks}
     where, rank = where_ranks_were(check, failure.statuses, ws)
@@ -332,6 +340,11 @@ def _stopped(check, base: dict, ws: int, failure: Stuck) -> Result:
                               f"s; at that moment {where}")
     st = failure.statuses.get(rank) if rank is not None else None
     base["phase"] = st.get("phase", "") if isinstance(st, dict) else ""
+    differ = collectives_differ(partial or {}, _in_check(failure.statuses, check))
+    if differ is not None:
+        return Result(**{**base, "phase": differ["phase"] or base["phase"]}, status="deadlock",
+                      rank=differ["rank"], details=details, hint=differ["hint"],
+                      message=f"deadlock: {failure.why}; {differ['message']}")
     return Result(**base, status="deadlock", rank=rank, details=details,
                   message=f"deadlock: {failure.why}; {where}",
                   hint=_harness_hint(check, failure.statuses)
@@ -339,22 +352,43 @@ def _stopped(check, base: dict, ws: int, failure: Stuck) -> Result:
                   or check.hints.get("deadlock") or STUCK_HINT)
 
 
-def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check) -> Result:
+def _in_check(statuses: dict, check) -> dict:
+    """The statuses of the ranks still in `check` (a rank's word: it only names calls)."""
+    return {r: st for r, st in statuses.items()
+            if isinstance(st, dict) and st.get("check") == check.id}
+
+
+def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
+             partial: dict | None = None) -> Result:
     statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
     st = statuses.get(failure.rank) if isinstance(statuses.get(failure.rank), dict) else {}
     if failure.exit_code is not None and failure.exit_code <= 0:
         call = f", in {st['call']}" if st.get("call") else ""
         said = stderr_tail(rundir, failure.rank, lines=2)
         said = f"; its last words: {' / '.join(said.splitlines())}" if said else ""
+        differ = collectives_differ(partial or {}, _in_check(statuses, check))
+        if differ is not None:         # the cause; how the transport took it is the instructor's
+            return Result(**{**base, **differ, "status": "error"},
+                          details={"transport": f"rank {failure.rank}: "
+                                                f"{died_how(failure.exit_code)}{said}"})
         return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
                       message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
                               f"{call}: {died_how(failure.exit_code)}{said}",
                       hint=crash_hint(failure.exit_code, bool(st.get("call")), said))
     where, _ = where_ranks_were(check, statuses, ws)
+    last = (failure.traceback.strip().splitlines() or [""])[-1]
+    if any(w in last for w in TRANSPORT_WORDS):    # the transport's words: the instructor's log
+        said = "its connection to the other ranks broke"
+    else:
+        said = last
     return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
-                  message=f"rank {failure.rank} crashed: {failure.traceback.splitlines()[-1]}; "
-                          f"at that moment: {where}",
-                  hint=MISMATCH_HINT, details={"traceback": failure.traceback})
+                  message=f"rank {failure.rank} crashed: {said}; at that moment: {where}",
+                  hint=MISMATCH_HINT, details={"traceback": failure.traceback,
+                                               "transport": last})
+
+
+TRANSPORT_WORDS = ("socket", "Socket", "[c10d]", "gloo", "Connection", "Broken pipe",
+                   "DistNetworkError", "DistStoreError", "timed out")
 
 
 # --- hints along the tasks a task uses -------------------------------------------------------
@@ -393,12 +427,20 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
             if e.task == r.task:
                 return variant(r.check, e.check, r.task) or (
                     "subgroup" in r.check.lower() and "subgroup" not in e.check.lower())
-            # a check of an earlier task that failed in this task's own function explains nothing
+            # a check of an earlier task that failed in another task's function (this one's,
+            # or a third's: a subgroup check's phase names what it calls) explains nothing
             return e.task in needs and not any(re.search(rf"\b{re.escape(n)}\b", e.phase)
-                                               for n in course.task(r.task).names)
+                                               for n in _names_besides(e.task))
         causes = [e for e in failed if explains(e)]
         if causes:
             cause = min(causes, key=lambda e: position.get(e.task, (99, 99)))
             then = f"; if this check still fails after that: {r.hint}" if r.hint else ""
             r.hint = (f"this may follow from [{cause.task}] {cause.exercise}.{cause.check}, "
                       f"which fails its own check: fix that first{then}")
+
+
+def _names_besides(task_id: str) -> set:
+    """The functions of every task of `task_id`'s exercise but its own."""
+    exercise = next(ex for ex in course.COURSE if any(t.id == task_id for t in ex.tasks))
+    own = set(course.task(task_id).names)
+    return {n for t in exercise.tasks if t.id != task_id for n in t.names} - own

@@ -102,7 +102,8 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
                     for ws in world_sizes if c.applies(ws)]
     checks_run = [c for c in checks if c.exercise not in unreadable]
     hung: dict[str, Result] = {}   # check id -> where it hung or was too slow: not run at larger sizes
-    plan = [(ws, [c for c in checks_run if c.applies(ws)]) for ws in world_sizes]
+    plan = _later_last([(ws, [c for c in checks_run if c.applies(ws)]) for ws in world_sizes],
+                       set(later))
     total = len(results) + sum(len(todo) for _, todo in plan)
     expect = Expectations([(c, ws) for ws, todo in plan for c in todo])
     run_plan = lambda plan, budgets, progress: _run_sizes(      # noqa: E731
@@ -142,9 +143,18 @@ def _not_run(results: list, plan, last_tasks=frozenset()) -> list:
     `last_tasks` after the others."""
     left = {(r.exercise, r.check, r.world_size) for r in results if r.status == "notrun"}
     results[:] = [r for r in results if r.status != "notrun"]
-    again = [(ws, sorted((c for c in todo if (c.exercise, c.name, ws) in left),
-                         key=lambda c: c.task_id in last_tasks)) for ws, todo in plan]
-    return [(ws, todo) for ws, todo in again if todo]
+    return _later_last([(ws, [c for c in todo if (c.exercise, c.name, ws) in left])
+                        for ws, todo in plan], set(last_tasks))
+
+
+def _later_last(plan, last_tasks: set) -> list:
+    """`plan` with the checks of `last_tasks` after every other check, at every world size:
+    what hung or spun before cannot spend the budgets the others need, at any size."""
+    if not last_tasks:
+        return [(ws, todo) for ws, todo in plan if todo]
+    first = [(ws, [c for c in todo if c.task_id not in last_tasks]) for ws, todo in plan]
+    then = [(ws, [c for c in todo if c.task_id in last_tasks]) for ws, todo in plan]
+    return [(ws, todo) for ws, todo in first + then if todo]
 
 
 def _stopped_tasks(results: list, task_of: dict) -> set:

@@ -51,15 +51,20 @@ def _visible_strings(obj):
 
 
 # The transport's own words, which say nothing to a student: gloo's source location
-# ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] ") and a peer's
-# address and port ("[127.0.0.1]:21393").
-_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*/(?:third_party|gloo|c10d|torch)/[^\]\s]*:\d+\]\s*")
-_ADDRESS = re.compile(r"\[?\b\d{1,3}(?:\.\d{1,3}){3}\]?:\d{2,5}\b")
+# ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] "), torch's log
+# prefix ("[rank2]:[W1129 10:55:10.1 socket.cpp:494] [c10d] "), a socket's description and a
+# peer's address and port ("[127.0.0.1]:21393", "[fdff:ffff::1]:15842").
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*/(?:third_party|gloo|c10d|torch)/[^\]\s]*:\d+\]\s*"
+                              r"|\[rank\d+\]:\[[A-Z]\d{4} [^\]]*\]\s*|\[c10d\]\s*"
+                              r"|\[enforce fail at [^\]]*\]\s*")
+_SOCKET = re.compile(r"(?:socket )?SocketImpl\([^()]*\)")
+_ADDRESS = re.compile(r"\[?\b\d{1,3}(?:\.\d{1,3}){3}\]?:\d{2,5}\b"
+                      r"|\[(?:[0-9A-Fa-f]{0,4}:){2,}[0-9A-Fa-f.%\w]*\]:\d{2,5}\b")
 
 
 def plain(message: str) -> str:
     """A message in the course's words: the transport's source locations and addresses out."""
-    return _ADDRESS.sub("(a peer)", _SOURCE_LOCATION.sub("", message))
+    return _ADDRESS.sub("(a peer)", _SOCKET.sub("a socket", _SOURCE_LOCATION.sub("", message)))
 
 
 def text(results: list[Result], verbose: bool = False, width: int | None = None,
@@ -98,7 +103,8 @@ def _text(results: list[Result], verbose: bool, confinement: bool = True) -> str
         where = ", ".join(str(r.world_size) for r in bad)
         lines.append(f"  {MARK[first.status]:4}  {task}{ex}.{name}  (fails at world size {where})")
         phase = f", phase {first.phase}" if first.phase else ""
-        lines.append(f"        world size {first.world_size}{phase}: {plain(first.message)}")
+        said = first.message if verbose else plain(first.message)    # -v: the transport's own words
+        lines.append(f"        world size {first.world_size}{phase}: {said}")
         if first.details.get("where"):
             lines.append("        in your code:\n" + _indent(first.details["where"], 10))
         if first.hint:
@@ -113,6 +119,8 @@ def _text(results: list[Result], verbose: bool, confinement: bool = True) -> str
                     lines.append(f"        rank {r} printed (last lines):\n" + _indent(said, 10))
             else:
                 lines.append("        (your code printed something: -v shows each rank's last lines)")
+        if verbose and first.details.get("transport"):
+            lines.append(f"        the transport said: {first.details['transport']}")
         if verbose and first.details.get("stacks"):
             for r, st in sorted(first.details["stacks"].items()):
                 lines.append(f"        stack of rank {r}:\n" + _indent(st, 10))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rtp_course.checker.communication import (GROUP, LIBRARIES, SEND_BUFFERS, check_comm,
-                                              nccl_order, sizes_differ, written_send,
+                                              collectives_differ, nccl_order, sizes_differ, written_send,
                                               wrong_group)
 from rtp_course.checker.registry import Bound, Check, Like
 
@@ -245,7 +245,11 @@ def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules:
     if mismatched is not None:
         return Result(**base, **mismatched)
     raised = _exception(check, base, outcomes)
-    if raised is not None and raised.status == "error":   # an earlier wrong value came first
+    if raised is not None and raised.status == "error":
+        differ = collectives_differ(outcomes)      # what made a rank (or its peer) raise
+        if differ is not None:
+            return Result(**base, **{**differ, "status": "error"},
+                          details={"transport": f"rank {raised.rank}: {raised.message}"})   # an earlier wrong value came first
         found = _values(check, base, world_size, outcomes, _before(expected, raised.phase,
                                                                    outcomes))
         return found or raised

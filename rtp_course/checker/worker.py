@@ -272,9 +272,11 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     files = code_files(impl_pkg)
     commlog.install(code_dirs=files)
     status = Status(rundir / f"status.{rank}.json")
-    commlog.STATE.on_status = lambda call, family=None, peer=None: status.update(
-        call=call, family=family, peer=peer, sent_to=commlog.STATE.sent_to,
-        recv_from=commlog.STATE.recv_from, unwaited_to=commlog.STATE.unwaited_to)
+    def on_status(call, family=None, peer=None, collective=None):
+        status.update(call=call, family=family, peer=peer, collective=collective,
+                      sent_to=commlog.STATE.sent_to, recv_from=commlog.STATE.recv_from,
+                      unwaited_to=commlog.STATE.unwaited_to, dropped_to=commlog.STATE.dropped_to)
+    commlog.STATE.on_status = on_status
     meeting = _Meeting(rank, world_size)
     device = rank_device()
     checks = {c.id: c for c in load_checks(job["modules"], side="run")}
@@ -341,7 +343,7 @@ def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, sta
     meeting.start(i)
     inputs.enter_check(check.id, i)       # its own data differs from check to check
     status.update(check=check.id, index=i, phase="setup", call=None, family=None,
-                  sent_to={}, recv_from={}, unwaited_to={})
+                  sent_to={}, recv_from={}, unwaited_to={}, dropped_to={})
     groups_before = set(c10d._world.pg_map)
     group = _new_group(list(range(world_size)))
     dtype = getattr(torch, job.get("dtype") or check.dtype)

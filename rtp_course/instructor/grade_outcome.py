@@ -83,12 +83,15 @@ def stopped_ids(results: list) -> list[str]:
 
 
 def fail_not_run(results: list) -> None:
-    """The checks still not run after the last round: failed, saying why."""
+    """The checks still not run after the last round whose own task hung or spun (its
+    functions used the budgets): failed, saying why. A check of a task that never hung or
+    spun stays not graded, whatever the others did: never failed by association."""
+    stopped = set(stopped_ids(results))
     for r in results:
-        if r.status == "notrun":
+        if r.status == "notrun" and r.task in stopped:
             r.status = "failed"
-            r.message = (f"{r.message}; in each of {ROUNDS} gradings the submission's other "
-                         f"checks used the budgets first, so it counts as failed")
+            r.message = (f"{r.message}; after {ROUNDS} gradings it was still not run, and "
+                         f"checks of its own task ({r.task}) hung or spun: it counts as failed")
 
 
 def not_graded_ids(results: list) -> list[str]:

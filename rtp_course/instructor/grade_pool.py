@@ -6,8 +6,10 @@ process keeps to a share of the cores (`cores_for`), it and every process it sta
 submission that starts busy processes slows only itself. A process is reused for the next
 submission, which saves its start (torch's import); it is killed, with everything it
 started, when a submission's grading passes `guard_s` wall seconds, and a fresh one takes
-its place. Whatever happens to one submission (an exception, a crash, the guard) is its
-`Outcome`; the next submission is graded all the same.
+its place. The guard counts from the moment the process takes the submission up (a fresh
+process's start, slow on a loaded machine, is bounded apart: `START_S`). Whatever happens to
+one submission (an exception, a crash, the guard) is its `Outcome`; the next submission is
+graded all the same.
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def _serve(conn, slot: int, jobs: int, cores: list) -> None:
         if task is None:
             return
         fn, args = task
+        conn.send(("started", None))     # the guard counts from here
         try:
             reply = ("ok", fn(*args))
         except BaseException as e:      # SystemExit and KeyboardInterrupt too: report, go on
@@ -72,6 +75,9 @@ def _serve(conn, slot: int, jobs: int, cores: list) -> None:
             conn.send(reply)
         except Exception as e:          # a value that does not pickle
             conn.send(("error", f"its result could not be sent back: {e}"))
+
+
+START_S = 300    # a fresh grading process's start (Python, torch's import), on a loaded machine
 
 
 class _Slot:
@@ -86,15 +92,20 @@ class _Slot:
         self.key, self.started, self.deadline = None, 0.0, float("inf")
 
     def give(self, key: str, fn, args, guard_s: float) -> None:
-        self.key, self.started = key, time.monotonic()
-        self.deadline = self.started + guard_s
+        self.key, self.started, self.guard_s = key, time.monotonic(), guard_s
+        self.deadline = self.started + START_S + guard_s     # until it says it started
         self.conn.send((fn, args))
 
-    def take(self) -> Outcome:
-        """The finished submission's outcome (its process ended: a crash)."""
+    def take(self) -> Outcome | None:
+        """The finished submission's outcome (its process ended: a crash); None when the
+        process only said it took the submission up (the guard starts then)."""
         seconds = time.monotonic() - self.started
         try:
             kind, value = self.conn.recv()
+            if kind == "started":
+                self.started = time.monotonic()
+                self.deadline = self.started + self.guard_s
+                return None
         except (EOFError, OSError):
             self.process.join(1)
             code = self.process.exitcode
@@ -157,6 +168,8 @@ def _collect(busy: dict, slots: dict, jobs: int, cores: list, out: dict, on_done
         slot = busy[i]
         if i in done:
             outcome = slot.take()
+            if outcome is None:
+                continue
             if not slot.process.is_alive():
                 slots.pop(i)
         elif time.monotonic() >= slot.deadline:

@@ -48,7 +48,9 @@ def report_header(grade: grade_outcome.CellGrade) -> str:
 
 def write_reports(course: Path, assignment: str, student: str, grades: list, results: dict,
                   impl: Path) -> None:
-    """checks/<student>/<assignment>/<exercise>.txt for each cell, and code.json."""
+    """checks/<student>/<assignment>/<exercise>.txt for each cell (the student's page), its
+    .log (the instructor's: how the code ran confined, what the transport said, the ranks'
+    stacks), and code.json."""
     out = checks_dir(course, student, assignment)
     out.mkdir(parents=True, exist_ok=True)
     for g in grades:
@@ -56,6 +58,7 @@ def write_reports(course: Path, assignment: str, student: str, grades: list, res
         if results.get(g.exercise):
             text = report.text(results[g.exercise], width=FEEDBACK_WIDTH, confinement=False)
             body = "\n" + student_view(text, impl) + "\n"
+            (out / f"{g.exercise}.log").write_text(report.text(results[g.exercise], verbose=True))
         elif g.why and g.points is not None:
             body = f"{g.why}\n"
         (out / f"{g.exercise}.txt").write_text(report_header(g) + body)

@@ -2,10 +2,10 @@
 
 nbgrader computes a late notebook's penalty while it autogrades, when the grading cells still
 hold 0 (they award nothing there, grading.py says why): `rtp-course grade` writes the code
-points afterwards, so it computes the penalty again, with the plugin nbgrader_config.py
-configures (`LateSubmissionPlugin.penalty_method`, or `AssignLatePenalties.plugin_class`, a
-subclass of nbgrader's LateSubmissionPlugin), on each notebook's score with its code
-points. `rtp-course export` refuses a gradebook whose penalties do not match.
+points afterwards, so it computes the penalty again, with the plugin nbgrader's configuration
+names (`LateSubmissionPlugin.penalty_method`, or `AssignLatePenalties.plugin_class`, a
+subclass of nbgrader's LateSubmissionPlugin; in nbgrader_config.py or a Jupyter config
+directory, as nbgrader reads them), on each notebook's score with its code points. `rtp-course export` refuses a gradebook whose penalties do not match.
 """
 from __future__ import annotations
 
@@ -16,20 +16,37 @@ import sys
 
 SECTIONS = ("LateSubmissionPlugin", "AssignLatePenalties")
 
-# nbgrader_config.py has side effects (a kernelspec, environment variables): it is read in
-# a process of its own, which prints the settings of the late penalty's plugin.
+# The configuration is read as nbgrader reads it (Jupyter's config directories, then
+# nbgrader_config.py of the working directory), in a process of its own: nbgrader_config.py
+# has side effects (a kernelspec, environment variables). It prints the late penalty's settings.
 _READ = r"""
-import json, sys
-from traitlets.config.loader import PyFileConfigLoader
-config = PyFileConfigLoader("nbgrader_config.py", path=sys.argv[1]).load_config()
+import json, os, sys
+os.chdir(sys.argv[1])
+from nbgrader.apps.baseapp import NbGrader
+app = NbGrader()
+app.load_config_file()
+config = app.config
 out = {}
+
+
+def as_data(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"a {type(o).__name__} is not data")
+
+
 cls = config.get("AssignLatePenalties", {}).get("plugin_class")
 if cls is not None:
     cls = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
     out["plugin_class"] = cls
 for section in {"LateSubmissionPlugin", cls.rsplit(".", 1)[-1] if cls else ""} - {""}:
-    values = {k: v for k, v in config.get(section, {}).items()
-              if isinstance(v, (str, int, float, bool, type(None)))}
+    values = {}
+    for k, v in config.get(section, {}).items():
+        try:              # settings as data: lists, dicts, sets (as lists: traitlets casts back)
+            values[k] = json.loads(json.dumps(v, default=as_data))
+        except (TypeError, ValueError) as e:
+            sys.exit(f"{section}.{k} = {v!r} cannot be passed on ({e}): give it as numbers, "
+                     f"strings, lists or dicts")
     if values:
         out[section] = values
 print(json.dumps(out))
@@ -38,8 +55,8 @@ print(json.dumps(out))
 
 @functools.lru_cache(maxsize=None)
 def settings(repository: str) -> dict:
-    """{"plugin_class": dotted name, section: {trait: value}} of nbgrader_config.py in
-    `repository` ({} where it sets nothing of the late penalty, or cannot be read)."""
+    """{"plugin_class": dotted name, section: {trait: value}} of the configuration nbgrader
+    reads when run in `repository` ({} where it sets nothing of the late penalty)."""
     r = subprocess.run([sys.executable, "-c", _READ, repository], capture_output=True,
                        text=True, cwd=repository, timeout=120)
     if r.returncode != 0:
@@ -53,6 +70,9 @@ def plugin(found: dict):
     from nbgrader.plugins import LateSubmissionPlugin
     from traitlets.config import Config
     from traitlets.utils.importstring import import_item
+    from rtp_course.instructor import REPOSITORY
+    if str(REPOSITORY) not in sys.path:      # nbgrader runs there: a plugin module beside it
+        sys.path.append(str(REPOSITORY))     # imports, as nbgrader's own run imports it
     cls = import_item(found["plugin_class"]) if found.get("plugin_class") else LateSubmissionPlugin
     config = Config({k: v for k, v in found.items() if isinstance(v, dict)})
     return cls(config=config)

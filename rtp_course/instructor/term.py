@@ -44,11 +44,14 @@ def code_problems(course: Path) -> tuple[list[str], dict]:
                 for cell in cells:
                     got = status.get(cell.grade_id)
                     try:
-                        score = gb.find_grade(cell.grade_id, cell.notebook, assignment.name,
-                                              sub.student.id).auto_score
+                        grade = gb.find_grade(cell.grade_id, cell.notebook, assignment.name,
+                                              sub.student.id)
                     except MissingEntry:
                         problems.append(f"{who}: {cell.exercise}: not autograded")
                         continue
+                    if grade.manual_score is not None:      # the instructor's own grade wins
+                        continue
+                    score = grade.auto_score
                     if got is None:
                         problems.append(f"{who}: {cell.exercise}: no code points yet")
                     elif got.points is None:
@@ -92,6 +95,11 @@ def export(course: Path, to: Path, force: bool = False, log=print,
     if r.returncode != 0:
         log(f"nbgrader export failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
         return 1
+    if force:                       # what was exported anyway says what it lacks
+        for p in problems:
+            who, _, what = p.partition(": ")
+            student, _, assignment = who.partition("/")
+            provisional.setdefault((student, assignment), []).append(what.split(" (grade again")[0])
     mark_provisional(to, provisional)
     log(f"grades written to {to}")
     return 0

@@ -6,6 +6,7 @@ import builtins
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -108,3 +109,64 @@ def working_disguise(source: str, stub: str) -> str:
     if ast.get_docstring(tree):
         tree.body[0].value.value = "My module."
     return ast.unparse(tree) + "\n"
+
+
+def run_cli(cmd, course: Path, timeout=1800, check=True, env=None):
+    """A command of the instructor's term, run as docs/INSTRUCTORS.md says, on `course`."""
+    full = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), OMP_NUM_THREADS="1",
+                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **(env or {}))
+    full.pop("RTP_COURSE_IMPL", None)
+    r = subprocess.run(cmd, cwd=ROOT, env=full, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"{' '.join(map(str, cmd))}:\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    return r
+
+
+def busy(n: int) -> list:
+    """`n` processes that spin, beside what a test grades."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop(processes) -> None:
+    for p in processes:
+        p.kill()
+        p.wait()
+
+
+def leftovers(course: Path) -> list:
+    """Processes still running in, or naming, the grading directory."""
+    import psutil
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if Path(p.cwd()).is_relative_to(course) or str(course) in " ".join(p.info["cmdline"] or []):
+                found.append((p.pid, " ".join(p.info["cmdline"] or [])[:120]))
+        except (psutil.Error, OSError):
+            pass
+    return found
+
+
+def hand_in(subs: Path, course: Path, assignment: str, module: str, handed: dict) -> None:
+    """Each student's folder as a clone of the student edition holds it: the released
+    notebook (with a cell of theirs inserted before the grading cell, where they give one) and
+    the exercise modules: the reference's with their `module`, or the stubs as released.
+    `handed`: {student: (source of `module` or None for the stubs, cell or None)}."""
+    import nbformat
+    from rtp_course.course import EXERCISES
+    notebook = f"{assignment}.ipynb"
+    released = course / "release" / assignment / notebook
+    for student, (source, cell) in handed.items():
+        folder = subs / student
+        (folder / "notebooks").mkdir(parents=True)
+        nb = nbformat.read(released, as_version=4)
+        if cell:
+            at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+            nb.cells.insert(at, nbformat.v4.new_code_cell(cell))
+        nbformat.write(nb, folder / "notebooks" / notebook)
+        (folder / "rtp_course").mkdir()
+        for ex in EXERCISES:
+            shutil.copy2(ROOT / ("solutions" if source else "rtp_course") / f"{ex}.py",
+                         folder / "rtp_course" / f"{ex}.py")
+        if source:
+            assert ast.parse(source)
+            (folder / "rtp_course" / f"{module}.py").write_text(source)

@@ -182,3 +182,20 @@ def _top_level(source: str) -> dict:
         name = getattr(node, "name", None)
         out[name if name else (i,)] = ast.dump(node)
     return out
+
+
+# One function of the reference rotation.py broken at its top, the rest correct: what a
+# hang or a loop in one function may cost (tests/test_one_function_hangs.py, a class's grades).
+RS_BODY = '''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if tensor.shape[dim] % world:
+        raise ValueError(f"ring_reduce_scatter'''
+SPINS = "    while True:\n        pass\n"
+WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
+         "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
+
+
+def reduce_scatter_starting_with(first_lines: str) -> str:
+    """The reference rotation.py with `first_lines` at the top of ring_reduce_scatter."""
+    text = (SOLUTIONS / "rotation.py").read_text()
+    assert text.count(RS_BODY) == 1
+    return text.replace(RS_BODY, first_lines + RS_BODY)

@@ -79,6 +79,7 @@ def test_the_figures_are_the_codes(monkeypatch):
 
 @pytest.mark.parametrize("said, value", [
     (r"wall-clock guard of\s+(\d+) s per round", lambda: f"{grade_code.GUARD_S:g}"),
+    (r"bounded apart, at\s+(\d+) s", lambda: f"{grade_pool.START_S:g}"),
     (r"a run to (\d+) CPU-seconds", lambda: f"{budgets.RUN_CPU:g}"),
     (r"up to (\d+) more times", lambda: str(grade_outcome.ROUNDS - 1)),
     (r"--jobs N: N at once \(default: (one per two cores)\)", lambda: "one per two cores"),

@@ -119,24 +119,53 @@ def test_a_hint_blames_only_a_check_that_failed():
     assert rs[1].hint == "h"
 
 
-def test_grading_counts_what_is_still_not_run_after_its_last_round_as_failed():
-    """Budgets are CPU time: what the submission's own checks spent in every round is its
-    doing, never a provisional full mark."""
+def test_grading_fails_what_is_still_not_run_only_where_its_own_task_hung_or_spun():
+    """Budgets are CPU time: what a task's own checks spent in every round is its doing,
+    never a provisional full mark; a check of a task that never hung or spun (ring_peers,
+    beside a rotate that deadlocks) stays not graded, never failed by association."""
     from rtp_course.instructor import grade_outcome
-    rs = [Result("rotation", "rotate", 2, "notrun", "not run: ...", task="E4.2"),
-          Result("rotation", "ring_peers", 2, "failed", "too slow", task="E4.1",
-                 details={"stopped": "own"}),
+    rs = [Result("rotation", "rotate", 3, "notrun", "not run: ...", task="E4.2"),
+          Result("rotation", "rotate_async", 2, "deadlock", "deadlock: ...", task="E4.2",
+                 details={"stacks": {}}),
+          Result("rotation", "ring_peers", 3, "notrun", "not run: ...", task="E4.1"),
           Result("rotation", "wait_twice", 2, "passed", task="E4.2")]
-    assert grade_outcome.not_graded_ids(rs) == ["rotation.rotate"]
-    assert grade_outcome.stopped_ids(rs) == ["E4.1"]
+    assert grade_outcome.not_graded_ids(rs) == ["rotation.rotate", "rotation.ring_peers"]
+    assert grade_outcome.stopped_ids(rs) == ["E4.2"]
     grade_outcome.fail_not_run(rs)
-    assert [r.status for r in rs] == ["failed", "failed", "passed"]
-    assert "counts as failed" in rs[0].message and grade_outcome.not_graded_ids(rs) == []
+    assert [r.status for r in rs] == ["failed", "deadlock", "notrun", "passed"]
+    assert "checks of its own task (E4.2) hung or spun" in rs[0].message
+    assert grade_outcome.not_graded_ids(rs) == ["rotation.ring_peers"]
 
 
 def test_checks_of_a_task_that_spun_run_after_the_others(launches):
     """`later`: grading's next round runs the honest checks first."""
     fake = launches()
-    engine.run(["rotation"], impl="solutions", world_sizes=[2], later=("E4.1",),
+    engine.run(["rotation"], impl="solutions", world_sizes=[2, 3], later=("E4.1",),
                only=["ring_peers", "rotate", "ring_all_gather"])
-    assert fake.runs == [(2, ["rotate", "ring_all_gather", "ring_peers"])]
+    assert fake.runs == [(2, ["rotate", "ring_all_gather"]), (3, ["rotate", "ring_all_gather"]),
+                         (2, ["ring_peers"]), (3, ["ring_peers"])]
+
+
+def test_checks_that_hang_last_leave_every_world_size_to_the_others(launches, monkeypatch):
+    """Every rotation hangs (blocking sends): a grading round that ran them last at each world
+    size still spent the exercise's budget at 2 ranks, and ring_peers was never run at 3."""
+    monkeypatch.setattr(B, "EXERCISE_CPU", 45.0)      # two spinning checks of 20 CPU-s, and a bit
+    spins = {"rotate", "rotate_async", "rotate_uneven", "wait_twice"}
+    launches(spins)
+    results = engine.run(["rotation"], impl="solutions", world_sizes=[2, 3], again=False,
+                         later=("E4.2",), only=["ring_peers", *spins])
+    assert [r.status for r in results if r.check == "ring_peers"] == ["passed", "passed"]
+
+
+def test_a_check_that_failed_in_another_tasks_function_is_not_named_as_the_cause():
+    """`subgroup` (E4.2) failed in its ring_reduce_scatter phase (E4.4): it says nothing of
+    ring_all_gather's (E4.3) own failure."""
+    rs = [Result("rotation", "subgroup", 3, "failed", "max abs error", task="E4.2",
+                 phase="subgroup ring_reduce_scatter"),
+          Result("rotation", "ring_all_gather", 2, "failed", "max abs error", hint="h",
+                 task="E4.3", phase="ring_all_gather dim=1")]
+    diagnosis.blame_earlier_tasks(rs)
+    assert rs[1].hint == "h"
+    rs[0].phase = "subgroup clockwise"            # failed in its own rotate: it may explain
+    diagnosis.blame_earlier_tasks(rs)
+    assert "may follow from [E4.2] rotation.subgroup" in rs[1].hint

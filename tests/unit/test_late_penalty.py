@@ -76,3 +76,48 @@ def test_the_repositorys_config_is_read():
     found = late.settings(str(REPOSITORY))
     assert isinstance(found, dict)
     assert late.penalty(late.plugin(found), "x", 5.0, 3600) in (None, 0.0, 5.0)
+
+
+def test_a_policy_in_a_jupyter_config_directory_is_read_as_nbgrader_reads_it(tmp_path, monkeypatch):
+    from rtp_course.instructor import REPOSITORY
+    (tmp_path / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.LateSubmissionPlugin.penalty_method = "zero"\n')
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    late.settings.cache_clear()
+    try:
+        found = late.settings(str(REPOSITORY))
+    finally:
+        late.settings.cache_clear()
+    assert found == {"LateSubmissionPlugin": {"penalty_method": "zero"}}
+    assert late.penalty(late.plugin(found), "bob", 5.0, 3600) == 5.0
+
+
+def test_a_plugins_own_settings_reach_it_lists_and_dicts_too(tmp_path, monkeypatch):
+    """A plugin with per-student extensions (a dict setting) got none of them: bob, within
+    his extension, was penalised as late."""
+    from rtp_course.instructor import REPOSITORY
+    (tmp_path / "extlate.py").write_text(
+        "from nbgrader.plugins import LateSubmissionPlugin\n"
+        "from traitlets import Dict, Set\n\n\n"
+        "class Extended(LateSubmissionPlugin):\n"
+        "    extensions = Dict(config=True)\n"
+        "    exempt = Set(config=True)\n\n"
+        "    def late_submission_penalty(self, student_id, score, total_seconds_late):\n"
+        "        if student_id in self.exempt or total_seconds_late <= self.extensions.get(student_id, 0):\n"
+        "            return 0\n"
+        "        return score\n")
+    (tmp_path / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.AssignLatePenalties.plugin_class = "extlate.Extended"\n'
+        'c.Extended.extensions = {"bob": 86400}\nc.Extended.exempt = {"carol"}\n')
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    late.settings.cache_clear()
+    try:
+        found = late.settings(str(REPOSITORY))
+    finally:
+        late.settings.cache_clear()
+    assert found["Extended"] == {"extensions": {"bob": 86400}, "exempt": ["carol"]}
+    the_plugin = late.plugin(found)
+    assert late.penalty(the_plugin, "bob", 4.0, 3600) == 0.0
+    assert late.penalty(the_plugin, "carol", 4.0, 3600) == 0.0
+    assert late.penalty(the_plugin, "ann", 4.0, 3600) == 4.0

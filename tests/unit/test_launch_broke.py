@@ -56,3 +56,15 @@ def test_an_error_of_its_own_is_named_before_the_fallout(tmp_path):
     (tmp_path / "error.1.txt").write_text("Traceback ...\nValueError: shapes differ")
     rank, trace, _ = launcher._first_failure(tmp_path, [_Ended(1), _Ended(1)], 0)
     assert rank == 1 and "shapes differ" in trace
+
+
+def test_a_rank_that_leaves_after_its_own_failed_check_charges_no_later_check(tmp_path):
+    """Rank 2 raised in ring_all_gather and left (its peers were inside a call it abandoned);
+    ranks 0 and 1 had already set up the next check, which was charged with the crash."""
+    check = type("C", (), {"id": "rotation.rotate_bfloat16"})
+    for rank, at in ((0, check.id), (1, check.id), (2, "rotation.ring_all_gather")):
+        (tmp_path / f"status.{rank}.json").write_text(json.dumps({"check": at, "phase": "done"}))
+    left = RankFailed(2, "...", exit_code=3)
+    assert not group._started(tmp_path, 3, check, left)
+    assert group._started(tmp_path, 3, check, RankFailed(1, "...", exit_code=3))
+    assert group._started(tmp_path, 3, check)          # no one rank ended it: any rank's word

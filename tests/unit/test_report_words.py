@@ -15,6 +15,17 @@ def test_the_transports_locations_and_addresses_are_left_out():
     assert report.plain(kept) == kept
 
 
+def test_torchs_log_lines_sockets_ipv6_peers_and_gloos_enforce_lines_are_left_out():
+    said = report.plain(
+        "rank 2 crashed: [rank2]:[W1129 10:55:10.123 socket.cpp:494] [c10d] waitForInput: "
+        "socket SocketImpl(fd=9, addr=[100:100:0:ff01:100:100::]:33431, "
+        "remote=[fdff:ffff::1]:15842) timed out after 3000ms; what():  [enforce fail at "
+        "/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] 48 vs 24.")
+    assert said == "rank 2 crashed: waitForInput: a socket timed out after 3000ms; what():  48 vs 24."
+    kept = "a slice x[1:2]:3 of shape [12, 8] float32"
+    assert report.plain(kept) == kept
+
+
 def test_a_feedback_page_leaves_out_the_confinement():
     r = Result("comm", "AllReduce", 2, "error", GLOO, details={"confinement": "confined (Landlock ABI 7; seccomp; as uid 1879073207)"})
     page = report.text([r], confinement=False)

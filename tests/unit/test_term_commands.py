@@ -64,6 +64,38 @@ def test_export_refuses_provisional_grades_unless_asked_then_marks_them(tmp_path
     assert float(rows["bob"]["score"]) == 3.0
 
 
+def _set_by_hand(course, a, student, score):
+    from rtp_course.instructor.grade_record import gradebook
+    with gradebook(course) as gb:
+        gb.find_grade("comm-code", a, a, student).manual_score = score
+        gb.db.commit()
+
+
+def test_a_grade_set_by_hand_is_the_instructors_and_leaves_final(tmp_path):
+    """A provisional (or ungraded) cell the instructor then graded in formgrader was still
+    marked provisional, or refused, though the CSV held the instructor's score."""
+    course, a = make_course(tmp_path, {"alice": None, "bob": None})
+    _graded(course, a, "alice", 2.5, not_graded=1)
+    _set_by_hand(course, a, "alice", 3.0)
+    _set_by_hand(course, a, "bob", 2.0)                # never graded by `rtp-course grade`
+    assert term.code_problems(course) == ([], {})
+    assert term.export(course, tmp_path / "grades.csv", log=lambda *_: None) == 0
+    with open(tmp_path / "grades.csv") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert (float(rows["alice"]["score"]), rows["alice"][term.PROVISIONAL]) == (3.0, "")
+    assert (float(rows["bob"]["score"]), rows["bob"][term.PROVISIONAL]) == (2.0, "")
+
+
+def test_a_grade_exported_with_force_says_what_it_lacks(tmp_path):
+    course, a = make_course(tmp_path, {"alice": None, "bob": None})
+    _graded(course, a, "alice", 2.5)
+    assert term.export(course, tmp_path / "grades.csv", force=True, log=lambda *_: None) == 0
+    with open(tmp_path / "grades.csv") as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh)}
+    assert rows["alice"][term.PROVISIONAL] == ""
+    assert rows["bob"][term.PROVISIONAL] == "comm: no code points yet"
+
+
 def test_regrade_autogrades_then_grades_the_code(tmp_path, monkeypatch):
     """The documented regrade (`nbgrader autograde --student bob --force`) set bob's code
     points to 0 and nothing graded them again."""

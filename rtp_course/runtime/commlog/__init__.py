@@ -44,6 +44,8 @@ def reset(phase: str = "setup") -> None:
     STATE.sent_to = {}
     STATE.recv_from = {}
     STATE.unwaited_to = {}
+    STATE.dropped_to = {}
+    STATE.collectives = {}
     STATE.trace = None
 
 

@@ -26,6 +26,8 @@ class Event:
     batch: int | None = None  # the batch_isend_irecv it was posted in
     overwritten: bool = False  # a send buffer written to before its work was waited
     dropped: bool = False   # its handle was let go before it was waited (or seen done)
+    given: str = ""         # the tensor this rank contributes, "[12, 8] float32" ("": a list)
+    nth: int = 0            # a collective's place among this check's collectives on its group
 
 
 @dataclass
@@ -40,11 +42,13 @@ class _State:
     sent_to: dict = field(default_factory=dict)  # global peer -> sends posted to it (this check)
     recv_from: dict = field(default_factory=dict)  # global peer -> receives posted from it
     unwaited_to: dict = field(default_factory=dict)  # global peer -> async sends not yet completed
+    dropped_to: dict = field(default_factory=dict)   # global peer -> sends whose handle was let go
     local: threading.local = field(default_factory=threading.local)
     guard = None  # callable(kind, args, kwargs) that may refuse a call before it is made
     nccl_rules: bool = False  # gloo behaves as NCCL where a grade depends on it (see top)
     program: list = field(default_factory=list)  # ("post", event index) / ("wait", [indices])
     batches: int = 0          # batch_isend_irecv calls so far
+    collectives: dict = field(default_factory=dict)  # group name -> collectives called on it
 
 
 STATE = _State()
@@ -61,6 +65,17 @@ def _nbytes(position, keyword, args, kwargs) -> int:
     if isinstance(arg, (list, tuple)):
         return sum(size(t) for t in arg)
     return size(arg)
+
+
+def _given(position, keyword, args, kwargs) -> str:
+    """The one tensor this rank contributes, as "[12, 8] float32" ("" for a list or none):
+    what tells two ranks' calls apart when they do not match."""
+    if position is None:
+        return ""
+    arg = args[position] if len(args) > position else kwargs.get(keyword) if keyword else None
+    if not isinstance(arg, torch.Tensor):
+        return ""
+    return f"{list(arg.shape)} {str(arg.dtype).removeprefix('torch.')}"
 
 
 def _peer(family, args, kwargs):

@@ -118,6 +118,8 @@ class _Work:
                 return
             for e in pending:
                 e.dropped = True
+                if e.family == "isend":
+                    STATE.dropped_to[e.peer] = STATE.dropped_to.get(e.peer, 0) + 1
             _finish(self._work)
         except Exception:  # noqa: BLE001 - a finalizer must not raise (interpreter shutdown)
             pass

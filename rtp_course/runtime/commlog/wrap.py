@@ -10,8 +10,8 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, RECEIVES
-from rtp_course.runtime.commlog.state import (STATE, Event, _nbytes, _peer, _pending, _status,
-                                              _track_recv, caller)
+from rtp_course.runtime.commlog.state import (STATE, Event, _given, _nbytes, _peer, _pending,
+                                              _status, _track_recv, caller)
 from rtp_course.runtime.commlog.works import _Work
 from rtp_course.runtime.nccl import calls as nccl_calls
 
@@ -60,9 +60,14 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
                                                              kwargs, where)
         peer = _peer(family, args, kwargs)
         group, members = _group_of(fn, args, kwargs)
+        nth = 0
+        if family not in P2P:
+            nth = STATE.collectives[group] = STATE.collectives.get(group, 0) + 1
+        given = _given(position, keyword, args, kwargs)
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
                                   peer, where, family, group=group, members=members,
-                                  batch=getattr(STATE.local, "batch", None)))
+                                  batch=getattr(STATE.local, "batch", None), given=given,
+                                  nth=nth))
         index = len(STATE.events) - 1
         STATE.program.append(("post", index))
         if family in P2P:
@@ -73,7 +78,9 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         if family in RECEIVES and args and isinstance(args[0], torch.Tensor):
             _track_recv(args[0])
         STATE.local.depth = 1
-        _status(f"{kind} called from {where}", family=family, peer=peer)
+        _status(f"{kind} called from {where}", family=family, peer=peer,
+                collective={"kind": kind, "group": group, "nth": nth, "given": given,
+                            "where": where} if nth else None)
         try:
             out = instead() if instead is not None else fn(*args, **kwargs)
         finally:
