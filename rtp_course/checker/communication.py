@@ -188,17 +188,27 @@ MATCH = ("every rank makes the same collective calls, in the same order, on each
          "or corrupt memory; gloo stops the process")
 
 
+TRANSPORT_WORDS = ("socket", "Socket", "[c10d]", "gloo", "Connection", "Broken pipe",
+                   "DistNetworkError", "DistStoreError", "timed out", "Received data size")
+
+
+def transport_said(result) -> bool:
+    """Whether a failure is the transport's word for what the ranks did (a peer gone, a size
+    it did not expect), not a cause the check named itself (a rule it quotes)."""
+    return result.status == "error" and any(w in result.message for w in TRANSPORT_WORDS) \
+        and "rule '" not in (result.hint or "")
+
+
 def _collectives(outcome, status) -> dict:
     """{(group, n): call} of one rank: its n-th collective on each group, from its record,
-    and the call it was in when the group ended (its status)."""
+    and the last one it called (its status: a rank that died in it wrote no record)."""
     calls = {}
     for e in (outcome or {}).get("events") or []:
         if isinstance(e, dict) and e.get("nth") and e.get("group") != "?":  # "?": group unknown
             calls[(e.get("group"), e["nth"])] = e
-    now = status.get("collective") if isinstance(status, dict) else None
+    now = status.get("last_collective") if isinstance(status, dict) else None
     if isinstance(now, dict) and now.get("nth") and now.get("group") != "?":
-        calls.setdefault((now.get("group"), now["nth"]),
-                         {**now, "family": status.get("family"), "phase": status.get("phase")})
+        calls.setdefault((now.get("group"), now["nth"]), now)
     return calls
 
 

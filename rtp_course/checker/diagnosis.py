@@ -22,7 +22,7 @@ import signal
 
 from rtp_course import course
 from rtp_course.checker import budgets as B
-from rtp_course.checker.communication import collectives_differ
+from rtp_course.checker.communication import TRANSPORT_WORDS, collectives_differ, transport_said
 from rtp_course.checker.outcome_file import read_json_bounded
 from rtp_course.checker.verdict import NOT_GRADED, Result, judge
 from rtp_course.checker.watchdog import Stuck
@@ -294,14 +294,14 @@ def diagnose(check, ws: int, rundir, failure, partial: dict) -> Result:
     """The check during which the group ended early; `partial`: the outcomes its ranks wrote."""
     for status in ("notimpl", "error"):  # the rank that failed first explains the rest
         if any(o["status"] == status for o in partial.values()):
-            statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
-            differ = collectives_differ(partial, _in_check(statuses, check))
-            if status == "error" and differ is not None:    # why a rank raised, or its peer
-                said = "; ".join(f"rank {r} raised {o.get('type')}: {o.get('message')}"
-                                 for r, o in sorted(partial.items()) if o["status"] == "error")
-                return Result(exercise=check.exercise, check=check.name, world_size=ws,
-                              **{**differ, "status": "error"}, details={"transport": said})
             res = judge(check, ws, partial, {}, [])
+            statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
+            differ = collectives_differ(partial, _in_check(statuses, check)) \
+                if transport_said(res) else None
+            if differ is not None:          # why the transport failed a rank, or its peer
+                return Result(exercise=check.exercise, check=check.name, world_size=ws,
+                              **{**differ, "status": "error"},
+                              details={"transport": res.message})
             stuck = [q for q in range(ws) if q not in partial]
             if stuck:
                 res.message += f" (rank(s) {stuck} were left waiting for it)"
@@ -386,9 +386,6 @@ def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
                   hint=MISMATCH_HINT, details={"traceback": failure.traceback,
                                                "transport": last})
 
-
-TRANSPORT_WORDS = ("socket", "Socket", "[c10d]", "gloo", "Connection", "Broken pipe",
-                   "DistNetworkError", "DistStoreError", "timed out")
 
 
 # --- hints along the tasks a task uses -------------------------------------------------------

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rtp_course.checker.communication import (GROUP, LIBRARIES, SEND_BUFFERS, check_comm,
-                                              collectives_differ, nccl_order, sizes_differ, written_send,
+                                              collectives_differ, nccl_order, sizes_differ,
+                                              transport_said, written_send,
                                               wrong_group)
 from rtp_course.checker.registry import Bound, Check, Like
 
@@ -246,8 +247,8 @@ def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules:
         return Result(**base, **mismatched)
     raised = _exception(check, base, outcomes)
     if raised is not None and raised.status == "error":
-        differ = collectives_differ(outcomes)      # what made a rank (or its peer) raise
-        if differ is not None:
+        differ = collectives_differ(outcomes) if transport_said(raised) else None
+        if differ is not None:                     # why the transport failed a rank
             return Result(**base, **{**differ, "status": "error"},
                           details={"transport": f"rank {raised.rank}: {raised.message}"})   # an earlier wrong value came first
         found = _values(check, base, world_size, outcomes, _before(expected, raised.phase,

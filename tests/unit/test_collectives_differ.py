@@ -28,9 +28,10 @@ def test_a_skipped_call_is_named_with_both_ranks_calls():
 
 def test_a_rank_that_died_in_its_call_is_read_from_its_status():
     outcomes = {0: _outcome(_event(1, "[4] float64"), _event(2, "[4] float64"))}
-    statuses = {1: {"phase": "backward", "family": "broadcast",
-                    "collective": {"kind": "broadcast", "group": "1", "nth": 2,
-                                   "given": "[4] float64", "where": WHERE}}}
+    statuses = {1: {"phase": "backward", "family": "irecv",       # a later call, ended
+                    "last_collective": {"kind": "broadcast", "family": "broadcast", "group": "1",
+                                        "nth": 2, "given": "[4] float64", "where": WHERE,
+                                        "phase": "backward"}}}
     found = collectives_differ(outcomes, statuses)
     assert "rank 1's 2nd is broadcast" in found["message"], found
 

@@ -79,8 +79,9 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
             _track_recv(args[0])
         STATE.local.depth = 1
         _status(f"{kind} called from {where}", family=family, peer=peer,
-                collective={"kind": kind, "group": group, "nth": nth, "given": given,
-                            "where": where} if nth else None)
+                collective={"kind": kind, "family": family, "group": group, "nth": nth,
+                            "given": given, "where": where, "phase": STATE.phase}
+                if nth else None)
         try:
             out = instead() if instead is not None else fn(*args, **kwargs)
         finally:
