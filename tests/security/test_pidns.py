@@ -36,19 +36,23 @@ def test_the_launcher_sees_the_ranks_own_end(code, returncode):
 
 
 def test_what_the_rank_leaves_ends_with_it(tmp_path):
-    """A detached grandchild (its own session) that would outlive a plain process."""
-    flag = tmp_path / "alive"
+    """A detached grandchild (its own session) that would outlive a plain process: it waits
+    until the rank has ended (the test says so), then would leave a mark. However slow the
+    machine, a grandchild still alive then leaves it; one that ended with the rank cannot."""
+    go, flag = tmp_path / "rank ended", tmp_path / "alive"
     done = split_then(f"""
         if os.fork() == 0:
             os.setsid()
-            time.sleep(1.0)
+            while not os.path.exists({str(go)!r}):
+                time.sleep(0.01)
             open({str(flag)!r}, "w").close()
             os._exit(0)
         time.sleep(0.1)
     """)
     assert done.returncode == 0, done.stderr
+    go.touch()
     import time
-    time.sleep(1.5)
+    time.sleep(2.0)
     assert not flag.exists()
 
 
