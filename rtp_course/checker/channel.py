@@ -9,6 +9,11 @@ channel carries the harness's requests only, never the traffic of the code under
     rank:   ask({"what": "randn", "seed": 3, "shape": [4, 2], "owner": [1]}, 5)   (check 5)
     parent: Server(world_size, provider).start(); serves each rank in a thread of its own
 
+Just before the code under test is imported, each rank says so (`enter()`): from then on,
+what the rank does may be that code's. The parent keeps that fact (`Server.entered`), which
+no rank can take back, and decides from it, never from a file the rank writes, whether a
+broken launch was the machine's doing (checker/group.py).
+
 A request is one frame (wire.py), bounded before it is read; what a rank sends wrong ends
 its channel (its next request fails), never the parent.
 """
@@ -22,6 +27,7 @@ import threading
 from rtp_course.checker import wire
 
 _LINK: "_Link | None" = None
+ENTER = "enter"          # a rank's word that the code under test runs from now on
 
 
 class ChannelError(RuntimeError):
@@ -37,7 +43,9 @@ class Server:
         pairs = [socket.socketpair() for _ in range(world_size)]
         self._ours = [a for a, _ in pairs]
         self._theirs = [b for _, b in pairs]
-        self._serving = 0
+        self._serving = 0        # requests being computed (a rank waits for the parent)
+        self._reading: set = set()   # ranks whose thread waits for their next request
+        self.entered: set = set()    # ranks that began to run the code under test
         self._lock = threading.Lock()
         self._threads = []
 
@@ -60,11 +68,14 @@ class Server:
 
     def busy(self) -> bool:
         """A rank waits for the parent now (its ranks are blocked, not hung): a request is
-        being served, or one waits to be read."""
-        if self._serving > 0:
-            return True
+        being computed, or one waits to be read by a thread that is free to read it. A reply
+        the rank does not read is the rank's wait, not the parent's: it counts for nothing."""
+        with self._lock:
+            if self._serving > 0:
+                return True
+            free = [self._ours[r] for r in self._reading]
         try:
-            readable, _, _ = select.select([s for s in self._ours if s.fileno() >= 0], [], [], 0)
+            readable, _, _ = select.select([s for s in free if s.fileno() >= 0], [], [], 0)
         except (OSError, ValueError):
             return False
         return bool(readable)
@@ -81,20 +92,30 @@ class Server:
         stream = sock.makefile("rb")
         last = -1
         while True:
+            with self._lock:
+                self._reading.add(rank)
             try:
                 header, payload = wire.read_frame(stream)
             except (EOFError, OSError, ValueError):
                 return                     # the rank left, or broke the protocol
+            finally:
+                with self._lock:
+                    self._reading.discard(rank)
             with self._lock:
                 self._serving += 1
             try:
-                reply, tensors, last = self._answer(rank, header, last)
-                wire.send(sock, wire.encode(reply, tensors))
-            except (OSError, ValueError):
-                return
+                if header.get("what") == ENTER:
+                    self.entered.add(rank)
+                    reply, tensors = {}, []
+                else:
+                    reply, tensors, last = self._answer(rank, header, last)
             finally:
                 with self._lock:
                     self._serving -= 1
+            try:
+                wire.send(sock, wire.encode(reply, tensors))
+            except (OSError, ValueError):
+                return
 
     def _answer(self, rank: int, header: dict, last: int):
         """(reply, tensors, the check index now): a rank asks only in its current check or a
@@ -125,6 +146,11 @@ def connect(sock: socket.socket) -> None:
 
 def connected() -> bool:
     return _LINK is not None
+
+
+def enter() -> None:
+    """In a rank, just before the code under test is imported (see the top)."""
+    ask({"what": ENTER}, -1)
 
 
 def ask(request: dict, check: int):

@@ -90,7 +90,8 @@ def check_comm(rules, events):
                 rule = replace(rule, phase=hits[0]["phase"])
             seen = ", ".join(f"{e['kind']} at {e['where']}" for e in hits[:4]) or "none"
             want = rule.count if isinstance(rule.count, Bound) else f"exactly {rule.count}"
-            return rule, (f"{rule.phase}: {n} {rule.kind} call(s), expected {want}; seen: {seen}")
+            what = "communicating" if rule.kind == "*" else rule.kind
+            return rule, (f"{rule.phase}: {n} {what} call(s), expected {want}; seen: {seen}")
         if rule.nbytes is not None:
             total = sum(e["nbytes"] for e in hits)
             ok = total in rule.nbytes if isinstance(rule.nbytes, Bound) else total == rule.nbytes

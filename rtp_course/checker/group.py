@@ -64,7 +64,7 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
         failure, judged, watchdog, job = _launch(todo, ws, rundir, impl_dir, modules, dtype,
                                                  budgets, backend, tick, expect, confine,
                                                  len(results))
-        if "" not in retried and _connections_broke(failure, rundir, ws, todo[0]):
+        if "" not in retried and _connections_broke(failure, job):
             retried.add("")                 # the machine's, not the code's: once more
             shutil.rmtree(rundir, ignore_errors=True)
             continue
@@ -81,7 +81,7 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
             results.append(result)
             seen[check.id] = outcomes
             done += 1
-        ended = _ended(todo, done, ws, rundir, failure, job["impl"], budgets)
+        ended = _ended(todo, done, ws, rundir, failure, job, budgets)
         if ended and ended[0].check not in retried and _transport_broke(ended[0]):
             retried.add(ended[0].check)     # once more: a connection lost under load, or the
             ended = ended[1:]               # code's, which breaks it again
@@ -115,7 +115,8 @@ def _launch(todo, ws, rundir, impl_dir, modules, dtype, budgets, backend, tick, 
     judged: dict = {}
     watchdog = Watchdog(rundir, ws, todo, budgets, tick and (lambda i: tick(base + i)),
                         judging.judging(todo, ws, rundir, expect, judged),
-                        disk_mb=job["disk_cap_mb"] or DISK_CAP_MB, parent_busy=server.busy)
+                        disk_mb=job["disk_cap_mb"] or DISK_CAP_MB, parent_busy=server.busy,
+                        began=lambda: bool(server.entered))
     isolation = None
     if confine:
         from rtp_course.confinement import Isolation
@@ -133,21 +134,22 @@ def _launch(todo, ws, rundir, impl_dir, modules, dtype, budgets, backend, tick, 
         raise
     finally:
         server.stop()
+        job["began"] = bool(server.entered)
     return failure, judged, watchdog, job
 
 
-def _ended(todo, done, ws, rundir, failure, impl_dir, budgets) -> list:
+def _ended(todo, done, ws, rundir, failure, job, budgets) -> list:
     """Results for the checks a launch did not finish: the one it ended in, diagnosed, and
     those no budget is left for; none if the group merely ended between two checks."""
     if done >= len(todo):
         return []
     if isinstance(failure, Stuck) and failure.check_id.startswith("import:"):
         module = failure.check_id.split(":", 1)[1]
-        message = diagnosis.import_hang_message(module, failure, impl_dir)
+        message = diagnosis.import_hang_message(module, failure, job["impl"])
         return [Result(c.exercise, c.name, ws, "deadlock", message, phase="import",
                        hint=diagnosis.IMPORT_HINT) for c in todo[done:] if c.exercise == module]
     broken = todo[done]
-    if _connections_broke(failure, rundir, ws, broken):
+    if _connections_broke(failure, job):
         why = str(failure).strip().splitlines()[-1][:200] if str(failure).strip() else ""
         return [Result(broken.exercise, broken.name, ws, "busy", f"{B.BUSY_START} ({why})",
                        task=broken.task)]
@@ -174,12 +176,12 @@ def _transport_broke(result: Result) -> bool:
         e in said for e in LAUNCH_ERRORS)
 
 
-def _connections_broke(failure, rundir: Path, ws: int, first) -> bool:
+def _connections_broke(failure, job: dict) -> bool:
     """The group broke on the launch's own connections (the store, the transport's pairs)
-    before any rank imported the code under test: the machine's doing, not the code's."""
-    began = any((read_json_bounded(rundir / f"status.{r}.json") or {}).get("check")
-                for r in range(ws))
-    return (isinstance(failure, RankFailed) and not began
+    before any rank began to run the code under test (the parent's own record of it,
+    channel.Server.entered): the machine's doing, not the code's. Once the code under test
+    ran, what a rank printed or wrote proves nothing: its failure is judged as its own."""
+    return (isinstance(failure, RankFailed) and not job.get("began")
             and any(e in str(failure) for e in LAUNCH_ERRORS))
 
 

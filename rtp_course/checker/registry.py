@@ -14,8 +14,10 @@ check object cannot ask it for the answer it is judged against.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import linecache
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,6 +189,23 @@ def load_checks(modules, side: str = "parent") -> list[Check]:
             _without_parent_side(type(check))
         linecache.clearcache()  # no source lines of a hidden check kept from a traceback
     return checks
+
+
+def out_of_sight() -> None:
+    """In a rank, once the checks are loaded and before the code under test is imported: the
+    hidden checks' modules leave the module table and their docstrings go. Their classes
+    stay (the rank runs them), reachable only through the objects that use them."""
+    import sys
+    for name in [n for n in sys.modules if n.startswith("rtp_hidden_checks.")]:
+        module = sys.modules.pop(name)
+        for value in [module, *vars(module).values()]:
+            if getattr(value, "__module__", name) != name:
+                continue
+            for member in [value, *(vars(value).values() if isinstance(value, type) else ())]:
+                function = getattr(member, "__func__", member)
+                if isinstance(function, (type, types.FunctionType, types.ModuleType)):
+                    with contextlib.suppress(AttributeError, TypeError):
+                        function.__doc__ = None
 
 
 def _refuse(name: str):

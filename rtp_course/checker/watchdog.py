@@ -111,14 +111,17 @@ class Watchdog:
     `budgets` (budgets.Budgets) is charged each check's CPU time; `tick(i)` is told when
     every rank has left check i-1; `on_change(statuses)` whenever a status changed;
     `parent_busy()` says the parent is computing something a rank waits for (its inputs):
-    blocked ranks are not hung then."""
+    blocked ranks are not hung then; `began()` says some rank began to run the code under
+    test (from then on a group that does not start is that code's doing, not the machine's)."""
 
     def __init__(self, rundir: Path, world_size: int, todo: list, budgets: B.Budgets,
-                 tick=None, on_change=None, disk_mb: int = 512, parent_busy=None):
+                 tick=None, on_change=None, disk_mb: int = 512, parent_busy=None,
+                 began=None):
         self.rundir, self.world_size, self.budgets = rundir, world_size, budgets
         self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
         self.imports = len({c.exercise for c in todo})
         self.tick, self.on_change, self.parent_busy = tick, on_change, parent_busy
+        self.began = began or (lambda: False)     # the parent's record: code under test ran
         self.disk_mb, self.disk_looked = disk_mb, 0.0
         self.reached = {r: -1 for r in range(world_size)}    # per rank: checks it has left
         self.usage = _Usage(world_size)
@@ -211,7 +214,7 @@ class Watchdog:
         else:
             limit, reason, stall = B.START_CPU * self.budgets.scale, "own", self.budgets.stall
         who = check.id if check is not None else self._named(statuses)
-        if self.step == -2:
+        if self.step == -2 and not self.began():
             if self.blocked >= 3 * stall:
                 # no code under test has run yet: what holds the ranks up is not the student's
                 self._stuck(who, statuses, processes, "the ranks did not start (they were "

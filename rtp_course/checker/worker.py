@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from rtp_course.checker import channel, inputs, outcome_file
+from rtp_course.checker import channel, inputs, outcome_file, registry
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
@@ -303,6 +303,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
     try:
         with placement:
             watch = _watch(job)
+            registry.out_of_sight()     # the hidden checks: out of the module table
+            channel.enter()             # the parent's fact: the code under test runs now
             _import_exercises(checks, job, status)
             for i, cid in enumerate(job["check_ids"]):
                 outcome = _run_check(checks[cid], i, rank, world_size, device, job, status,

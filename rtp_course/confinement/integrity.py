@@ -8,8 +8,11 @@ lists (instructor/review_class.py). Code that finds and rewrites this watch too 
 docs/SECURITY.md says so.
 
 Grading installs the watch (worker.run_checks, confined runs only): a snapshot of the
-harness's functions and classes before the code under test is imported, compared after
-every check, and a ledger for commlog's record of each check.
+harness's functions and classes (each function's code and defaults too) before the code
+under test is imported, compared after every check; the harness's switches sealed, which
+commlog looks at on every call (runtime/commlog/sentry.py); and a ledger for commlog's record
+of each check. The watch compares with private copies of its own functions, made when it is
+installed: rewriting this module's functions afterwards does not blind it.
 """
 from __future__ import annotations
 
@@ -17,21 +20,51 @@ import sys
 import types
 import warnings
 
-from rtp_course.runtime import commlog
+import torch
+
+from rtp_course.runtime import commlog, gpu_placement
+from rtp_course.runtime.commlog import sentry
 
 MARK = "HARNESS CHANGED"
 WATCHED = ("rtp_course.checker", "rtp_course.runtime", "rtp_course.confinement",
-           "rtp_course.course", "rtp_hidden_checks", "torch.distributed")
+           "rtp_course.course", "rtp_hidden_checks", "torch.distributed", "torch.nn.parallel")
 PYTHON_CACHES = {"__slotnames__", "__abstractmethods__", "_abc_impl"}   # Python adds them itself
 _KINDS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
           types.ModuleType, classmethod, staticmethod, property)
+
+
+def _switches() -> list:
+    """(holder, attribute) of what the harness set for the checks and the code under test
+    must leave as it is: NCCL's rules, the code under test's files, the guard that refuses
+    host tensors, the status hook, and the tensor factories placement watches."""
+    state = commlog.STATE
+    pairs = [(state, n) for n in ("nccl_rules", "code_dirs", "guard", "local", "on_status")]
+    pairs += [(gpu_placement, "_CODE_DIRS"), (torch.Tensor, "cpu"), (torch.Tensor, "to")]
+    pairs += [(torch, f.__name__) for f in gpu_placement.FACTORIES]
+    return pairs
+
+
+def _private_copies() -> dict:
+    """This module's functions, as new function objects over a copy of its globals: what
+    the watch runs, whatever is done to the module's own later."""
+    space = dict(globals())
+    for name, value in list(space.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == __name__:
+            space[name] = types.FunctionType(value.__code__, space, value.__name__,
+                                             value.__defaults__, value.__closure__)
+    return space
 
 
 class Watch:
     """Made just before the code under test is imported."""
 
     def __init__(self):
-        self.before = _snapshot()
+        own = _private_copies()
+        self._snapshot, self._changed = own["_snapshot"], own["_changed"]
+        self._modules = _watched_modules()    # kept: the hidden checks' leave sys.modules
+        self.before = self._snapshot(self._modules)
+        sentry.seal(_switches())
+        self._seen = sentry.seen
         self.events = self.program = None
 
     def begin(self) -> None:
@@ -40,7 +73,7 @@ class Watch:
         self.program = commlog.STATE.program = _Ledger()
 
     def end(self, outcome: dict) -> dict:
-        found = _changed(self.before, _snapshot())
+        found = self._changed(self.before, self._snapshot(self._modules)) + self._seen()
         for name, ledger, now in (("events", self.events, commlog.STATE.events),
                                   ("program", self.program, commlog.STATE.program)):
             if ledger is not None and (now is not ledger or ledger.rewritten()):
@@ -83,15 +116,19 @@ def _said(item):
                                                    "family", "group", "members", "batch"))
 
 
-def _snapshot() -> dict:
+def _watched_modules() -> dict:
+    return {name: module for name, module in list(sys.modules.items())
+            if module is not None and name.startswith(WATCHED)}
+
+
+def _snapshot(modules: dict) -> dict:
     """{'module.name' or 'module.Class.name': object} for the functions, classes and modules
-    of the harness's modules, and the attributes of the classes they define."""
+    of the harness's `modules`, and the attributes of the classes they define."""
     seen = {}
     with warnings.catch_warnings():       # torch's deprecated aliases warn when looked at
         warnings.simplefilter("ignore")
-        for name, module in list(sys.modules.items()):
-            if module is not None and name.startswith(WATCHED):
-                _collect(name, module, seen)
+        for name, module in modules.items():
+            _collect(name, module, seen)
     return seen
 
 
@@ -99,12 +136,22 @@ def _collect(name: str, module, seen: dict) -> None:
     for attr, value in list(vars(module).items()):
         if not isinstance(value, _KINDS):
             continue
-        seen[f"{name}.{attr}"] = value
+        _keep(seen, f"{name}.{attr}", value)
         if isinstance(value, type) and getattr(value, "__module__", None) == name:
             for a, v in list(vars(value).items()):
                 if isinstance(v, _KINDS):
-                    seen[f"{name}.{attr}.{a}"] = v
+                    _keep(seen, f"{name}.{attr}.{a}", v)
             seen[f"{name}.{attr}.__dict__"] = frozenset(vars(value))   # what it defines
+
+
+def _keep(seen: dict, key: str, value) -> None:
+    """The object, and for a function what it runs: its code and defaults (a function can
+    be given other code and stay the same object)."""
+    seen[key] = value
+    function = getattr(value, "__func__", value)
+    if isinstance(function, types.FunctionType):
+        seen[f"{key} (its code)"] = (function.__code__, function.__defaults__,
+                                      function.__kwdefaults__)
 
 
 def _changed(before: dict, now: dict) -> list:
@@ -114,6 +161,9 @@ def _changed(before: dict, now: dict) -> list:
             added = sorted(now.get(key, value) - value)
             found += [f"{key[:-len('__dict__')]}{a} was added" for a in added
                       if a not in PYTHON_CACHES]
+        elif key.endswith(" (its code)"):
+            if key in now and any(a is not b for a, b in zip(now[key], value)):
+                found.append(f"{key[:-len(' (its code)')]} was given other code")
         elif now.get(key) is not value:
             found.append(f"{key} was {'removed' if key not in now else 'replaced'}")
     return found

@@ -1,9 +1,11 @@
 """A launch's ranks in namespaces of their own (grading only).
 
 On gloo, the launch gets a private network (netns.py): rank 0 makes a user and network
-namespace whose only device is its own loopback and serves the launch's store there, the
-other ranks join it, so no other launch, classmate's or grader's service is reachable and
-none can reach them. Each CPU rank then has a PID namespace of its own (pidns.py: it can
+namespace whose only device is its own loopback, the other ranks join it, so no other
+launch, classmate's or grader's service is reachable and none can reach them. The launch's
+store is served there by a process of its own, forked by rank 0 before anything else (and
+outside the rank's PID namespace): no thread of a rank's process was started unconfined to
+serve it, so no code under test can run in one. Each CPU rank then has a PID namespace of its own (pidns.py: it can
 name no process but its own) and a mount namespace (scratch.py: its private directory a
 tmpfs). NCCL ranks keep the machine's network and pid space: NCCL's bootstrap runs over
 the machine's interfaces and its transports pass pids between a node's ranks.
@@ -15,9 +17,14 @@ namespace maps that uid so that it can.
 from __future__ import annotations
 
 import ctypes
+import datetime
 import os
+import time
+
+import torch.distributed as dist
 
 from rtp_course.confinement import identity, netns, pidns, seccomp
+from rtp_course.runtime import reaper
 
 # What this rank's launch decided, for rank.confine (set by Isolation.enter in the rank).
 ENTERED = {"uid": None}
@@ -38,8 +45,8 @@ class Isolation:
         return self.private
 
     def enter(self, rank: int, info, keep=()) -> int | None:
-        """In a rank, first thing, with one thread: the launch's namespaces; returns the port
-        rank 0 serves the store on inside them, or None (the parent's store)."""
+        """In a rank, first thing, with one thread: the launch's namespaces; returns the
+        store's port inside them, or None (the parent's store)."""
         ENTERED["uid"] = self.uid
         if _no_new_privs():                   # (the harness execs nothing setuid)
             seccomp.refuse_rings()            # before the store's libuv loop makes one
@@ -47,10 +54,35 @@ class Isolation:
             os.setgroups([])                  # none of root's groups, inside the namespace too
         if not self.private:
             return None
-        netns.create(info.rundir, also=self.uid) if rank == 0 else netns.join(info.rundir)
+        keep = [k for k in keep if k is not None]
+        if rank == 0:
+            netns.create(info.rundir, also=self.uid)
+            _serve_store_apart(info.world_size, close=keep)
+        else:
+            netns.join(info.rundir)
         if netns.unshare_own() & netns.CLONE_NEWPID:
-            pidns.split(close=[k for k in keep if k is not None])
+            pidns.split(close=keep)
         return netns.PORT
+
+
+def _serve_store_apart(world_size: int, close=()) -> None:
+    """Fork the process that serves the launch's store on its private network; it ends
+    with the rank that forked it (and with the launch's cgroup)."""
+    if os.fork():
+        return
+    try:
+        reaper.die_with_parent()
+        for obj in close:
+            obj.close()
+        quiet = os.open(os.devnull, os.O_WRONLY)       # torch's words about its clients
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        store = dist.TCPStore("127.0.0.1", netns.PORT, world_size, is_master=True,  # noqa: F841
+                              wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+        while True:
+            time.sleep(3600)
+    finally:
+        os._exit(1)
 
 
 def _no_new_privs() -> bool:

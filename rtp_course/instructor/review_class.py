@@ -2,10 +2,12 @@
 per flagged student.
 
 For an assignment, each graded submission's exercise modules are scanned for code that
-reaches into the grader or around the exercise (review/scan.py: file, line, reason), and the
-class is compared, exercise by exercise, with the reference solutions and within itself
-(review/similarity.py: the stub the students were given is the base, so what it holds counts
-for nothing). Both only read the source.
+reaches into the grader or around the exercise (review/scan.py: file, line, reason; the
+whole class's files in one worker process bounded in CPU time, memory and wall time a file,
+review/worker.py: a file whose scan runs out is flagged `scan-limit`, and the others are
+scanned all the same), and the class is compared, exercise by exercise, with the reference
+solutions and within itself (review/similarity.py: the stub the students were given is the
+base, so what it holds counts for nothing). Both only read the source.
 
 review.csv, in the grading directory, has one row per finding:
 
@@ -63,11 +65,12 @@ def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict,
 def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
     """The rows of review.csv for `assignment`: flags of `students`, pairs of the class."""
     from rtp_course.instructor.grade_code import impl_dir
-    from rtp_course.instructor.review.scan import scan_impl
     from rtp_course.instructor.review.similarity import compare_class
+    from rtp_course.instructor.review.worker import scan_dirs
     rows = []
+    scanned = scan_dirs({s: impl_dir(course, assignment, s) for s in students}, EXERCISES)
     for s in students:
-        for flag in scan_impl(impl_dir(course, assignment, s), EXERCISES):
+        for flag in scanned[s]:
             rows.append((s, assignment, Path(flag.file).stem, "flag", f"{flag.file}:{flag.line}",
                          "", f"{flag.reason} [{flag.code}]"))
         rows.extend(_tampered(course, assignment, s))

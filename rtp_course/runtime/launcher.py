@@ -11,7 +11,7 @@ ranks for their Python stacks (faulthandler on SIGUSR1) and ends them.
 The parent opens the rendezvous store on port 0, so the OS picks a free port and
 two launches never collide. An `isolation` (the grading layer, rtp_course/confinement)
 may put a launch's ranks in namespaces of their own before anything else runs in them;
-then rank 0 may serve the store inside the launch's private network instead.
+then the store is served inside the launch's private network instead.
 
 Under torchrun or srun the processes already exist: call `init_from_env()`.
 """
@@ -164,8 +164,8 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     (runtime/nccl: one handle for a batch, waits that may be repeated, ...), so code runs on a
     laptop as it would on GPUs; False for a benchmark, which measures gloo as it is.
     `isolation`: an object whose `private_network(backend)` decides, in this process, whether
-    the ranks will serve their own store, and whose `enter(rank, info, keep)`, called first
-    in each rank, puts it in namespaces of its own and returns that store's port, or None
+    the launch serves its own store, and whose `enter(rank, info, keep)`, called first in
+    each rank, puts it in namespaces of its own and returns that store's port, or None
     (rtp_course.confinement).
     """
     backend = backend or default_backend(world_size)

@@ -111,8 +111,8 @@ def _worker(local_rank: int, info, fn, args) -> None:
     # Opened now: `fn` may confine this process so that it can no longer open files here.
     result_fh = open(rundir / f"result.{rank}.pt", "wb")
     error_fh = open(rundir / f"error.{rank}.txt", "w")
-    if store_port is not None:                # the launch's private network: rank 0 serves
-        store = dist.TCPStore("127.0.0.1", store_port, info.world_size, is_master=rank == 0,
+    if store_port is not None:                # the launch's private network
+        store = dist.TCPStore("127.0.0.1", store_port, info.world_size, is_master=False,
                               wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
     else:
         store = dist.TCPStore(info.store_host, info.store_port, info.world_size, is_master=False,

@@ -235,6 +235,45 @@ def test_a_futures_callback_is_confined_too(tmp_path):
     assert "THE CALLBACK READ []" in text, text
 
 
+# A C-level signal handler (ctypes) runs Python in whichever thread takes the signal: the
+# rank blocks it in its own thread and signals itself, so that the others take it in turn.
+EVERY_THREAD = """
+import ctypes as _c, os as _os, signal as _sg, threading as _th, time as _t
+_read, _ran = [], set()
+def _reader(_sig):
+    _ran.add(_th.get_native_id())
+    for _p in _SECRETS:
+        try:
+            open(_p).read(1)
+            _read.append((_th.get_native_id(), _p))
+        except OSError:
+            pass
+    _t.sleep(0.2)                  # the signal stays blocked here: the next goes elsewhere
+_libc = _c.CDLL(None, use_errno=True)
+_handler = _c.CFUNCTYPE(None, _c.c_int)(_reader)
+_libc.signal(int(_sg.SIGUSR2), _handler)
+_sg.pthread_sigmask(_sg.SIG_BLOCK, {_sg.SIGUSR2})
+_threads = len(_os.listdir('/proc/self/task')) - 1
+for _i in range(40):
+    _os.kill(_os.getpid(), _sg.SIGUSR2)
+    _t.sleep(0.02)
+_t.sleep(0.5)
+raise RuntimeError(f'THREADS {_threads} RAN {len(_ran)} READ {sorted(set(_read))!r}')
+"""
+
+
+@needs_landlock
+def test_every_thread_of_a_rank_is_confined(tmp_path):
+    """Whatever thread the code under test gets to run Python in (a signal handler taken by
+    the rank's other threads: gloo's, the store's, torch's), none reads the solutions or the
+    hidden checks."""
+    from hostile import ROOT
+    secrets = [str(ROOT / "solutions" / "comm.py"), str(ROOT / "tests" / "hidden" / "comm.py")]
+    probe = f"_SECRETS = {secrets!r}\n" + EVERY_THREAD
+    results, text = run(hostile(tmp_path, at_forward(probe)), only=("Duplication",))
+    assert "READ []" in text and "RAN 0" not in text, text
+
+
 SHADOW = """
 _read = []
 for _p in ('/etc/shadow', '/etc/gshadow', '/etc/sudoers', '/etc/passwd', '/etc/ssh'):

@@ -224,3 +224,68 @@ def test_a_hidden_or_covered_up_collective_is_still_seen(tmp_path, code):
     made it), or the rewrite is seen (the ledger's memory is not within reach)."""
     results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
     assert not results[0].passed and ("all_reduce" in text or "HARNESS CHANGED" in text), text
+
+
+# ---- the watch compares what runs, and the switches the harness set ------------------------
+
+# The watch's comparison given code that finds nothing (the same function object), then a
+# rule of NCCL's taken out: a blinded watch would let both pass.
+BLIND_THE_WATCH = """import sys as _s
+_m = _s.modules
+_m['rtp_course.confinement.integrity']._changed.__code__ = (lambda before, now: []).__code__
+_m['rtp_course.runtime.nccl.calls'].before = (
+    lambda kind, position, keyword, args, kwargs, where: (args, kwargs, None, None))"""
+
+# NCCL's rules switched off through a wrapped function's globals (no import of the harness).
+RULES_OFF = """_g = __import__('torch.distributed').distributed.all_reduce.__globals__
+_g['STATE'].nccl_rules = False"""
+
+# The code under test's files taken out of commlog's sight and the depth switch turned on
+# around a forbidden collective, then both put back before the check ends.
+SWITCH_AROUND_A_CALL = """import torch.distributed as _d
+_st = _d.all_reduce.__globals__['STATE']
+_dirs, _st.code_dirs = _st.code_dirs, ()
+_st.local.depth = 1
+_d.all_reduce(x.new_zeros(1), group=group)      # a collective Duplication's forward must not make
+_st.local.depth = 0
+_st.code_dirs = _dirs"""
+
+# torch's DistributedDataParallel given back its own constructor (commlog's wrapper unwrapped).
+UNWRAP_DDP = """from torch.nn.parallel import DistributedDataParallel as _DDP
+_DDP.__init__ = _DDP.__init__.__wrapped__"""
+
+
+@pytest.mark.parametrize("code", [BLIND_THE_WATCH, RULES_OFF, SWITCH_AROUND_A_CALL,
+                                  UNWRAP_DDP],
+                         ids=["watch-code-swapped", "nccl-rules-off", "switch-around-a-call",
+                              "ddp-unwrapped"])
+def test_what_the_harness_runs_and_its_switches_are_watched(tmp_path, code):
+    from rtp_course.confinement.integrity import MARK
+    results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
+    assert not results[0].passed and MARK in text, text
+
+
+# The module table reached without spelling its name, and searched for the hidden checks.
+WALK_THE_MODULE_TABLE = """_s = __import__('sys')
+_table = getattr(_s, [n for n in dir(_s) if n.endswith('dules')][0])
+_found = [n for n in list(_table) if 'hidden' in n]
+raise RuntimeError(f'FOUND {_found!r}')"""
+
+
+def test_the_hidden_checks_are_not_in_the_module_table(tmp_path):
+    """The hidden checks run in the rank, so their classes are in its memory; they are not
+    in the module table, nor their docstrings anywhere."""
+    results, text = run(hostile(tmp_path, at_forward(WALK_THE_MODULE_TABLE)),
+                        only=("Duplication",), hidden=True)
+    assert "FOUND []" in text, text
+
+
+# E2's Duplication.forward all-reduces through the process group's own method, below
+# torch.distributed's functions: recorded as the all-reduce it is, which forward must not make.
+OWN_METHOD = """(group if group is not None else __import__('torch.distributed').distributed.group.WORLD
+ ).allreduce([x.detach().clone()]).wait()"""
+
+
+def test_a_process_groups_own_method_is_recorded(tmp_path):
+    results, text = run(hostile(tmp_path, at_forward(OWN_METHOD)), only=("Duplication",))
+    assert not results[0].passed and "ProcessGroup.allreduce" in text, text

@@ -9,18 +9,24 @@ from rtp_course.runtime.launcher import RankFailed
 BROKE = RankFailed(2, "Traceback ...\ntorch.distributed.DistNetworkError: Broken pipe")
 
 
-def test_a_broken_store_before_any_import_is_the_machines(tmp_path):
-    assert group._connections_broke(BROKE, tmp_path, 4, None)
+def test_a_broken_store_before_any_import_is_the_machines():
+    assert group._connections_broke(BROKE, {"began": False})
 
 
-def test_once_the_code_under_test_runs_it_is_the_codes(tmp_path):
-    (tmp_path / "status.1.json").write_text(json.dumps({"check": "import:comm"}))
-    assert not group._connections_broke(BROKE, tmp_path, 4, None)
+def test_once_the_code_under_test_runs_it_is_the_codes():
+    assert not group._connections_broke(BROKE, {"began": True})
 
 
-def test_other_failures_are_never_the_machines(tmp_path):
-    assert not group._connections_broke(RankFailed(0, "ValueError: shapes differ"), tmp_path, 2, None)
-    assert not group._connections_broke(Stuck("comm.x", {}, {}, "Broken pipe"), tmp_path, 2, None)
+def test_what_a_rank_wrote_does_not_decide_it(tmp_path):
+    """A rank that rewrote its status file (it names no check) and printed a transport's
+    words: the parent's own record says the code under test ran, so the failure is its own."""
+    (tmp_path / "status.0.json").write_text(json.dumps({"call": None}))
+    assert not group._connections_broke(BROKE, {"began": True, "rundir": str(tmp_path)})
+
+
+def test_other_failures_are_never_the_machines():
+    assert not group._connections_broke(RankFailed(0, "ValueError: shapes differ"), {})
+    assert not group._connections_broke(Stuck("comm.x", {}, {}, "Broken pipe"), {})
 
 
 def test_a_check_whose_transport_broke_is_run_once_more():

@@ -84,3 +84,24 @@ def test_grading_one_student_again_keeps_the_others_rows(tmp_path):
         (ROOT / "rtp_course" / "comm.py").read_text())
     review_class.review(course, a, cells, _grades(cells, ["hostile"]), None)
     assert ",flag," not in Path(course / review_class.NAME).read_text()
+
+
+def test_a_compression_bomb_and_a_wrapped_copy_do_not_stop_the_class_review(tmp_path):
+    """One student's comm.py holds a bz2 bomb (the scan once decompressed gigabytes for each
+    nested codecs.decode and review.csv was never written), another's wraps every name of the
+    reference in an identity function (it once scored 0.03): the review is written, the bomb
+    flagged for decoding hidden data, the wrapped copy a near copy, the others as before."""
+    from test_review_scan_bounds import bomb_source
+    from test_review_similarity import identity_wrap
+    students = {"ref": None, "bomber": {"comm": bomb_source()},
+                "wrapper": {"comm": disguise(identity_wrap((ROOT / "solutions" / "comm.py").read_text()))},
+                "hostile": {"comm": (ROOT / "solutions" / "comm.py").read_text() + HOSTILE}}
+    course, a = make_course(tmp_path, students)
+    cells = grade_code.graded_cells(course, a)
+    rows = review_class.review(course, a, cells, _grades(cells, students), None)
+    flags = {(r[0], r[4], r[6].rsplit("[", 1)[-1]) for r in rows if r[3] == "flag"}
+    assert {s for s, _, _ in flags} == {"bomber", "hostile"}
+    assert {(w, c) for s, w, c in flags if s == "bomber"} == {
+        ("comm.py:6", "obfuscation]"), ("comm.py:7", "obfuscation]"), ("comm.py:8", "obfuscation]")}
+    assert ("wrapper", "comm", "reference") in {(r[0], r[2], r[4]) for r in rows if r[3] == "near-copy"}
+    assert (course / review_class.NAME).is_file()

@@ -130,11 +130,11 @@ FORGES = [
         import torch
         import ctypes
         """, [(2, "native-code")]),
-    ("a ProcessGroup's own method", """
+    ("a ProcessGroup's private method", """
         import torch.distributed as dist
         def forward(out, group):
             _g = group if group is not None else dist.group.WORLD
-            _g.allreduce([out]).wait()
+            _g._get_backend(out.device).allreduce([out]).wait()
         """, [(4, "torch-dist-internals")]),
     ("the unwrapped collective", """
         import torch.distributed as dist
@@ -285,8 +285,8 @@ def test_a_file_that_does_not_parse_has_no_flag():
 @pytest.mark.parametrize("source", ["x = " + "a+" * 200000 + "a\n", "y = -" + "-" * 100000 + "1\n"])
 def test_a_deeply_nested_file_is_flagged_not_a_crash(source):
     flags = scan_source(source, "comm.py")
-    assert [(f.code, f.reason) for f in flags] == [
-        ("scan-limit", "the file could not be scanned: nested too deeply")]
+    assert [f.code for f in flags] == ["scan-limit"]
+    assert flags[0].reason.startswith("the file could not be scanned: nested too deeply")
 
 
 def test_a_one_megabyte_file_is_scanned():
@@ -452,14 +452,8 @@ EVASIONS = [
         N = "all_" + "gather"
         delattr(dist, N)
         """, [(3, "dynamic-code"), (3, "monkey-patch")]),
-    # The second red team's: a process group's own methods, past torch.distributed's functions,
-    # and a module found by a name an object carries.
-    ("a process group's own allgather (unlogged_pg_rotation)", """
-        import torch.distributed as dist
-        def ring_all_gather(x, group=None):
-            pg = group or dist.group.WORLD
-            dist.ProcessGroup.allgather(pg, [[x]], [x]).wait()
-        """, [(4, "torch-dist-internals")]),
+    # The second red team's: a module found by a name an object carries. (Its other, a process
+    # group's own allgather, is recorded as the all-gather it is: runtime/commlog PG_OWN.)
     ("pydoc.locate of an object's __module__ (depth_switch_rotation)", """
         import pydoc
         def f(handle):

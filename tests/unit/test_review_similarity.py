@@ -2,6 +2,7 @@
 reference is a near copy; the edits of it in tests/correct/ score high; independent
 implementations score low; the stub, once it is the base, shares nothing."""
 import ast
+import functools
 import io
 import keyword
 import os
@@ -14,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rtp_course.course import EXERCISES
-from rtp_course.instructor.review.similarity import (NEAR_COPY, Pair, compare_class, fingerprints, segments,
-                                          similarity, tokens)
+from rtp_course.instructor.review.similarity import (NEAR_COPY, Pair, compare_class, fingerprints, normalize,
+                                                     segments, similarity, tokens)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
@@ -124,6 +125,213 @@ def test_a_disguised_reference_is_a_near_copy(exercise):
     pairs = compare_class({"mallory": {exercise: disguise(ref)}}, {exercise: ref}, {exercise: base})
     assert [(p.a, p.b, p.near_copy) for p in pairs] == [("mallory", "reference", True)]
     assert pairs[0].score >= 0.95
+
+
+# ---- each disguise by itself, and all at once --------------------------------------------------
+
+def identity_wrap(source, how="def"):
+    """Every name the code reads wrapped in an identity call: `_i(torch).zeros(...)`,
+    `_i(dist).all_reduce(_i(t))`, with `def _i(x): return x` (how="def"), `_i = lambda x: x`
+    ("assigned"), `(lambda x: x)(...)` inline ("lambda"), or a staticmethod of a class of the
+    file's called as `_W._i(...)` ("method"). Runs as the original does."""
+    tree = ast.parse(source)
+    helper = {"def": "def _i(x):\n    return x\n", "assigned": "_i = lambda x: x\n",
+              "method": "class _W:\n    @staticmethod\n    def _i(x):\n        return x\n"}.get(how, "")
+
+    class Wrap(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if not isinstance(node.ctx, ast.Load) or node.id == "super":
+                return node
+            func = {"lambda": "(lambda x: x)", "method": "_W._i"}.get(how, "_i")
+            return ast.Call(ast.parse(func, mode="eval").body, [node], [])
+    tree = Wrap().visit(tree)
+    at = max([i + 1 for i, n in enumerate(tree.body) if isinstance(n, (ast.Import, ast.ImportFrom))] + [0])
+    tree.body[at:at] = ast.parse(helper).body
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def reorder(source):
+    """The top-level functions and classes in reverse order, their text as it is."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    start = lambda n: min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1  # noqa: E731
+    head = "".join(lines[:start(defs[0])])
+    return head + "\n\n".join("".join(lines[start(n):n.end_lineno]) for n in reversed(defs)) + "\n"
+
+
+def annotate(source):
+    """A docstring in every function and class, and a comment above every statement."""
+    tree = ast.parse(source)
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            n.body.insert(0, ast.Expr(ast.Constant(f"{n.name}: my own notes on what this does.")))
+    out = []
+    for line in ast.unparse(ast.fix_missing_locations(tree)).splitlines():
+        body = line.lstrip()
+        if body and not body.startswith(("'", '"', "@", "else", "elif", "except", "finally")):
+            out.append(" " * (len(line) - len(body)) + f"# {body.split(' ')[0]}: explained here")
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def strip(source):
+    """Every docstring and comment removed."""
+    tree = ast.parse(source)
+    for n in ast.walk(tree):
+        body = getattr(n, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0].value, "value", None), str):
+            n.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def dead_code(source):
+    """Code that never runs or changes nothing, between every two statements: an `if False:`
+    block, a store to a name never read, a statement after each return, and unused helpers."""
+    count = iter(range(10 ** 6))
+
+    class Dead(ast.NodeTransformer):
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            inside = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for field in ("body", "orelse"):
+                body = getattr(node, field, None)
+                if not (inside or isinstance(node, (ast.For, ast.If, ast.With, ast.While))) \
+                        or not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                    continue
+                out = []
+                for st in body:
+                    out.append(st)
+                    i = next(count)
+                    junk = [f"if False:\n    torch.manual_seed({i})\n    _tmp{i} = torch.ones({i}).sum()",
+                            f"_scratch{i} = torch.zeros({i % 7 + 1}) * {i}",
+                            f"while 0:\n    print({i})"][i % 3]
+                    out += ast.parse(junk).body
+                    if isinstance(st, ast.Return):
+                        out += ast.parse(f"_after{i} = torch.empty({i})").body
+                setattr(node, field, out)
+            return node
+    tree = Dead().visit(ast.parse(source))
+    tree.body += ast.parse("def _unused_helper(t, k=3):\n    return torch.stack([t] * k).mean(0)\n").body
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+DISGUISES = {
+    "renamed and reformatted": disguise,
+    "identity-wrapped": identity_wrap,
+    "identity lambda assigned": lambda s: identity_wrap(s, "assigned"),
+    "identity lambda inline": lambda s: identity_wrap(s, "lambda"),
+    "identity staticmethod": lambda s: identity_wrap(s, "method"),
+    "functions reordered": reorder,
+    "comments and docstrings added": annotate,
+    "comments and docstrings removed": strip,
+    "dead code added": dead_code,
+    "all at once": lambda s: disguise(dead_code(identity_wrap(annotate(strip(reorder(s)))))),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def reference_prints(exercise):
+    return fingerprints(reference(exercise), stub(exercise))
+
+
+def test_the_disguises_change_the_code():
+    ref = reference("comm")
+    for name, make in DISGUISES.items():
+        copy = make(ref)
+        ast.parse(copy)
+        assert copy != ref, name
+    assert "_i(dist).all_reduce(_i(grad)" in identity_wrap(ref)
+    assert "(lambda x: x)(dist).all_reduce" in identity_wrap(ref, "lambda")
+    assert "if False:" in dead_code(ref) and "_scratch" in dead_code(ref)
+    assert '"""' not in strip(ref) and "#" not in strip(ref)
+    assert reorder(ref).index("def split") < reorder(ref).index("class Duplication")
+
+
+@pytest.mark.parametrize("name", list(DISGUISES))
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_each_disguise_of_the_reference_is_a_near_copy(exercise, name):
+    """Identity wrappers once scored 0.01-0.05 (every k-gram broken by `_i(`), dead code between
+    statements 0.1-0.5: full points and no near-copy row."""
+    copy = DISGUISES[name](reference(exercise))
+    score = similarity(reference_prints(exercise), fingerprints(copy, stub(exercise)))
+    assert score >= 0.9, (name, score)
+
+
+def test_an_identity_wrapped_copy_of_a_classmate_is_a_near_copy():
+    base = stub("rotation")
+    mallory = disguise(identity_wrap(ROTATION_A))
+    pairs = compare_class({"ann": {"rotation": ROTATION_A}, "bob": {"rotation": ROTATION_B},
+                           "mallory": {"rotation": mallory}}, {"rotation": reference("rotation")},
+                          {"rotation": base})
+    assert [(p.a, p.b) for p in pairs if p.near_copy] == [("ann", "mallory")]
+    assert pairs[0].score >= 0.9
+
+
+def test_the_normalisation_inlines_identities_and_drops_dead_code_only():
+    code = '''
+import torch
+import torch.distributed as dist
+ident = lambda v: v
+
+
+def _i(x, unused=None):
+    """Returns its argument."""
+    return x
+
+
+def _j(a, b):
+    c = b
+    return c
+
+
+class Box:
+    def same(self, y):
+        return y
+
+    def run(self, t):
+        if False:
+            t = t * 2
+        total = torch.zeros(3)
+        out = self.same(_i(getattr(dist, "all_reduce")))(ident((lambda z: z)(_j(0, b=t))))
+        return out
+        print("never")
+'''
+    text = normalize(code)
+    assert "out = dist.all_reduce(t)" in text
+    assert "def _i" not in text and "def _j" not in text and "ident" not in text and "lambda" not in text
+    assert "False" not in text and "total" not in text and "never" not in text
+    assert "def same" in text                       # a method stays: something may call it
+
+
+def test_honest_code_is_not_rewritten_by_the_inlining():
+    """No reference, stub or correct alternative has an identity function or getattr by a
+    constant: the normalisation only drops their comments, docstrings and dead stores."""
+    from rtp_course.instructor.review import similarity as module
+    sources = [reference(ex) for ex in EXERCISES] + [stub(ex) for ex in EXERCISES]
+    sources += [wrongs.build(p) for p, _ in correct_alternatives()]
+    assert len(sources) > 60
+    for source in sources:
+        nodes = list(ast.walk(ast.parse(source)))
+        identities = module._identities(nodes)
+        assert not identities[0] and not identities[1]
+        assert not any(module._replacement(n, identities) for n in nodes if isinstance(n, ast.Call))
+
+
+def test_no_honest_pair_is_a_near_copy():
+    """Independent implementations, and students who handed in the stubs, against the reference
+    and each other, after the normalisation (the correct alternatives in tests/correct are
+    edits of the reference: near copies by construction, test_the_correct_alternatives_...)."""
+    refs = {ex: reference(ex) for ex in EXERCISES}
+    stubs = {ex: stub(ex) for ex in EXERCISES}
+    pairs = compare_class({"ann": {"rotation": ROTATION_A, "comm": COMM},
+                           "bob": {"rotation": ROTATION_B, "groups": GROUPS},
+                           "dan": {"data_parallel": DATA_PARALLEL}, "idle": dict(stubs),
+                           "idle2": dict(stubs)}, refs, stubs, top=100)
+    assert {p.exercise for p in pairs} == {"rotation", "comm", "groups", "data_parallel"}
+    assert max(p.score for p in pairs) < 0.3, pairs[:3]
+    assert not any(p.near_copy for p in pairs)
 
 
 def pad(source, statement):
@@ -386,6 +594,170 @@ class DataParallel(nn.Module):
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
+'''
+
+
+# Two more independent hands, for the calibration of the normalised comparison (0.19 and 0.14).
+COMM = '''
+import torch
+import torch.distributed as dist
+
+
+def _size_rank(group):
+    return dist.get_world_size(group=group), dist.get_rank(group=group)
+
+
+def _gather_cat(t, dim, group):
+    n, _ = _size_rank(group)
+    t = t.contiguous()
+    bufs = [torch.empty_like(t) for _ in range(n)]
+    dist.all_gather(bufs, t, group=group)
+    return torch.cat(bufs, dim=dim)
+
+
+class Duplication(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group=None):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        summed = grad_output.clone()
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=ctx.group)
+        return summed, None
+
+
+class AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group=None):
+        y = x.clone()
+        dist.all_reduce(y, op=dist.ReduceOp.SUM, group=group)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output, None
+
+
+class AllGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim=-1, group=None):
+        n, r = _size_rank(group)
+        ctx.save = (dim % x.dim(), r, x.size(dim))
+        return _gather_cat(x, dim, group)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        d, r, width = ctx.save
+        piece = grad_output.narrow(d, r * width, width)
+        return piece.contiguous(), None, None
+
+
+class Split(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dim=-1, group=None):
+        n, r = _size_rank(group)
+        total = x.size(dim)
+        if total % n != 0:
+            raise ValueError("cannot split dim %d of size %d over %d ranks" % (dim, total, n))
+        ctx.dim = dim
+        ctx.group = group
+        width = total // n
+        return x.narrow(dim, r * width, width).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return _gather_cat(grad_output, ctx.dim, ctx.group), None, None
+
+
+def duplicate(x, group=None):
+    return Duplication.apply(x, group)
+
+
+def all_reduce(x, group=None):
+    return AllReduce.apply(x, group)
+
+
+def all_gather(x, dim=-1, group=None):
+    return AllGather.apply(x, dim, group)
+
+
+def split(x, dim=-1, group=None):
+    return Split.apply(x, dim, group)
+'''
+
+GROUPS = '''
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from . import data_parallel, tensor_parallel
+
+
+@dataclass
+class ParallelGroups:
+    tp_group: dist.ProcessGroup
+    dp_group: dist.ProcessGroup
+    tp_size: int
+    dp_size: int
+    tp_rank: int
+    dp_rank: int
+
+    def __iter__(self):
+        return iter((self.tp_group, self.dp_group))
+
+
+def build_groups(tp_size):
+    world = dist.get_world_size()
+    if tp_size <= 0 or world % tp_size != 0:
+        raise ValueError("tp_size=%d does not divide the world size %d" % (tp_size, world))
+    replicas = world // tp_size
+    rank = dist.get_rank()
+    mine = {}
+    for replica in range(replicas):
+        members = list(range(replica * tp_size, (replica + 1) * tp_size))
+        g = dist.new_group(members)
+        if rank in members:
+            mine["tp"] = g
+    for shard in range(tp_size):
+        members = list(range(shard, world, tp_size))
+        g = dist.new_group(members)
+        if rank in members:
+            mine["dp"] = g
+    return ParallelGroups(tp_group=mine["tp"], dp_group=mine["dp"], tp_size=tp_size,
+                          dp_size=replicas, tp_rank=rank % tp_size, dp_rank=rank // tp_size)
+
+
+def parallelize_2d(model, groups):
+    tensor_parallel.parallelize_transformer(model, groups.tp_group)
+    first = dist.get_process_group_ranks(groups.dp_group)[0]
+    with torch.no_grad():
+        for p in model.parameters():
+            dist.broadcast(p.data, first, group=groups.dp_group)
+        for b in model.buffers():
+            dist.broadcast(b.data, first, group=groups.dp_group)
+    return model
+
+
+def sync_gradients(model, groups):
+    n = dist.get_world_size(groups.dp_group)
+    for p in model.parameters():
+        if p.grad is None:
+            continue
+        dist.all_reduce(p.grad, group=groups.dp_group)
+        p.grad.div_(n)
+
+
+def train_step_2d(model, optimizer, loss_fn, inputs, targets, groups):
+    optimizer.zero_grad(set_to_none=True)
+    out = model(inputs)
+    loss = loss_fn(out, targets)
+    loss.backward()
+    sync_gradients(model, groups)
+    optimizer.step()
+    return loss.detach()
 '''
 
 

@@ -3,16 +3,21 @@
 `"rtp_" + "course"`, `"".join(["f_", "back"])`, f"{'tb'}_frame", `chr(103) + chr(99)`,
 `bytes([103, 99]).decode()`, `"kcab_f"[::-1]`, `"%s.%s" % (a, b)`, a name assigned such a
 value anywhere in the file (`TB = "tb_" + "frame"`, then `getattr(tb, TB)`), `base64.b64decode`
-of a constant: each folds to the set of strings it can be. An expression that depends on
-anything else (a parameter, a loop over data, a call of the file's own functions) does not
-fold (None). The work is bounded: a fold is at most MAX_DEPTH deep, a value at most MAX_LEN
-long, at most MAX_VALUES alternatives.
+of a constant, `codecs.decode(s, "rot13")`: each folds to the set of strings it can be. An
+expression that depends on anything else (a parameter, a loop over data, a call of the file's
+own functions) does not fold (None). The work is bounded: a fold is at most MAX_DEPTH deep, a
+value at most MAX_LEN long, at most MAX_VALUES alternatives; a decoder is given at most MAX_LEN
+characters and may give at most MAX_LEN back. Nothing that expands data is ever run: codecs'
+compressors (bz2, zlib ...) do not fold, only the text codecs in TEXT_CODECS, whose output is a
+small multiple of their input (a 2 KB bz2 constant decompresses to gigabytes; rules.py still
+flags codecs.decode as decoding hidden data).
 """
 from __future__ import annotations
 
 import ast
 import base64
 import codecs
+import encodings
 import itertools
 import re
 
@@ -23,13 +28,51 @@ MAX_VALUES = 16
 METHODS = set("join format decode encode lower upper strip lstrip rstrip replace title capitalize "
               "casefold swapcase removeprefix removesuffix split rsplit partition rpartition".split())
 BUILTINS = {"chr", "str", "bytes", "bytearray", "reversed", "list", "tuple", "ord", "int"}
-DECODERS = {"base64.b64decode": base64.b64decode, "base64.b32decode": base64.b32decode,
-            "base64.b16decode": base64.b16decode, "base64.urlsafe_b64decode": base64.urlsafe_b64decode,
-            "base64.standard_b64decode": base64.standard_b64decode, "base64.b85decode": base64.b85decode,
-            "base64.a85decode": base64.a85decode, "base64.decodebytes": base64.decodebytes,
-            "codecs.decode": codecs.decode, "codecs.encode": codecs.encode,
-            "binascii.unhexlify": bytes.fromhex, "binascii.a2b_hex": bytes.fromhex,
-            "builtins.bytes.fromhex": bytes.fromhex}
+# codecs' codecs that keep a value's size within a small factor, by every name codecs knows them
+# by (normalised): the one a call names is looked up here, and the codec run is the canonical
+# one, never what the name might otherwise resolve to.
+TEXT_CODECS = {encodings.normalize_encoding(name): canonical
+               for canonical in ("rot_13", "hex_codec", "base64_codec", "utf_8", "latin_1", "ascii")
+               for name in [canonical, *(k for k, v in encodings.aliases.aliases.items() if v == canonical)]}
+
+
+def _codec(name) -> str:
+    """The canonical text codec `name` stands for; _Unknown for any other (bz2_codec, zlib_codec,
+    uu_codec: they decompress, or may)."""
+    if not isinstance(name, str) or len(name) > 40:
+        raise _Unknown
+    canonical = TEXT_CODECS.get(encodings.normalize_encoding(name.strip().lower()))
+    if canonical is None:
+        raise _Unknown
+    return canonical
+
+
+def _codecs_call(fn):
+    def call(data, encoding="utf-8", errors="strict"):
+        if not isinstance(errors, str) or errors not in ("strict", "ignore", "replace"):
+            raise _Unknown
+        return fn(data, _codec(encoding), errors)
+    return call
+
+
+def _bounded(decoder):
+    """`decoder` run only on what is at most MAX_LEN long (the result is held to it by _ok)."""
+    def call(*args):
+        if any(not isinstance(a, (str, bytes, int)) or not isinstance(a, int) and len(a) > MAX_LEN
+               for a in args):
+            raise _Unknown
+        return decoder(*args)
+    return call
+
+
+DECODERS = {q: _bounded(f) for q, f in {
+    "base64.b64decode": base64.b64decode, "base64.b32decode": base64.b32decode,
+    "base64.b16decode": base64.b16decode, "base64.urlsafe_b64decode": base64.urlsafe_b64decode,
+    "base64.standard_b64decode": base64.standard_b64decode, "base64.b85decode": base64.b85decode,
+    "base64.a85decode": base64.a85decode, "base64.decodebytes": base64.decodebytes,
+    "codecs.decode": _codecs_call(codecs.decode), "codecs.encode": _codecs_call(codecs.encode),
+    "binascii.unhexlify": bytes.fromhex, "binascii.a2b_hex": bytes.fromhex,
+    "builtins.bytes.fromhex": bytes.fromhex}.items()}
 _WIDE = re.compile(r"\d{4,}|\*")          # a format that pads to thousands of characters
 
 
@@ -124,6 +167,8 @@ class Folder:
             values = self._fold(node, {}, 0)
         except (_Unknown, RecursionError):
             return None
+        except MemoryError:                 # the scan's limit: not a value that does not fold
+            raise
         except Exception:                   # noqa: BLE001 - what the folded operation raised
             return None
         out = set()

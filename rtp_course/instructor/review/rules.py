@@ -143,14 +143,6 @@ ATTRS = {
              "_pg_group_ranks", "torch-dist-internals",
              "torch.distributed's internal state, the launch's store and groups: exercise code uses "
              "the public API"),
-    # A ProcessGroup's own methods (allreduce, not all_reduce): communication that torch's
-    # functions, which the checker logs, never see.
-    **_rules("allreduce allreduce_coalesced allgather allgather_coalesced _allgather_base "
-             "allgather_into_tensor_coalesced reduce_scatter_tensor_coalesced "
-             "reduce_scatter_single_coalesced all_gather_single_coalesced alltoall alltoall_base "
-             "recv_anysource", "torch-dist-internals",
-             "a process group's own methods, which move data past torch.distributed's functions "
-             "(and past the checker's record of them): exercise code calls dist.all_reduce & co."),
     **_rules("locate __module__", "dynamic-import",
              "finds a module by a name taken from an object (pydoc.locate, type(x).__module__): "
              "exercise code imports the modules it uses"),
@@ -179,11 +171,10 @@ INTERCEPTORS = {"__torch_function__", "__torch_dispatch__"}
 # Classes of the checker's core, compared by name after finding objects through gc.
 GRADER_CLASSES = {"Ctx", "Status", "Check", "CommRule", "Bound", "ExitCalled", "Budgets", "ComputeMarks",
                   "Watchdog", "Expectations"}
-# ProcessGroup's own C++ methods: torch.distributed's functions (observed) call them.
-PG_METHODS = set("allreduce allreduce_coalesced allgather allgather_coalesced "
-                 "allgather_into_tensor_coalesced alltoall alltoall_base recv_anysource "
-                 "reduce_scatter_tensor_coalesced _allgather_base _reduce_scatter_base _start_coalescing "
-                 "_end_coalescing _get_backend _register_backend _set_default_backend".split())
+# ProcessGroup's private C++ methods, which reach past its public ones (those communicating,
+# pg.allreduce & co., are recorded as the operation they perform: runtime/commlog/api.PG_OWN).
+PG_METHODS = set("_start_coalescing _end_coalescing _get_backend _register_backend "
+                 "_set_default_backend".split())
 
 # Private parts of torch.distributed that honest code may use: the functional collectives are
 # DTensor's API (tests/correct/comm/functional_collectives.py), observed like the others.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -56,36 +57,63 @@ class Flag:
 
 def scan_source(source: str, filename: str) -> list[Flag]:
     """The flags of one exercise module's source, by line; [] when it does not parse (the
-    checker reports a syntax error itself)."""
+    checker reports a syntax error itself). In this process, unbounded but for the file's size
+    and the folding's own bounds: a submission is scanned by scan_impl (worker.py), in a
+    process of its own with CPU-time, memory and wall-time limits."""
     if len(source) > MAX_BYTES:
-        return [Flag(filename, 1, f"the file could not be scanned: it holds {len(source) >> 20} MB "
-                                  "(an exercise module is a few dozen KB)", "scan-limit")]
+        return [_too_big(filename, len(source))]
     try:
         tree = ast.parse(source, filename)
     except (SyntaxError, ValueError):
         return []
-    except (RecursionError, MemoryError):        # the parser's own depth limits
+    except RecursionError:                       # the parser's own depth limits
         return [_too_deep(filename)]
+    except MemoryError:                          # the parser's stack, or the scan's memory
+        return [_too_deep(filename, ", or too large to parse within the scan's memory: read the file")]
     scanner = _Scanner(filename)
     try:
         scanner.run(tree)
     except RecursionError:
         scanner.flags[(1, "scan-limit")] = _too_deep(filename)
+    except MemoryError:
+        scanner = tree = None               # what filled the memory, let go first
+        return [out_of(filename, "memory")]
     return sorted(scanner.flags.values(), key=lambda f: (f.line, f.code))
 
 
-def scan_impl(impl_dir, exercises=EXERCISES) -> list[Flag]:
-    """The flags of `<impl_dir>/<exercise>.py` for each exercise (a missing file: none)."""
-    flags = []
-    for exercise in exercises:
-        path = Path(impl_dir) / f"{exercise}.py"
-        if path.is_file():
-            flags += scan_source(path.read_bytes().decode("utf-8", "replace"), path.name)
-    return flags
+def scan_file(path, filename: str | None = None) -> list[Flag]:
+    """scan_source of a file, read bounded (a link to a huge file is not read whole)."""
+    path = Path(path)
+    filename = filename or path.name
+    with open(path, "rb") as fh:
+        data = fh.read(4 * MAX_BYTES + 1)           # UTF-8: at most 4 bytes a character
+        if len(data) > 4 * MAX_BYTES:
+            return [_too_big(filename, os.fstat(fh.fileno()).st_size)]
+    return scan_source(data.decode("utf-8", "replace"), filename)
 
 
-def _too_deep(filename: str) -> Flag:
-    return Flag(filename, 1, "the file could not be scanned: nested too deeply", "scan-limit")
+def scan_impl(impl_dir, exercises=EXERCISES, limits=None) -> list[Flag]:
+    """The flags of `<impl_dir>/<exercise>.py` for each exercise (a missing file: none), scanned
+    in a bounded worker process (worker.py: a file whose scan runs out of time or memory is
+    flagged "scan-limit", and the other files are scanned all the same)."""
+    from rtp_course.instructor.review.worker import scan_dirs
+    return scan_dirs({0: impl_dir}, exercises, limits)[0]
+
+
+def out_of(filename: str, what: str) -> Flag:
+    """The flag of a file whose scan ran out of `what` ("memory", "CPU time" ...)."""
+    return Flag(filename, 1, f"the file could not be scanned: the scan ran out of {what} (a file "
+                             "crafted to make the scan run for ever or fill the memory, or a very "
+                             "unusual one): read the file", "scan-limit")
+
+
+def _too_big(filename: str, size: int) -> Flag:
+    return Flag(filename, 1, f"the file could not be scanned: it holds {size >> 20} MB "
+                             "(an exercise module is a few dozen KB)", "scan-limit")
+
+
+def _too_deep(filename: str, more: str = "") -> Flag:
+    return Flag(filename, 1, "the file could not be scanned: nested too deeply" + more, "scan-limit")
 
 
 class _Scanner:

@@ -1,6 +1,13 @@
 """Token fingerprints that survive renaming, comments, docstrings and reformatting (winnowing, as MOSS).
 
-A source becomes a sequence of normalised tokens (`tokenize`): comments, line structure,
+A source is first normalised as a syntax tree (`normalize`), then written out again
+(`ast.unparse`: one layout, no comment): identity wrappers are inlined (a function of the
+file's whose body only returns one of its parameters, `(lambda x: x)(...)`, called anywhere:
+`_i(dist).all_reduce(_i(t))` is `dist.all_reduce(t)`), `getattr(x, "name")` is `x.name`,
+and dead code is dropped (`if False:` and `while 0:` blocks, statements after a `return` or
+`raise`, docstrings, a function's stores to names the file never reads).
+
+It then becomes a sequence of normalised tokens (`tokenize`): comments, line structure,
 trailing commas, grouping parentheses, docstrings and do-nothing statements (`pass`, a store
 to a name never read, a bare `print(...)`: padding between copied lines) are dropped; every
 name the file defines (variables, parameters, functions, classes, the attributes it assigns)
@@ -30,9 +37,11 @@ K = 13              # tokens per k-gram: about one statement, so shared idioms r
 W = 5               # winnowing window: any shared run of W + K - 1 = 17 tokens is found
 FLOOR = 20          # the smaller set counts as at least this many fingerprints (see similarity)
 # Score at or above which a pair is a near copy, calibrated in tests/unit/test_review_similarity.py:
-# the reference renamed, reformatted and reordered scores 0.98-1.0 against itself; its 37 correct
-# alternatives (tests/correct/: edits of it) 0.68-1.0, median 0.95; independent implementations
-# 0.04-0.21, the highest where the stub all but dictates the code (comm, data_parallel).
+# the reference renamed, reformatted, reordered, identity-wrapped, padded with dead code, its
+# comments and docstrings changed scores 0.98-1.0 against itself; its correct alternatives
+# (tests/correct/: edits of it) 0.68-1.0, median 0.96; independent implementations 0.04-0.21,
+# the highest where the stub all but dictates the code (comm, data_parallel; the tests' own
+# comm, groups, rotation and data_parallel ones: 0.04-0.19, as before the normalisation).
 NEAR_COPY = 0.5
 
 _MOD = (1 << 61) - 1
@@ -64,18 +73,219 @@ class Pair:
         return [self.a, self.b, self.exercise, f"{self.score:.3f}", "yes" if self.near_copy else "no"]
 
 
-# ---- tokens --------------------------------------------------------------------------------------
+# ---- the syntax tree ----------------------------------------------------------------------------
 
-def _names(source: str):
-    """(names the file defines, attribute names it defines, {alias: qualified name}, names it
-    stores but never reads), from its ast; empty when it does not parse (its names then all
-    become placeholders)."""
+MAX_SOURCE = 2 << 20            # longer sources are tokenized as they are (the scan says so)
+MAX_PASSES = 8                  # wrappers of wrappers: inlined a pass at a time
+
+
+def normalize(source: str) -> str:
+    """`source` with identity wrappers inlined and dead code dropped, as ast.unparse writes it;
+    `source` itself when it does not parse."""
+    return _normalized(source)[0]
+
+
+def _normalized(source: str):
+    """(normalize(source), its syntax tree); (source, None) when it does not parse."""
+    if len(source) > MAX_SOURCE:
+        return source, None
     try:
         tree = ast.parse(source)
+        nodes = list(ast.walk(tree))
+        tree.body = _live_block(tree.body, set(), _never_read(nodes), False, keep_one=False)
+        nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
+        for _ in range(MAX_PASSES):
+            identities = _identities(nodes)
+            if not any(_replacement(n, identities) for n in nodes if isinstance(n, ast.Call)):
+                break
+            tree = _Inline(identities).visit(tree)
+            nodes = list(ast.walk(tree))
+        gone = set(identities[0])           # methods stay: torch may call them (forward)
+        tree.body = _live_block(tree.body, gone, _never_read(nodes), False, keep_one=False)
+        return ast.unparse(tree), tree
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source, None
+    except Exception:                       # noqa: BLE001 - a crafted file ends no review
+        return source, None
+
+
+def _returned_parameter(fn):
+    """The index of the positional parameter that `fn` (a def or a lambda) only returns, and its
+    name; None when it does anything else."""
+    positional = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    holds = {p: p for p in positional}      # a name -> the parameter it holds (y = x; return y)
+    if isinstance(fn, ast.Lambda):
+        value = fn.body
+    else:
+        decorators = [ast.unparse(d) for d in fn.decorator_list]
+        if decorators not in ([], ["staticmethod"]):
+            return None
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                and not isinstance(s, ast.Pass)]
+        for stmt in body[:-1]:
+            if not (_assigned(stmt) and isinstance(stmt.value, ast.Name) and stmt.value.id in holds):
+                return None
+            holds[_assigned(stmt)] = holds[stmt.value.id]
+        if not body or not isinstance(body[-1], ast.Return):
+            return None
+        value = body[-1].value
+    if isinstance(value, ast.Name) and value.id in holds:
+        return positional.index(holds[value.id]), holds[value.id]
+    return None
+
+
+def _assigned(node):
+    """The name `node` assigns, where it is `name = ...`; None otherwise."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return None
+
+
+def _identities(nodes) -> tuple[dict, dict, set]:
+    """The file's identity functions, called by name ({name: (index of the parameter returned,
+    its name)}), and its identity methods, called on an object (`self._i(x)`: one argument
+    less than the def, `self` being passed; a staticmethod's as it is), and the names the file
+    binds. A lambda assigned to a name is a function. A name also bound to anything else is
+    neither."""
+    functions, methods, bad = {}, {}, set()
+    stores, lambda_stores = {}, {}
+    in_class = {id(f) for c in nodes if isinstance(c, ast.ClassDef) for f in c.body}
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            hit = None if isinstance(node, ast.AsyncFunctionDef) else _returned_parameter(node)
+            table = methods if id(node) in in_class else functions
+            if hit and id(node) in in_class and not node.decorator_list:
+                hit = (hit[0] - 1, hit[1]) if hit[0] > 0 else None       # self is passed
+            if hit is None or table.setdefault(node.name, hit) != hit:
+                bad.add(node.name)
+        elif _assigned(node) and isinstance(node.value, ast.Lambda) and _returned_parameter(node.value):
+            name = _assigned(node)
+            lambda_stores[name] = lambda_stores.get(name, 0) + 1
+            if functions.setdefault(name, _returned_parameter(node.value)) != _returned_parameter(node.value):
+                bad.add(name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            stores[node.id] = stores.get(node.id, 0) + 1
+        elif isinstance(node, ast.arg):
+            bad.add(node.arg)
+        elif isinstance(node, ast.ClassDef):
+            bad.add(node.name)
+        elif isinstance(node, ast.alias):
+            bad.add((node.asname or node.name).split(".")[0])
+    bad |= {name for name, n in stores.items() if n > lambda_stores.get(name, 0)}
+    return ({k: v for k, v in functions.items() if k not in bad},
+            {k: v for k, v in methods.items() if k not in bad},
+            bad | set(functions) | set(stores))     # names bound in the file (getattr: not the builtin)
+
+
+def _replacement(call, identities):
+    """What _Inline replaces `call` with (its argument, an attribute), or None."""
+    func, hit = call.func, None
+    if isinstance(func, ast.Lambda):
+        hit = _returned_parameter(func)
+    elif isinstance(func, ast.Name):
+        hit = identities[0].get(func.id)
+    elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):    # self._i(x)
+        hit = identities[1].get(func.attr)
+    if hit and not any(isinstance(a, ast.Starred) for a in call.args) \
+            and not any(k.arg is None for k in call.keywords):
+        index, name = hit
+        if index < len(call.args):
+            return call.args[index]
+        return next((k.value for k in call.keywords if k.arg == name), None)
+    if isinstance(func, ast.Name) and func.id == "getattr" and len(call.args) == 2 and not call.keywords \
+            and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str) \
+            and call.args[1].value.isidentifier() and not keyword.iskeyword(call.args[1].value) \
+            and "getattr" not in identities[2]:
+        return ast.Attribute(call.args[0], call.args[1].value, ast.Load())
+    return None
+
+
+class _Inline(ast.NodeTransformer):
+    """f(x) is x where f only returns its parameter (and so is `(lambda x: x)(x)`); getattr(x,
+    "name") is x.name."""
+
+    def __init__(self, identities: tuple):
+        self.identities = identities
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        return _replacement(node, self.identities) or node
+
+
+def _never_read(nodes) -> set:
+    """Names the file stores and never reads (nor declares global or nonlocal)."""
+    loaded, stored, declared = set(), set(), set()
+    for n in nodes:
+        if isinstance(n, ast.Name):
+            (loaded if isinstance(n.ctx, ast.Load) else stored).add(n.id)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            declared |= set(n.names)
+    return stored - loaded - declared
+
+
+def _constant(node):
+    """(True, its truth) for a constant condition (`False`, `0`, `not True`), else (False, None)."""
+    if isinstance(node, ast.Constant):
+        return True, bool(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        known, value = _constant(node.operand)
+        return known, None if value is None else not value
+    return False, None
+
+
+_ENDS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
+
+
+def _live_block(block: list, gone: set, dead: set, in_function: bool, keep_one: bool) -> list:
+    """The statements of `block` that may run and change what the program reads (one `pass`
+    where a body must keep one): what follows a return or raise never runs."""
+    out = []
+    for stmt in block:
+        out += _live(stmt, gone, dead, in_function)
+        if out and isinstance(out[-1], _ENDS):
+            break
+    return out or ([ast.Pass()] if keep_one else [])
+
+
+def _live(stmt, gone: set, dead: set, in_function: bool) -> list:
+    if isinstance(stmt, (ast.If, ast.While)):
+        known, value = _constant(stmt.test)
+        if known and not value:                             # if False: / while 0:
+            return _live_block(stmt.orelse, gone, dead, in_function, False)
+        if known and isinstance(stmt, ast.If):              # if True:
+            return _live_block(stmt.body, gone, dead, in_function, False)
+    if isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+        return []                                           # docstrings, bare constants
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in gone:
+        return []                                           # an identity function, inlined
+    if _assigned(stmt) in gone and isinstance(stmt.value, ast.Lambda):
+        return []
+    if in_function and isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if all(isinstance(t, ast.Name) and t.id in dead for t in targets):
+            return []                                       # a store nothing reads
+    inner = in_function or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(stmt, field, None)
+        if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+            setattr(stmt, field, _live_block(block, gone, dead, inner, keep_one=field == "body"))
+    for part in [*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())]:
+        part.body = _live_block(part.body, gone, dead, inner, keep_one=True)
+    return [stmt]
+
+
+# ---- tokens --------------------------------------------------------------------------------------
+
+def _names(tree):
+    """(names the file defines, attribute names it defines, {alias: qualified name}, names it
+    stores but never reads), from its ast; empty when it does not parse (None: its names then
+    all become placeholders)."""
+    if tree is None:
         return set(), set(), {}, set()
-    defined, attrs, aliases, classes, loaded = set(), set(), {}, [], set()
+    defined, attrs, aliases, classes, loaded, stored = set(), set(), {}, [], set(), set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            stored.add(node.id)
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
             loaded.add(node.id if isinstance(node, ast.Name) else node.attr)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -105,7 +315,6 @@ def _names(source: str):
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 attrs |= {t.id for t in targets if isinstance(t, ast.Name)}
-    stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     return defined, attrs, aliases, stored - loaded
 
 
@@ -148,7 +357,8 @@ def segments(source: str) -> list[list[str]]:
     """The normalised tokens of `source`, one list per definition (a function, method or class
     header with what precedes the next one): no k-gram spans two, so that reordering the
     definitions changes no fingerprint."""
-    names = _names(source)
+    source, tree = _normalized(source)
+    names = _names(tree)
     out, segment, decorated = [], [], False
     for line in _logical_lines(_raw_tokens(source)):
         if _padding(line, names):

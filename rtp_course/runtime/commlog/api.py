@@ -70,6 +70,21 @@ NEWER_TORCH = {"all_gather_single", "reduce_scatter_single", "gather_single",
                "isend_inplace", "legacy_allgather_single", "legacy_irecv", "legacy_isend",
                "legacy_reducescatter_single", "reduce_scatter_single_autograd",
                "reduce_scatter_single_coalesced"}
+# A process group's (and its backends') own C++ methods, which torch.distributed's functions
+# call: when the code under test calls one itself, it is recorded as any other API of the
+# operation it performs (rule 'Communication': any API of the same operation will do). The
+# operation, and the positional index of what this rank contributes (self not counted).
+PG_OWN = {
+    "allreduce": ("all_reduce", 0), "allreduce_coalesced": ("all_reduce", 0),
+    "allgather": ("all_gather", 1), "allgather_coalesced": ("all_gather", 1),
+    "_allgather_base": ("all_gather", 1), "allgather_into_tensor_coalesced": ("all_gather", 1),
+    "reduce_scatter": ("reduce_scatter", 1), "_reduce_scatter_base": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1),
+    "broadcast": ("broadcast", 0), "reduce": ("reduce", 0), "gather": ("gather", 1),
+    "scatter": ("scatter", 1), "alltoall": ("all_to_all", 1), "alltoall_base": ("all_to_all", 1),
+    "barrier": ("barrier", None), "send": ("isend", 0), "recv": ("irecv", 0),
+    "recv_anysource": ("irecv", 0),
+}
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
 P2P = ("send", "recv", "isend", "irecv")

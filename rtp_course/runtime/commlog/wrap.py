@@ -4,18 +4,21 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, RECEIVES
+from rtp_course.runtime.commlog import sentry
+from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, PG_OWN, RECEIVES
 from rtp_course.runtime.commlog.state import (STATE, Event, _given, _nbytes, _peer, _pending,
                                               _status, _track_recv, caller)
 from rtp_course.runtime.commlog.works import _Work
 from rtp_course.runtime.nccl import calls as nccl_calls
 
 _ORIGINAL: dict = {}
+_TORCH_DIR = str(Path(torch.__file__).parent) + "/"
 
 
 _SIGNATURES: dict = {}
@@ -40,6 +43,7 @@ def _inside_a_logged_call() -> bool:
     """Whether this call is torch's (or the harness's) own, made inside another: never when
     the code under test makes it itself, whatever the depth says (code that sets the depth to
     hide its calls is logged all the same)."""
+    sentry.look()                        # a switch turned around this call shows (grading)
     if not getattr(STATE.local, "depth", 0):
         return False
     caller_file = sys._getframe(2).f_code.co_filename
@@ -173,6 +177,59 @@ def _wrap_library(cls):
     cls.__init__ = wrapper
 
 
+def _tensors_in(value) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v)]
+    return []
+
+
+def _wrap_own_method(cls, name: str, family: str, position) -> None:
+    """A process group's own method, recorded when the code under test calls it itself (its
+    caller is a file of the code under test); torch's functions calling it pass through."""
+    method = vars(cls)[name]
+
+    @functools.wraps(method)
+    def wrapper(pg, *args, **kwargs):
+        sentry.look()
+        caller_file = sys._getframe(1).f_code.co_filename
+        if not any(caller_file.startswith(d) for d in STATE.code_dirs) or \
+                caller_file.startswith(_TORCH_DIR):       # torch's own functions call it
+            return method(pg, *args, **kwargs)
+        given = _tensors_in(args[position]) if position is not None and len(args) > position \
+            else []
+        peer = args[1] if family in P2P and len(args) > 1 else None
+        group, members = "?", ()
+        if isinstance(pg, dist.ProcessGroup):
+            group, members = pg.group_name, tuple(c10d.get_process_group_ranks(pg))
+            if peer is not None:
+                peer = c10d.get_global_rank(pg, peer)
+        where = caller()
+        nth = 0
+        if family not in P2P:
+            nth = STATE.collectives[group] = STATE.collectives.get(group, 0) + 1
+        STATE.events.append(Event(f"ProcessGroup.{name}", STATE.phase,
+                                  sum(t.numel() * t.element_size() for t in given), peer,
+                                  where, family, group=group, members=members, nth=nth))
+        index = len(STATE.events) - 1
+        STATE.program.append(("post", index))
+        if family in P2P:
+            posted = STATE.recv_from if family in RECEIVES else STATE.sent_to
+            posted[peer] = posted.get(peer, 0) + 1
+        STATE.local.depth = 1
+        try:
+            out = method(pg, *args, **kwargs)
+        finally:
+            STATE.local.depth = 0
+        _pending(STATE.events[index])
+        return _Work(out, f"ProcessGroup.{name}", where, [index],
+                     sent=given if family == "isend" else ())
+    wrapper.__rtp_wrapped__ = True
+    _ORIGINAL[f"{cls.__name__}.{name}"] = method
+    setattr(cls, name, wrapper)
+
+
 def install(code_dirs=()) -> None:
     """Wrap the torch.distributed API once per process."""
     STATE.code_dirs = tuple(str(d) for d in code_dirs)
@@ -180,6 +237,11 @@ def install(code_dirs=()) -> None:
         return
     from torch.nn.parallel import DistributedDataParallel
     _wrap_library(DistributedDataParallel)
+    from torch._C._distributed_c10d import Backend, ProcessGroup
+    for cls in (ProcessGroup, Backend):
+        for name, (family, position) in PG_OWN.items():
+            if name in vars(cls):
+                _wrap_own_method(cls, name, family, position)
     for name, (family, position, keyword) in C10D.items():
         fn = getattr(c10d, name, None) or getattr(dist, name, None)
         if fn is None:

@@ -1,0 +1,221 @@
+"""The scan of submitted files in a process of its own, bounded in CPU time, memory and wall time.
+
+A submission is data crafted by someone who may want its review never to end: a constant
+that the folding would decompress to gigabytes, a nesting that makes the work quadratic.
+fold.py bounds what it folds, but the scan as a whole is bounded here too: one worker
+process (a fresh interpreter) scans a batch of files, a whole class's in one go, under
+
+* RLIMIT_AS: LIMITS.memory of address space (a MemoryError flags the file, the worker
+  goes on);
+* RLIMIT_CPU: LIMITS.cpu_s seconds of CPU for each file (the worker raises its soft limit
+  before each file; SIGXCPU ends it);
+* a wall-clock guard in the parent: LIMITS.wall_s for each file, counted from the moment
+  the worker says it takes the file up (the worker is killed).
+
+A file whose scan runs out is flagged "scan-limit" (read it yourself); a new worker scans
+the files left, so one file never costs the others their flags. The worker only parses:
+nothing submitted is imported or run, there or here.
+
+The protocol is one JSON object a line on the worker's stdout: {"ready": true} once it has
+started, {"start": i} when it takes up file i, {"done": i, "flags": [...]} when it is done.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_s: int = 30             # CPU seconds for one file: a 2 MB module scans in ~7 s
+    memory: int = 1 << 30       # the worker's address space (~250 MB for a 2 MB module)
+    wall_s: float = 60.0        # wall-clock seconds for one file (a loaded machine is slower)
+    start_s: float = 60.0       # wall-clock seconds for the worker to start
+
+
+LIMITS = Limits()
+_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+         "from rtp_course.instructor.review.worker import main; main()")
+
+
+def scan_dirs(dirs: dict, exercises, limits: Limits | None = None) -> dict:
+    """{key: the flags of `<dir>/<exercise>.py` for each exercise} for {key: dir} (a missing
+    file: no flag), every file in one bounded worker (restarted after a file that ran out)."""
+    files, owner = [], []
+    for key, folder in dirs.items():
+        for exercise in exercises:
+            path = Path(folder) / f"{exercise}.py"
+            if path.is_file():
+                files.append((os.path.abspath(path), path.name))
+                owner.append(key)
+    out: dict = {key: [] for key in dirs}
+    for key, flags in zip(owner, scan_files(files, limits)):
+        out[key] += flags
+    return out
+
+
+def scan_files(files: list, limits: Limits | None = None) -> list:
+    """The flags of each (path, shown name) of `files`, in order, scanned in a bounded worker."""
+    from rtp_course.instructor.review.scan import Flag, out_of
+    limits = limits or LIMITS
+    results: list = [None] * len(files)
+    while None in results:
+        first = results.index(None)
+        done, stopped = _run_worker(files[first:], limits)
+        for i, flags in enumerate(done):
+            results[first + i] = [Flag(**f) for f in flags]
+        if stopped is None:
+            continue
+        why, started = stopped
+        if not started:                 # no worker starts: say so for every file left
+            for i in range(first + len(done), len(files)):
+                results[i] = [_not_scanned(files[i][1], why)]
+            break
+        results[first + len(done)] = [out_of(files[first + len(done)][1], why)]
+    return results
+
+
+def _not_scanned(name: str, how: str):
+    from rtp_course.instructor.review.scan import Flag
+    return Flag(name, 1, f"the file could not be scanned: the scan's worker process did not start "
+                         f"({how}): read the file", "scan-limit")
+
+
+def _run_worker(files: list, limits: Limits):
+    """Scan `files` in one worker: (the flags of the files it finished, in order; None when it
+    finished them all, else (what the scan of the next one ran out of, whether the worker had
+    started))."""
+    import rtp_course
+    root = str(Path(rtp_course.__file__).resolve().parent.parent)
+    done: list = []
+    with tempfile.TemporaryFile("w+") as request, tempfile.TemporaryFile("w+b") as errors:
+        json.dump({"files": files, "limits": asdict(limits)}, request)
+        request.flush()
+        request.seek(0)
+        proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT, root], stdin=request,
+                                stdout=subprocess.PIPE, stderr=errors, cwd="/",
+                                start_new_session=True)
+        try:
+            started, killed, done = _read(proc, limits, done)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+            code = proc.wait()
+        if len(done) == len(files):
+            return done, None
+        errors.seek(0, os.SEEK_END)
+        errors.seek(max(0, errors.tell() - 400))
+        tail = errors.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+    said = f": {tail[0][:200]}" if tail else ""
+    signame = _signal_name(-code) if code < 0 else ""
+    if not started:                     # not the file's doing
+        how = (f"it took more than {limits.start_s:g} s" if killed else
+               f"it ended on {signame}" if code < 0 else f"it exited with status {code}{said}")
+        return done, (how, False)
+    if killed:
+        why = f"time ({limits.wall_s:g} s of wall-clock time)"
+    elif code == -signal.SIGXCPU:
+        why = f"CPU time ({limits.cpu_s} s)"
+    elif code == -signal.SIGKILL:
+        why = f"memory ({limits.memory >> 20} MB) or time (it was killed)"
+    elif code < 0:
+        why = f"memory or time (it ended on {signame})"
+    else:
+        why = f"time or memory (it exited with status {code}{said})"
+    return done, (why, True)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _read(proc, limits: Limits, done: list):
+    """Follow the worker's messages until it ends or overstays: (whether it started, whether it
+    was killed for time, the flags of the files it finished)."""
+    started, pending = False, []
+    deadline = time.monotonic() + limits.start_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                if time.monotonic() < deadline:
+                    continue
+                proc.kill()
+                return started, True, done
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return started, False, done
+            pending.append(chunk)
+            if b"\n" not in chunk:             # a long line (many flags) is joined once
+                continue
+            *lines, rest = b"".join(pending).split(b"\n")
+            pending = [rest]
+            for line in lines:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "ready" in msg:
+                    started = True
+                elif "start" in msg:
+                    deadline = time.monotonic() + limits.wall_s
+                elif "done" in msg:
+                    done.append(msg["flags"])
+                    deadline = time.monotonic() + limits.wall_s
+
+
+# ---- the worker ------------------------------------------------------------------------------
+
+def main() -> None:
+    """The worker: limits itself, then scans the files stdin's request names."""
+    import resource
+    request = json.load(sys.stdin)
+    limits = Limits(**request["limits"])
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _, as_hard = resource.getrlimit(resource.RLIMIT_AS)
+    memory = limits.memory if as_hard == resource.RLIM_INFINITY else min(limits.memory, as_hard)
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _, cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)
+    budget = len(request["files"]) * (limits.cpu_s + 2) + 10     # for them all: a backstop
+    if cpu_hard == resource.RLIM_INFINITY or cpu_hard > budget:
+        cpu_hard = budget
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_hard, cpu_hard))
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)                       # nothing else reaches the protocol's pipe
+    from rtp_course.instructor.review.scan import Flag, out_of, scan_file
+
+    def say(**msg):
+        out.write(json.dumps(msg) + "\n")
+
+    say(ready=True)
+    for i, (path, name) in enumerate(request["files"]):
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        soft = min(int(use.ru_utime + use.ru_stime) + 1 + limits.cpu_s, cpu_hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+        say(start=i)
+        try:
+            flags = scan_file(path, name)
+        except MemoryError:
+            flags = [out_of(name, f"memory ({memory >> 20} MB)")]
+        except OSError as e:
+            flags = [Flag(name, 1, f"the file could not be read ({type(e).__name__}): read it",
+                          "scan-limit")]
+        except Exception as e:          # noqa: BLE001 - a bug of the scan's: the others go on
+            flags = [Flag(name, 1, f"the file could not be scanned: the scan failed on it "
+                                   f"({type(e).__name__}: {str(e)[:200]}): read the file", "scan-limit")]
+        say(done=i, flags=[f.as_dict() for f in flags])
+    out.close()
