@@ -193,8 +193,9 @@ def load_checks(modules, side: str = "parent") -> list[Check]:
 
 def out_of_sight() -> None:
     """In a rank, once the checks are loaded and before the code under test is imported: the
-    hidden checks' modules leave the module table and their docstrings go. Their classes
-    stay (the rank runs them), reachable only through the objects that use them."""
+    hidden checks' modules leave the module table and their `__doc__`s go. Their classes
+    stay (the rank runs them), reachable through the objects that use them (and with them
+    their module's globals and their code's constants: docs/SECURITY.md)."""
     import sys
     for name in [n for n in sys.modules if n.startswith("rtp_hidden_checks.")]:
         module = sys.modules.pop(name)
