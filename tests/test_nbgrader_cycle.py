@@ -116,8 +116,12 @@ BROKEN = {
 }
 
 
+SECRET = "ghp_not-for-students-0451"      # in the grader's environment
+
+
 def _nbgrader(course: Path, *args, timeout=1800) -> subprocess.CompletedProcess:
-    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), OMP_NUM_THREADS="1")
+    env = dict(os.environ, RTP_COURSE_GRADING_DIR=str(course), OMP_NUM_THREADS="1",
+               GITHUB_TOKEN=SECRET)
     env.pop("RTP_COURSE_IMPL", None)
     r = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
@@ -240,7 +244,19 @@ def _patch_grade_in_notebook(path: Path) -> None:
         "    open(_target, 'a').close()\n"
         "    print('WROTE the installed course')\n"
         "except OSError as e:\n"
-        "    print('could not write the installed course:', e.strerror)")
+        "    print('could not write the installed course:', e.strerror)\n"
+        # the red team's: the grader's environment, file metadata, a link for nbgrader to
+        # write through, a raw socket on the loopback where classmates' kernels talk
+        "import os, socket\n"
+        "print('ENVIRONMENT', sorted(os.environ.items()))\n"
+        "for _name, _try in (('chmod', lambda: os.chmod('.', 0o777)),\n"
+        "                    ('symlink', lambda: os.symlink('/etc/passwd', 'link.ipynb')),\n"
+        "                    ('raw socket', lambda: socket.socket(17, 3, 0))):\n"
+        "    try:\n"
+        "        _try()\n"
+        "        print('DID', _name)\n"
+        "    except OSError as e:\n"
+        "        print('refused:', _name, e.strerror)")
     at = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
     nb.cells.insert(at, cheat)
     nbformat.write(nb, path)
@@ -353,7 +369,9 @@ def test_feedback_shows_the_diagnosis_wrapped_and_without_the_graders_paths(cycl
 
 
 def test_notebook_cells_cannot_write_the_installed_course(cycle):
-    """The autograde kernel is confined: mallory's cell could not open the course for writing."""
+    """The autograde kernel is confined: mallory's cell could not open the course for writing,
+    saw nothing of the grader's environment, and could change no file's mode, make no link
+    (for nbgrader to write through) and open no raw socket."""
     import nbformat as nbf
     from rtp_course.confinement import landlock as sandbox
     if sandbox.abi_version() < 1:
@@ -366,6 +384,10 @@ def test_notebook_cells_cannot_write_the_installed_course(cycle):
     text = "".join(texts)
     assert "could not write the installed course: Permission denied" in text, text[-2000:]
     assert "WROTE" not in text
+    assert "ENVIRONMENT" in text and SECRET not in text and str(cycle["course"]) not in text
+    assert "DID" not in text, text[-2000:]
+    for name in ("chmod", "symlink", "raw socket"):
+        assert f"refused: {name}" in text, text[-2000:]
 
 
 def test_the_grader_is_unchanged_after_grading_everyone(cycle):

@@ -196,13 +196,14 @@ class Provider:
                 high = request.get("high")
                 if type(high) is not int or not 0 < high < (1 << 62):
                     raise ValueError("randint's high is a positive int")
-                t = common.randint(base, high, *shape, owner=owner)
+                self._charge(rank, numel * torch.int64.itemsize)   # before drawing: a refused
+                t = common.randint(base, high, *shape, owner=owner)  # request costs nothing
             else:
                 kind = getattr(torch, str(dtype), None)
                 if not isinstance(kind, torch.dtype) or not kind.is_floating_point:
                     raise ValueError(f"{what} of dtype {dtype}")
+                self._charge(rank, numel * kind.itemsize)
                 t = getattr(common, what)(base, *shape, dtype=kind, owner=owner)
-            self._charge(rank, t.numel() * t.element_size())
             return {}, [t]
         if what == "module":
             check, builder = current, request.get("builder")
@@ -235,6 +236,6 @@ class Provider:
         return {"names": list(state)}, tensors
 
     def _charge(self, rank: int, nbytes: int) -> None:
-        self.served[rank] = self.served.get(rank, 0) + nbytes
-        if self.served[rank] > MAX_SERVED:
+        if self.served.get(rank, 0) + nbytes > MAX_SERVED:
             raise ValueError(f"rank {rank} asked for more than {MAX_SERVED >> 20} MB of inputs")
+        self.served[rank] = self.served.get(rank, 0) + nbytes

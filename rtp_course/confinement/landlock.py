@@ -190,7 +190,7 @@ def library_dirs(avoid=()) -> list[str]:
 
 def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
             other_processes: bool = False, rendezvous: bool = True, tcp: bool = True,
-            scope_sockets: bool | None = None) -> Confinement:
+            scope_sockets: bool | None = None, links: bool = True) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs, ETC_READ, and
     its libraries' dirs) and writing under `write`; `devices`: device nodes it may also
     read, write and ioctl (a GPU's); `unreadable`: files or directories under those it may
@@ -201,7 +201,9 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
     bind and connect). From ABI 6, `scope_signals`: it can signal only processes of its own
     sandbox; `scope_sockets` (default: as `scope_signals`): it can connect to an abstract
     Unix socket of those only (never for a GPU rank: NCCL passes descriptors between a
-    node's ranks over abstract sockets). Irreversible. Returns what was done; never raises
+    node's ranks over abstract sockets); `links`: it may make symbolic links in `write` and
+    link or move files into it from elsewhere (False: a link left for an unconfined
+    process to write through cannot be made). Irreversible. Returns what was done; never raises
     for a missing Landlock."""
     abi = abi_version()
     if abi < 1:
@@ -219,7 +221,7 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
         for path, rights in _rules(abi, read, write, devices, unreadable, other_processes,
-                                   rendezvous):
+                                   rendezvous, links):
             _add_rule(libc, fd, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return Confinement(False, abi, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
@@ -231,7 +233,8 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
     return Confinement(True, abi)
 
 
-def _rules(abi, read, write, devices, unreadable, other_processes, rendezvous) -> list:
+def _rules(abi, read, write, devices, unreadable, other_processes, rendezvous,
+           links=True) -> list:
     """[(path, rights)] of the ruleset. /proc/self names this process as the machine's /proc
     numbers it (in a PID namespace of its own, getpid() would name another)."""
     procs = ["/proc", "/sys"] if other_processes else \
@@ -244,6 +247,7 @@ def _rules(abi, read, write, devices, unreadable, other_processes, rendezvous) -
     rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
               for p in (*DEVICES, *devices)]
     made = WRITE if rendezvous else WRITE & ~(MAKE_SOCK | MAKE_FIFO)
+    made = made if links else made & ~(MAKE_SYM | REFER)
     return rules + [(p, made | READ) for p in write]
 
 

@@ -57,8 +57,8 @@ def confine(rank: int, job: dict, impl_dir: str) -> str:
     done = landlock.confine(read=read, write=write, unreadable=closed,
                             devices=landlock.gpu_devices() if gpu else (), other_processes=gpu,
                             rendezvous=gpu, tcp=True, scope_sockets=not gpu)
-    filtered = seccomp.install(gpu) if _no_new_privs() else "no seccomp filter: no_new_privs"
-    _no_capabilities()
+    filtered = seccomp.install(gpu) if no_new_privs() else "no seccomp filter: no_new_privs"
+    no_capabilities()
     if done.active and done.abi < landlock.TSYNC_ABI and not gpu:
         _world_group_again()
     how = [f"Landlock ABI {done.abi}" if done.active else f"no Landlock: {done.reason}",
@@ -107,12 +107,12 @@ def _world_group_again() -> None:
                             world_size=world, **({"timeout": timeout} if timeout else {}))
 
 
-def _no_new_privs() -> bool:
+def no_new_privs() -> bool:
     """Set (Landlock set it already, where the kernel has Landlock): what seccomp needs."""
     return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 
 
-def _no_capabilities() -> None:
+def no_capabilities() -> None:
     """None left in the launch's user namespace (its maker and joiners hold them all): the
     code under test needs none, and no_new_privs keeps an exec from regaining any."""
     header = (ctypes.c_uint32 * 2)(_CAPABILITY_V3, 0)

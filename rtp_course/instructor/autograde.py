@@ -142,28 +142,42 @@ def autograde(course: Path, assignment: str, students, jobs: int, force: bool = 
     merged into the gradebook as soon as its run ends."""
     import shutil
     import tempfile
+    from rtp_course.runtime import reaper
     work = Path(tempfile.mkdtemp(prefix="rtp-autograde-", dir=course))
     todo, running, failed = list(students), {}, {}
+    before = reaper.descendants()
+    # A kernel's process that detached (setsid, a double fork) comes back here, not to init,
+    # and is killed once its nbgrader is gone: a notebook leaves nothing running.
+    keep = lambda: [proc.pid for proc, _, _ in running.values()]  # noqa: E731
     try:
-        while todo or running:
-            while todo and len(running) < jobs:
-                s = todo.pop(0)
-                running[s] = _start(course, assignment, s, force, work)
-            time.sleep(0.2)
-            for s, (proc, db, started) in list(running.items()):
-                if proc.poll() is None and time.monotonic() - started < STUDENT_GUARD_S:
-                    continue
-                if proc.poll() is None:
-                    os.killpg(proc.pid, 9)
-                    proc.wait()
-                del running[s]
-                failed[s] = _finish(course, assignment, s, proc.returncode, db,
-                                    time.monotonic() - started, log)
+        with reaper.subreaping():
+            _autograde(course, assignment, todo, running, failed, jobs, force, work, log,
+                       lambda: reaper.sweep_orphans(before, keep))
     finally:
         for proc, _, _ in running.values():
             os.killpg(proc.pid, 9)
+        running.clear()
+        reaper.sweep_orphans(before, keep)
         shutil.rmtree(work, ignore_errors=True)
     return failed
+
+
+def _autograde(course, assignment, todo, running, failed, jobs, force, work, log, sweep):
+    while todo or running:
+        while todo and len(running) < jobs:
+            s = todo.pop(0)
+            running[s] = _start(course, assignment, s, force, work)
+        time.sleep(0.2)
+        for s, (proc, db, started) in list(running.items()):
+            if proc.poll() is None and time.monotonic() - started < STUDENT_GUARD_S:
+                continue
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+            del running[s]
+            sweep()
+            failed[s] = _finish(course, assignment, s, proc.returncode, db,
+                                time.monotonic() - started, log)
 
 
 def _finish(course, assignment, student, code, db, seconds, log) -> str | None:

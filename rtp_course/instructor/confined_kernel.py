@@ -6,8 +6,14 @@ before it starts: it may read the Python installation, the course package and
 its connection file, and write only the submission folder it runs in and a
 private temporary directory. The installed course, the hidden checks, the
 solutions, the gradebook and other students' folders are out of its reach;
-processes it starts inherit the same limits. nbgrader_config.py installs its
-kernelspec (`rtp-confined`) and selects it for autograde.
+processes it starts inherit the same limits. Like a graded rank's, its environment keeps
+nothing of the grader's but what Python, torch and the course read (no token, no path of
+the instructor's), its files and memory are capped, no capability is left to it (under a
+root grader: no raw socket on the loopback where classmates' kernels talk) and seccomp
+refuses file metadata and the kernel services a rank is refused (confinement/seccomp.py,
+its GPU form: the notebook's demos start processes that meet over Unix sockets). What it
+leaves running is killed when its autograde ends (instructor/autograde.py).
+nbgrader_config.py installs its kernelspec (`rtp-confined`) and selects it for autograde.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from pathlib import Path
 
 import rtp_course
 from rtp_course.confinement import landlock as sandbox
+from rtp_course.confinement import seccomp
+from rtp_course.confinement.rank import no_capabilities, no_new_privs
 
 KERNEL_NAME = "rtp-confined"
 
@@ -44,15 +52,58 @@ def main(argv: list[str]) -> None:
     reaper.ensure_guardian()
     private = tempfile.mkdtemp(prefix=reaper.temp_prefix("kernel"))
     atexit.register(shutil.rmtree, private, True)
+    _scrub_environment()
     for var in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "TMPDIR"):
         os.environ[var] = private
     tempfile.tempdir = private
     package = str(Path(rtp_course.__file__).resolve().parent)
-    confinement = sandbox.confine(read=[package, connection_file], write=[os.getcwd(), private])
-    os.environ["RTP_COURSE_KERNEL_CONFINEMENT"] = confinement.describe()
+    # no links: nbgrader, unconfined, writes the executed notebook where the kernel ran
+    confinement = sandbox.confine(read=[package, connection_file], write=[os.getcwd(), private],
+                                  links=False)
+    _cap_resources()
+    _ipython_profile(private)           # (its first start copies files with their mode: chmod)
+    filtered = seccomp.install(gpu=True) if no_new_privs() else "no seccomp filter: no_new_privs"
+    no_capabilities()
+    os.environ["RTP_COURSE_KERNEL_CONFINEMENT"] = f"{confinement.describe()}; {filtered or 'seccomp'}"
     _children_from_own_proc()
     from ipykernel.kernelapp import IPKernelApp
     IPKernelApp.launch_instance(argv=argv)
+
+
+def _ipython_profile(ipython_dir: str) -> None:
+    from IPython.core.profiledir import ProfileDir
+    ProfileDir.create_profile_dir_by_name(ipython_dir, "default")
+
+
+# What the kernel keeps of nbgrader's environment beyond a rank's (forkserver.RANK_ENVIRONMENT):
+# Jupyter's and nbgrader's own, and the course's switches that are no path of the instructor's.
+KERNEL_ENVIRONMENT = ("JPY_", "NBGRADER_", "PYTHONSAFEPATH", "MPLBACKEND",
+                      "RTP_COURSE_GRADE_OUTSIDE", "RTP_COURSE_WARM", "RTP_COURSE_EMULATE")
+
+
+def _scrub_environment() -> None:
+    """nbgrader hands the kernel the instructor's whole environment (tokens, a Jupyter
+    server's, paths): a cell could print it into its own feedback."""
+    from rtp_course.runtime.forkserver import SECRET_WORDS, rank_environment
+    kept = rank_environment(os.environ)
+    kept.update({k: v for k, v in os.environ.items() if k.startswith(KERNEL_ENVIRONMENT)
+                 and not any(w in k.upper() for w in SECRET_WORDS)})
+    os.environ.clear()
+    os.environ.update(kept)
+
+
+def _cap_resources() -> None:
+    """A graded rank's caps on files and memory (confinement/rank.py), no core file."""
+    import resource
+    from rtp_course.confinement.rank import FILE_CAP_MB, MAPPED_SLACK_MB, MEMORY_CAP_MB
+    for which, value in ((resource.RLIMIT_FSIZE, FILE_CAP_MB << 20),
+                         (resource.RLIMIT_DATA, MEMORY_CAP_MB << 20),
+                         (resource.RLIMIT_AS, (MEMORY_CAP_MB + MAPPED_SLACK_MB) << 20),
+                         (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
 
 
 def _children_from_own_proc() -> None:

@@ -65,13 +65,22 @@ def write_reports(course: Path, assignment: str, student: str, grades: list, res
     grade_outcome.write_status(out / grade_outcome.STATUS, student, assignment, grades)
 
 
+def _own_notebook(path: Path, home: Path) -> bool:
+    """A regular file inside the student's own autograded folder, reached through no link: what
+    a student's kernel left there is never written through (a link to a source notebook, a
+    classmate's)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    return path.resolve().is_relative_to(home.resolve())
+
+
 def write_feedback(course: Path, assignment: str, student: str, cells) -> None:
     """Put each exercise's report in its grading cell of the autograded notebook, where
     `nbgrader generate_feedback` shows it to the student beside the points."""
     import nbformat
     for notebook in {c.notebook for c in cells}:
         path = course / "autograded" / student / assignment / f"{notebook}.ipynb"
-        if not path.exists():
+        if not _own_notebook(path, course / "autograded" / student):
             continue
         nb = nbformat.read(path, as_version=4)
         by_id = {c.grade_id: c for c in cells if c.notebook == notebook}

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import csv
 import os
+import stat
 from pathlib import Path
 
 from rtp_course.course import EXERCISES
 from rtp_course.instructor import grade_outcome, grade_record
+from rtp_course.instructor.review.worker import fingerprint_files, scan_dirs
 
 NAME = "review.csv"
 HEADER = ("student", "assignment", "exercise", "kind", "where", "score", "reason")
@@ -34,19 +36,44 @@ SHOWN = 3                # findings quoted in a student's line; the rest are in 
 
 
 def _read(path: Path, limit: int = 2 << 20) -> str | None:
+    """A submitted file's text; None for anything but a regular file (a FIFO would block the
+    class's review, a link would read what the student does not own)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(limit).decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return fh.read(limit).decode("utf-8", "replace")
 
 
-def class_sources(course: Path, assignment: str, exercises) -> dict:
-    """{student: {exercise: source}} of every submission of the assignment."""
+def class_files(course: Path, assignment: str, exercises) -> dict:
+    """{student: {exercise: path}} of every submission's regular files (no link, no FIFO)."""
     out = {}
     for folder in sorted((course / "submitted").glob(f"*/{assignment}/rtp_course")):
-        found = {ex: _read(folder / f"{ex}.py") for ex in exercises}
-        out[folder.parent.parent.name] = {ex: src for ex, src in found.items() if src is not None}
+        out[folder.parent.parent.name] = {ex: folder / f"{ex}.py" for ex in exercises
+                                          if _regular(folder / f"{ex}.py")}
+    return out
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def class_prints(course: Path, assignment: str, exercises, stubs: dict) -> dict:
+    """{student: {exercise: fingerprints}}, made in the review's bounded worker (a file that
+    runs out of it is left out here; its scan flags it)."""
+    files = class_files(course, assignment, exercises)
+    order = [(s, ex, path) for s, mine in files.items() for ex, path in mine.items()]
+    made = fingerprint_files([(str(path), stubs.get(ex)) for _, ex, path in order])
+    out: dict = {s: {} for s in files}
+    for (s, ex, _), prints in zip(order, made):
+        if prints is not None:
+            out[s][ex] = prints
     return out
 
 
@@ -65,8 +92,7 @@ def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict,
 def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
     """The rows of review.csv for `assignment`: flags of `students`, pairs of the class."""
     from rtp_course.instructor.grade_code import impl_dir
-    from rtp_course.instructor.review.similarity import compare_class
-    from rtp_course.instructor.review.worker import scan_dirs
+    from rtp_course.instructor.review.similarity import compare_prints, fingerprints
     rows = []
     scanned = scan_dirs({s: impl_dir(course, assignment, s) for s in students}, EXERCISES)
     for s in students:
@@ -75,8 +101,9 @@ def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
                          "", f"{flag.reason} [{flag.code}]"))
         rows.extend(_tampered(course, assignment, s))
     reference, stubs = reference_and_stubs(course, assignment, exercises)
-    sources = class_sources(course, assignment, exercises)
-    pairs = compare_class(sources, reference, stubs, top=(len(sources) + 1) ** 2)
+    prints = class_prints(course, assignment, exercises, stubs)
+    pairs = compare_prints(prints, {ex: fingerprints(src, stubs.get(ex)) for ex, src in reference.items()},
+                           top=(len(prints) + 1) ** 2)
     shown: dict = {}
     for p in pairs:                 # every near copy, and the closest other pairs for context
         if not p.near_copy and shown.setdefault(p.exercise, 0) >= TOP:

@@ -10,8 +10,9 @@ and raises HostTensorError where CUDA or NCCL would refuse them.
 
 Host tensors: made by a factory (torch.empty, zeros, randn, tensor, the
 parameters of an nn.Linear built without device= ...) called from the code
-under test without a device or with device="cpu", or computed only from host
-tensors. Hostness belongs to the storage: views and nn.Parameter share it, and
+under test without a device or with device="cpu", by one that takes no device
+(the legacy torch.Tensor(2, 3), torch.frombuffer, torch.from_numpy), or computed
+only from host tensors. Hostness belongs to the storage: views and nn.Parameter share it, and
 `Module.to(device)` gives a parameter a copy, which is not host (the parameter
 gets its own class back; the registry, not the class, says what is host).
 Allowed, as CUDA allows them: a 0-dim host tensor (a CPU scalar) in any op,
@@ -50,6 +51,10 @@ except ImportError:  # pragma: no cover - older torch
         "empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint",
         "randperm", "arange", "linspace", "logspace", "eye", "tensor", "as_tensor",
         "scalar_tensor", "tril_indices", "triu_indices"))
+
+# Factories that take no device: their tensors are on the host wherever they run.
+HOST_ONLY = tuple(f for f in (getattr(torch, n, None) for n in ("frombuffer", "from_numpy",
+                                                                "from_file")) if f is not None)
 
 RULE = "rule 'Device'"   # each stub's Rules state it; exception_causes gives the fix as the hint
 
@@ -236,12 +241,13 @@ def _context_is_host() -> bool | None:
     return getattr(modes[-1], "_rtp_host", False) if modes else None
 
 
-def _factory(fn):
+def _factory(fn, always_host: bool = False):
     @functools.wraps(fn)
     def factory(*args, **kwargs):
         out = fn(*args, **kwargs)
         device = kwargs.get("device")
-        host = _is_cpu(device) if device is not None else _context_is_host() is not False
+        host = always_host or (_is_cpu(device) if device is not None
+                               else _context_is_host() is not False)
         if host and type(out) in (torch.Tensor, nn.Parameter) \
                 and not any(True for a in args for _ in _tensors_in(a)) \
                 and _code_under_test_made_it():
@@ -249,6 +255,19 @@ def _factory(fn):
         return out
     factory.__rtp_original__ = fn
     return factory
+
+
+_TENSOR_NEW = torch._C.TensorBase.__new__
+
+
+def _legacy_new(cls, *args, **kwargs):
+    """torch.Tensor(2, 3) or torch.Tensor([1., 2.]), the legacy constructor: a host tensor
+    made by the code under test, like torch.empty without a device (it takes none)."""
+    out = _TENSOR_NEW(cls, *args, **kwargs)
+    if cls is torch.Tensor and not any(True for a in args for _ in _tensors_in(a)) \
+            and _code_under_test_made_it():
+        return _host(out, commlog.caller())
+    return out
 
 
 def _mover(fn, to_host):
@@ -302,10 +321,13 @@ def host_placement(code_dirs=("",)):
     """While inside, tensors that code in `code_dirs` (paths or path prefixes; default: any
     code) makes without a device are host tensors, refused where a GPU run would refuse them."""
     global _CODE_DIRS
-    saved = {f.__name__: getattr(torch, f.__name__) for f in FACTORIES}
+    saved = {f.__name__: getattr(torch, f.__name__) for f in (*FACTORIES, *HOST_ONLY)}
     saved_dirs, _CODE_DIRS = _CODE_DIRS, tuple(str(d) for d in code_dirs)
     for name, fn in saved.items():
-        setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn)))
+        setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn),
+                                      always_host=getattr(fn, "__rtp_original__", fn) in HOST_ONLY))
+    had_new = "__new__" in vars(torch.Tensor)
+    torch.Tensor.__new__ = _legacy_new
     moves = {"cpu": (torch.Tensor.cpu, lambda args, kwargs: True), "to": (torch.Tensor.to, _to_cpu)}
     for name, (fn, to_host) in moves.items():
         setattr(torch.Tensor, name, _mover(getattr(fn, "__rtp_original__", fn), to_host))
@@ -318,6 +340,8 @@ def host_placement(code_dirs=("",)):
         _CODE_DIRS = saved_dirs
         for name, fn in saved.items():
             setattr(torch, name, fn)
+        if not had_new:
+            del torch.Tensor.__new__
         for name, (fn, _) in moves.items():
             setattr(torch.Tensor, name, fn)
         context_cls.__init__ = init

@@ -151,18 +151,35 @@ def _kill_their_sessions(victims) -> None:
 
 
 def _sweep(mark: str, before: set[int]) -> list[int]:
-    """Rounds until a round finds nobody: a snapshot alone misses what a process that keeps
-    re-forking (a new pid every few hundred microseconds) starts between the look and the
-    kill. Each round first stops every victim (a stopped process cannot fork), then kills."""
-    killed: list[int] = []
-    for _ in range(SWEEP_ROUNDS):
+    def spared() -> set[int]:
         others = set()
         for other, pids in ACTIVE.items():
             if other != mark:
                 for pid in pids:
                     others |= {pid} | descendants(pid)
+        return others
+    return _kill_rounds(before, spared, lambda pid: _mark_of(pid) in (None, "", mark))
+
+
+def sweep_orphans(before: set[int], keep) -> list[int]:
+    """Kill this process's descendants that were not there before and are not (descendants
+    of) the processes `keep()` names: what its children left behind (this process being a
+    subreaper), whatever environment they scrubbed."""
+    def spared() -> set[int]:
+        return set().union(*({pid} | descendants(pid) for pid in keep()))
+    with LOCK:
+        return _kill_rounds(before, spared, lambda pid: True)
+
+
+def _kill_rounds(before: set[int], spared, ours) -> list[int]:
+    """Rounds until a round finds nobody: a snapshot alone misses what a process that keeps
+    re-forking (a new pid every few hundred microseconds) starts between the look and the
+    kill. Each round first stops every victim (a stopped process cannot fork), then kills."""
+    killed: list[int] = []
+    for _ in range(SWEEP_ROUNDS):
+        others = spared()
         victims = [pid for pid in descendants() - before - _helpers() - others
-                   if _mark_of(pid) in (None, "", mark)]   # "": a zombie's, or unreadable
+                   if ours(pid)]                           # a mark "": a zombie's, or unreadable
         if not victims:
             break
         _kill_their_sessions(victims)

@@ -50,6 +50,28 @@ def test_the_parent_refuses_a_rank_the_data_of_another(fresh_parent):
                            "dtype": "float64"}, 7)
 
 
+def test_a_rank_over_its_quota_is_refused_before_anything_is_drawn(fresh_parent, monkeypatch):
+    """A rank that asks again and again after its quota costs the parent no draw: the
+    request is charged before the tensor is made, and a refused one is not charged."""
+    from rtp_course.checker import common
+    provider = inputs.Provider(2, [_Check()], urgent=None)
+    biggest = {"what": "randn", "seed": 1, "shape": [inputs.MAX_ELEMENTS], "owner": [0],
+               "dtype": "float32"}
+    fits = inputs.MAX_SERVED // (inputs.MAX_ELEMENTS * 4)
+    for _ in range(fits):
+        provider.serve(0, biggest, 0)
+    drawn = []
+    monkeypatch.setattr(common, "randn", lambda *a, **k: drawn.append(a))
+    monkeypatch.setattr(common, "randint", lambda *a, **k: drawn.append(a))
+    for request in (biggest, {**biggest, "what": "randint", "high": 9},
+                    {**biggest, "dtype": "float64"}):
+        with pytest.raises(ValueError, match="asked for more than 256 MB of inputs"):
+            provider.serve(0, request, 0)
+    assert drawn == [], "a refused request was drawn first"
+    assert provider.served[0] == fits * inputs.MAX_ELEMENTS * 4
+    provider.serve(1, {**biggest, "owner": [1]}, 0)     # another rank's quota is its own
+
+
 def test_every_run_draws_other_data(fresh_parent, monkeypatch):
     first = randn(5, 3, owner=0)
     monkeypatch.setattr(inputs, "_master", None)      # the next run's parent

@@ -192,6 +192,13 @@ RS_BODY = '''    world, rank = dist.get_world_size(group), dist.get_rank(group)
 SPINS = "    while True:\n        pass\n"
 WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
          "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
+# A hang whose status keeps moving: a receive posted every second, none ever completed.
+WAITS_POSTING = ("    import time\n"
+                 "    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
+                 "    while True:\n"
+                 "        dist.irecv(tensor.new_empty(1), src=dist.get_global_rank(group, peer),\n"
+                 "                   group=group)\n"
+                 "        time.sleep(1)\n")
 
 
 def reduce_scatter_starting_with(first_lines: str) -> str:

@@ -236,6 +236,13 @@ _m['rtp_course.confinement.integrity']._changed.__code__ = (lambda before, now: 
 _m['rtp_course.runtime.nccl.calls'].before = (
     lambda kind, position, keyword, args, kwargs, where: (args, kwargs, None, None))"""
 
+# The watch's own method replaced on its class, then a rule of NCCL's taken out.
+REPLACE_THE_WATCHS_END = """import sys as _s
+_m = _s.modules
+_m['rtp_course.confinement.integrity'].Watch.end = lambda self, outcome: outcome
+_m['rtp_course.runtime.nccl.calls'].before = (
+    lambda kind, position, keyword, args, kwargs, where: (args, kwargs, None, None))"""
+
 # NCCL's rules switched off through a wrapped function's globals (no import of the harness).
 RULES_OFF = """_g = __import__('torch.distributed').distributed.all_reduce.__globals__
 _g['STATE'].nccl_rules = False"""
@@ -256,9 +263,9 @@ _DDP.__init__ = _DDP.__init__.__wrapped__"""
 
 
 @pytest.mark.parametrize("code", [BLIND_THE_WATCH, RULES_OFF, SWITCH_AROUND_A_CALL,
-                                  UNWRAP_DDP],
+                                  UNWRAP_DDP, REPLACE_THE_WATCHS_END],
                          ids=["watch-code-swapped", "nccl-rules-off", "switch-around-a-call",
-                              "ddp-unwrapped"])
+                              "ddp-unwrapped", "watch-end-replaced"])
 def test_what_the_harness_runs_and_its_switches_are_watched(tmp_path, code):
     from rtp_course.confinement.integrity import MARK
     results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
@@ -286,6 +293,39 @@ OWN_METHOD = """(group if group is not None else __import__('torch.distributed')
  ).allreduce([x.detach().clone()]).wait()"""
 
 
-def test_a_process_groups_own_method_is_recorded(tmp_path):
-    results, text = run(hostile(tmp_path, at_forward(OWN_METHOD)), only=("Duplication",))
+_PG = "(group if group is not None else __import__('torch.distributed').distributed.group.WORLD)"
+_FLAT = "x.detach().flatten().clone()"
+_WS = "__import__('torch.distributed').distributed.get_world_size(group)"
+OWN_METHODS = {
+    "allreduce": OWN_METHOD,
+    "all_gather_single": f"{_PG}.all_gather_single({_FLAT}.repeat({_WS}), {_FLAT}).wait()",
+    "reduce_scatter_single": f"{_PG}.reduce_scatter_single({_FLAT}, {_FLAT}.repeat({_WS})).wait()",
+    "all_to_all_single": f"{_PG}.all_to_all_single({_FLAT}.repeat({_WS}), {_FLAT}.repeat({_WS}), "
+                         f"[], []).wait()",
+    "monitored_barrier": f"{_PG}.monitored_barrier()",
+}
+
+
+@pytest.mark.parametrize("name", OWN_METHODS)
+def test_a_process_groups_own_method_is_recorded(tmp_path, name):
+    results, text = run(hostile(tmp_path, at_forward(OWN_METHODS[name])), only=("Duplication",))
+    assert not results[0].passed and f"ProcessGroup.{name}" in text, text
+
+
+def test_a_process_groups_receive_from_any_source_is_refused_as_nccl_would(tmp_path):
+    """NCCL has no receive from any source: the process group's own method is held to that
+    rule as dist.recv(src=None) is, and its tag is not taken for a peer."""
+    code = f"{_PG}.recv_anysource([x.detach().clone()], 1).wait()"
+    results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
+    assert not results[0].passed and "NCCL has no receive from any source" in text, text
+    assert "ProcessGroup.recv_anysource" in text, text
+
+
+# The same method called through a trampoline: a thread's target, whose caller is threading.py.
+THROUGH_A_THREAD = f"""__import__('threading').Thread(target={_PG}.allreduce,
+    args=([x.detach().clone()],)).start()"""
+
+
+def test_a_process_groups_own_method_called_through_a_thread_is_recorded(tmp_path):
+    results, text = run(hostile(tmp_path, at_forward(THROUGH_A_THREAD)), only=("Duplication",))
     assert not results[0].passed and "ProcessGroup.allreduce" in text, text

@@ -87,3 +87,32 @@ def test_the_confined_kernel_lists_its_children_without_reading_all_of_proc(monk
 
 def test_autograde_defaults_to_one_student_per_core():
     assert autograde.default_jobs() == len(os.sched_getaffinity(0))
+
+
+def test_what_a_kernel_detached_is_killed_when_its_autograde_ends(tmp_path):
+    """A process that double-forks into a session of its own (setsid) is re-parented to the
+    autograde driver, a subreaper, and killed by its sweep; the run still going is spared."""
+    from rtp_course.runtime import reaper
+    pidfile = tmp_path / "daemon.pid"
+    detach = ("import os, sys, time\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid()\n"
+              "    if os.fork() == 0:\n"
+              f"        open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+              "        time.sleep(600)\n"
+              "    os._exit(0)\n"
+              "os._exit(0)\n")
+    before = reaper.descendants()
+    with reaper.subreaping():
+        still_running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        subprocess.run([sys.executable, "-c", detach], check=True)
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.1)
+        daemon = int(pidfile.read_text())
+        assert daemon in reaper.descendants(), "the daemon was not re-parented here"
+        killed = reaper.sweep_orphans(before, lambda: [still_running.pid])
+        assert daemon in killed and still_running.poll() is None
+        still_running.kill()
+        still_running.wait()

@@ -105,3 +105,20 @@ def test_a_compression_bomb_and_a_wrapped_copy_do_not_stop_the_class_review(tmp_
         ("comm.py:6", "obfuscation]"), ("comm.py:7", "obfuscation]"), ("comm.py:8", "obfuscation]")}
     assert ("wrapper", "comm", "reference") in {(r[0], r[2], r[4]) for r in rows if r[3] == "near-copy"}
     assert (course / review_class.NAME).is_file()
+
+
+def test_a_fifo_or_a_link_in_a_submission_is_not_read(tmp_path):
+    """A submitted comm.py that is a named pipe once blocked the class's review for ever; one
+    that is a link would read a file the student does not own. Neither is read."""
+    import os
+    students = {"ref": None, "piper": {"comm": "x = 1\n"}, "linker": {"comm": "x = 1\n"}}
+    course, a = make_course(tmp_path, students)
+    piped = grade_code.impl_dir(course, a, "piper") / "comm.py"
+    piped.unlink()
+    os.mkfifo(piped)
+    linked = grade_code.impl_dir(course, a, "linker") / "comm.py"
+    linked.unlink()
+    linked.symlink_to(ROOT / "solutions" / "comm.py")
+    files = review_class.class_files(course, a, ("comm",))
+    assert "comm" not in files["piper"] and "comm" not in files["linker"], files
+    assert review_class._read(piped) is None and review_class._read(linked) is None

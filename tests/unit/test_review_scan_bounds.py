@@ -14,7 +14,7 @@ from pathlib import Path
 from rtp_course.course import EXERCISES
 from rtp_course.instructor.review.fold import Folder, MAX_LEN
 from rtp_course.instructor.review.scan import scan_impl, scan_source
-from rtp_course.instructor.review.worker import LIMITS, Limits, scan_dirs, scan_files
+from rtp_course.instructor.review.worker import LIMITS, Limits, fingerprint_files, scan_dirs, scan_files
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = "import gc\n\n\ndef f():\n    return gc.get_objects()\n"     # introspection at line 5
@@ -142,3 +142,18 @@ def test_a_worker_that_cannot_start_flags_every_file(tmp_path):
 
 def test_no_file_no_worker():
     assert scan_files([]) == [] and scan_dirs({}, EXERCISES) == {}
+
+
+def test_the_similarity_fingerprints_are_made_in_the_bounded_worker_too(tmp_path):
+    """A file that runs the worker out of CPU time has no fingerprints (its scan flags it);
+    the others have the grader's own, and no worker means none rather than unbounded work."""
+    from rtp_course.instructor.review.similarity import fingerprints
+    dirs = _three(tmp_path)
+    honest = (ROOT / "solutions" / "comm.py").read_text()
+    (dirs["a"] / "comm.py").write_text(honest)
+    files = [(str(dirs["a"] / f"{ex}.py"), None) for ex in ("comm", "flyweight", "rotation")]
+    made = fingerprint_files(files, Limits(cpu_s=1))
+    assert made[1] is None, "the 2 MB file was fingerprinted in 1 CPU-second"
+    assert made[0] == fingerprints(honest) and len(made[0]) > 20, made
+    assert made[2] == fingerprints((dirs["a"] / "rotation.py").read_text()), made
+    assert fingerprint_files(files[:1], Limits(memory=1 << 20)) == [None]

@@ -544,18 +544,24 @@ def compare_class(submissions: dict, reference: dict, stubs: dict, top: int = 20
     No fingerprint is dropped for being common in the class (MOSS's -m): a whole class copying
     one leaked file is what that would hide, and honest code that the stub all but dictates
     scored at most 0.32 (NEAR_COPY)."""
-    exercises = sorted({ex for subs in submissions.values() for ex in subs} | set(reference))
+    memo: dict = {}                         # identical files (a shared copy) are fingerprinted once
+    prints = {s: {ex: memo.get((ex, src)) or memo.setdefault((ex, src), fingerprints(src, stubs.get(ex)))
+                  for ex, src in subs.items()} for s, subs in submissions.items()}
+    return compare_prints(prints, {ex: fingerprints(src, stubs.get(ex)) for ex, src in reference.items()},
+                          top)
+
+
+def compare_prints(prints: dict, reference: dict, top: int = 20) -> list[Pair]:
+    """compare_class on fingerprints already made: {student: {exercise: set}}, {exercise: set}
+    (the grader's review makes a class's in a bounded worker: review/worker.py)."""
+    exercises = sorted({ex for subs in prints.values() for ex in subs} | set(reference))
     pairs = []
     for ex in exercises:
-        base = stubs.get(ex)
-        memo: dict = {}                     # identical files (a shared copy) are fingerprinted once
-        prints = {s: memo.get(subs[ex]) or memo.setdefault(subs[ex], fingerprints(subs[ex], base))
-                  for s, subs in sorted(submissions.items()) if ex in subs}
+        mine = {s: subs[ex] for s, subs in sorted(prints.items()) if ex in subs}
         found = []
         if ex in reference:
-            ref = fingerprints(reference[ex], base)
-            found += [_pair(s, "reference", ex, fp, ref) for s, fp in prints.items()]
-        found += [_pair(a, b, ex, prints[a], prints[b]) for a, b in combinations(prints, 2)]
+            found += [_pair(s, "reference", ex, fp, reference[ex]) for s, fp in mine.items()]
+        found += [_pair(a, b, ex, mine[a], mine[b]) for a, b in combinations(mine, 2)]
         pairs += sorted((p for p in found if p.score > 0), key=_order)[:top]
     return sorted(pairs, key=_order)
 

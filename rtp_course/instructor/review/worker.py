@@ -16,8 +16,13 @@ A file whose scan runs out is flagged "scan-limit" (read it yourself); a new wor
 the files left, so one file never costs the others their flags. The worker only parses:
 nothing submitted is imported or run, there or here.
 
+The same worker, bounded the same way, computes each submitted file's similarity
+fingerprints (`fingerprint_files`), so that the class's comparison in the grader only
+intersects sets of numbers.
+
 The protocol is one JSON object a line on the worker's stdout: {"ready": true} once it has
-started, {"start": i} when it takes up file i, {"done": i, "flags": [...]} when it is done.
+started, {"start": i} when it takes up file i, {"done": i, "answer": ...} when it is done
+(the file's flags, or its fingerprints).
 """
 from __future__ import annotations
 
@@ -53,7 +58,7 @@ def scan_dirs(dirs: dict, exercises, limits: Limits | None = None) -> dict:
     for key, folder in dirs.items():
         for exercise in exercises:
             path = Path(folder) / f"{exercise}.py"
-            if path.is_file():
+            if path.is_file() and not path.is_symlink():
                 files.append((os.path.abspath(path), path.name))
                 owner.append(key)
     out: dict = {key: [] for key in dirs}
@@ -65,21 +70,39 @@ def scan_dirs(dirs: dict, exercises, limits: Limits | None = None) -> dict:
 def scan_files(files: list, limits: Limits | None = None) -> list:
     """The flags of each (path, shown name) of `files`, in order, scanned in a bounded worker."""
     from rtp_course.instructor.review.scan import Flag, out_of
-    limits = limits or LIMITS
-    results: list = [None] * len(files)
-    while None in results:
-        first = results.index(None)
-        done, stopped = _run_worker(files[first:], limits)
-        for i, flags in enumerate(done):
-            results[first + i] = [Flag(**f) for f in flags]
+    return _in_workers(files, limits or LIMITS, "scan",
+                       lambda flags: [Flag(**f) for f in flags],
+                       lambda name, why, started: [out_of(name, why) if started
+                                                   else _not_scanned(name, why)])
+
+
+def fingerprint_files(files: list, limits: Limits | None = None) -> list:
+    """The similarity fingerprints (review/similarity.py) of each (path, stub's text or None)
+    of `files`, in order, computed in a bounded worker: None for a file that ran out (its scan
+    flags it) or could not be read."""
+    return _in_workers(files, limits or LIMITS, "prints", set, lambda name, why, started: None)
+
+
+_TODO = object()
+
+
+def _in_workers(files: list, limits: Limits, mode: str, result, ran_out) -> list:
+    """`result(answer)` for each file a worker in `mode` finished, `ran_out(name, why,
+    whether a worker started)` for one it did not; a new worker takes up the files left."""
+    results: list = [_TODO] * len(files)
+    while _TODO in results:
+        first = results.index(_TODO)
+        done, stopped = _run_worker(files[first:], limits, mode)
+        for i, answer in enumerate(done):
+            results[first + i] = result(answer) if answer is not None else None
         if stopped is None:
             continue
         why, started = stopped
         if not started:                 # no worker starts: say so for every file left
             for i in range(first + len(done), len(files)):
-                results[i] = [_not_scanned(files[i][1], why)]
+                results[i] = ran_out(str(files[i][1]), why, False)
             break
-        results[first + len(done)] = [out_of(files[first + len(done)][1], why)]
+        results[first + len(done)] = ran_out(str(files[first + len(done)][1]), why, True)
     return results
 
 
@@ -89,7 +112,7 @@ def _not_scanned(name: str, how: str):
                          f"({how}): read the file", "scan-limit")
 
 
-def _run_worker(files: list, limits: Limits):
+def _run_worker(files: list, limits: Limits, mode: str = "scan"):
     """Scan `files` in one worker: (the flags of the files it finished, in order; None when it
     finished them all, else (what the scan of the next one ran out of, whether the worker had
     started))."""
@@ -97,7 +120,7 @@ def _run_worker(files: list, limits: Limits):
     root = str(Path(rtp_course.__file__).resolve().parent.parent)
     done: list = []
     with tempfile.TemporaryFile("w+") as request, tempfile.TemporaryFile("w+b") as errors:
-        json.dump({"files": files, "limits": asdict(limits)}, request)
+        json.dump({"files": files, "limits": asdict(limits), "mode": mode}, request)
         request.flush()
         request.seek(0)
         proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT, root], stdin=request,
@@ -173,7 +196,7 @@ def _read(proc, limits: Limits, done: list):
                 elif "start" in msg:
                     deadline = time.monotonic() + limits.wall_s
                 elif "done" in msg:
-                    done.append(msg["flags"])
+                    done.append(msg.get("answer"))
                     deadline = time.monotonic() + limits.wall_s
 
 
@@ -202,6 +225,8 @@ def main() -> None:
         out.write(json.dumps(msg) + "\n")
 
     say(ready=True)
+    if request.get("mode") == "prints":
+        return _fingerprint(request["files"], limits, cpu_hard, say)
     for i, (path, name) in enumerate(request["files"]):
         use = resource.getrusage(resource.RUSAGE_SELF)
         soft = min(int(use.ru_utime + use.ru_stime) + 1 + limits.cpu_s, cpu_hard)
@@ -217,5 +242,23 @@ def main() -> None:
         except Exception as e:          # noqa: BLE001 - a bug of the scan's: the others go on
             flags = [Flag(name, 1, f"the file could not be scanned: the scan failed on it "
                                    f"({type(e).__name__}: {str(e)[:200]}): read the file", "scan-limit")]
-        say(done=i, flags=[f.as_dict() for f in flags])
+        say(done=i, answer=[f.as_dict() for f in flags])
     out.close()
+
+
+def _fingerprint(files: list, limits: Limits, cpu_hard: int, say) -> None:
+    """The worker's other job: each file's fingerprints, less its stub's (None: unreadable)."""
+    import resource
+    from rtp_course.instructor.review.similarity import fingerprints
+    for i, (path, base) in enumerate(files):
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        soft = min(int(use.ru_utime + use.ru_stime) + 1 + limits.cpu_s, cpu_hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, cpu_hard))
+        say(start=i)
+        try:
+            with open(path, "rb") as fh:
+                source = fh.read(2 << 20).decode("utf-8", "replace")
+            answer = sorted(fingerprints(source, base))
+        except (OSError, MemoryError, RecursionError, SyntaxError, ValueError):
+            answer = None
+        say(done=i, answer=answer)

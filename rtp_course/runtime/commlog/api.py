@@ -84,6 +84,10 @@ PG_OWN = {
     "scatter": ("scatter", 1), "alltoall": ("all_to_all", 1), "alltoall_base": ("all_to_all", 1),
     "barrier": ("barrier", None), "send": ("isend", 0), "recv": ("irecv", 0),
     "recv_anysource": ("irecv", 0),
+    "all_gather_single": ("all_gather", 1), "all_gather_single_coalesced": ("all_gather", 1),
+    "reduce_scatter_single": ("reduce_scatter", 1),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1),
+    "all_to_all_single": ("all_to_all", 1), "monitored_barrier": ("barrier", None),
 }
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}

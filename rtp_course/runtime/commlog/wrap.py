@@ -185,27 +185,39 @@ def _tensors_in(value) -> list:
     return []
 
 
+_HARNESS_DIR = str(Path(__file__).resolve().parents[2]) + "/"     # rtp_course/
+
+
+def _harness_call(caller_file: str) -> bool:
+    """Whether torch or the harness calls a process group's method (not the code under test,
+    whether it calls it itself or through a trampoline: a thread's target, a library's loop)."""
+    if any(caller_file.startswith(d) for d in STATE.code_dirs):
+        return False
+    return caller_file.startswith((_TORCH_DIR, _HARNESS_DIR))
+
+
 def _wrap_own_method(cls, name: str, family: str, position) -> None:
-    """A process group's own method, recorded when the code under test calls it itself (its
-    caller is a file of the code under test); torch's functions calling it pass through."""
+    """A process group's own method, recorded when the code under test calls it, itself or
+    through a trampoline; torch's functions and the harness calling it pass through."""
     method = vars(cls)[name]
 
     @functools.wraps(method)
     def wrapper(pg, *args, **kwargs):
         sentry.look()
-        caller_file = sys._getframe(1).f_code.co_filename
-        if not any(caller_file.startswith(d) for d in STATE.code_dirs) or \
-                caller_file.startswith(_TORCH_DIR):       # torch's own functions call it
+        if _harness_call(sys._getframe(1).f_code.co_filename):
             return method(pg, *args, **kwargs)
+        where = caller()
+        if STATE.nccl_rules:
+            nccl_calls.before_own_method(name, position, args, where)
         given = _tensors_in(args[position]) if position is not None and len(args) > position \
             else []
-        peer = args[1] if family in P2P and len(args) > 1 else None
+        # recv_anysource's second argument is its tag: from any source, no peer
+        peer = args[1] if family in P2P and len(args) > 1 and name != "recv_anysource" else None
         group, members = "?", ()
         if isinstance(pg, dist.ProcessGroup):
             group, members = pg.group_name, tuple(c10d.get_process_group_ranks(pg))
             if peer is not None:
                 peer = c10d.get_global_rank(pg, peer)
-        where = caller()
         nth = 0
         if family not in P2P:
             nth = STATE.collectives[group] = STATE.collectives.get(group, 0) + 1
@@ -222,6 +234,8 @@ def _wrap_own_method(cls, name: str, family: str, position) -> None:
             out = method(pg, *args, **kwargs)
         finally:
             STATE.local.depth = 0
+        if out is None:                           # a blocking one (monitored_barrier)
+            return None
         _pending(STATE.events[index])
         return _Work(out, f"ProcessGroup.{name}", where, [index],
                      sent=given if family == "isend" else ())

@@ -48,6 +48,16 @@ def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
     return args, kwargs, None, _uneven_all_gather(kind, args, kwargs)
 
 
+def before_own_method(name: str, position, args: tuple, where: str) -> None:
+    """A process group's own method (`pg.allreduce([t])`) as NCCL would take it: its tensors
+    contiguous, and no receive from any source."""
+    if name == "recv_anysource":
+        raise NCCLRuleError(
+            f"ProcessGroup.recv_anysource (at {where}): {RULE} (NCCL has no receive from any "
+            f"source, which gloo has: name the rank the tensor comes from, src=...)")
+    _refuse_non_contiguous(f"ProcessGroup.{name}", position, None, args, {}, where)
+
+
 def _refuse_non_contiguous(kind, position, keyword, args, kwargs, where) -> None:
     arg = args[position] if position is not None and len(args) > position else \
         kwargs.get(keyword) if keyword else None
