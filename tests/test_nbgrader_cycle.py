@@ -248,7 +248,7 @@ def _patch_grade_in_notebook(path: Path) -> None:
         # the red team's: the grader's environment, file metadata, a link for nbgrader to
         # write through, a raw socket on the loopback where classmates' kernels talk
         "import os, socket\n"
-        "print('ENVIRONMENT', sorted(os.environ.items()))\n"
+        "print('ENVIRONMENT', sorted(os.environ), [v for v in os.environ.values() if 'ghp_' in v])\n"
         "for _name, _try in (('chmod', lambda: os.chmod('.', 0o777)),\n"
         "                    ('symlink', lambda: os.symlink('/etc/passwd', 'link.ipynb')),\n"
         "                    ('raw socket', lambda: socket.socket(17, 3, 0))):\n"
@@ -384,7 +384,7 @@ def test_notebook_cells_cannot_write_the_installed_course(cycle):
     text = "".join(texts)
     assert "could not write the installed course: Permission denied" in text, text[-2000:]
     assert "WROTE" not in text
-    assert "ENVIRONMENT" in text and SECRET not in text and str(cycle["course"]) not in text
+    assert "ENVIRONMENT" in text and SECRET not in text and "GITHUB_TOKEN" not in text, text
     assert "DID" not in text, text[-2000:]
     for name in ("chmod", "symlink", "raw socket"):
         assert f"refused: {name}" in text, text[-2000:]

@@ -76,8 +76,9 @@ def _ipython_profile(ipython_dir: str) -> None:
 
 
 # What the kernel keeps of nbgrader's environment beyond a rank's (forkserver.RANK_ENVIRONMENT):
-# Jupyter's and nbgrader's own, and the course's switches that are no path of the instructor's.
-KERNEL_ENVIRONMENT = ("JPY_", "NBGRADER_", "PYTHONSAFEPATH", "MPLBACKEND",
+# Jupyter's and nbgrader's own (not JPY_SESSION_NAME: the notebook's path in the grading
+# directory), and the course's switches that are no path of the instructor's.
+KERNEL_ENVIRONMENT = ("JPY_PARENT_PID", "NBGRADER_", "PYTHONSAFEPATH", "MPLBACKEND",
                       "RTP_COURSE_GRADE_OUTSIDE", "RTP_COURSE_WARM", "RTP_COURSE_EMULATE")
 
 

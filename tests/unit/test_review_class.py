@@ -122,3 +122,4 @@ def test_a_fifo_or_a_link_in_a_submission_is_not_read(tmp_path):
     files = review_class.class_files(course, a, ("comm",))
     assert "comm" not in files["piper"] and "comm" not in files["linker"], files
     assert review_class._read(piped) is None and review_class._read(linked) is None
+
