@@ -31,7 +31,8 @@ and every rank can compute every shard's size.
     concatenation, in the order of the parameters, of shard r of each.
   * FSDP cuts each UNIT's flat vector this way: a unit is a layer, a child of the wrapped
     module that holds parameters (an nn.ModuleList or nn.Sequential child counts by its own
-    children: the transformer's `layers.0`, `layers.1`, ...); its flat vector is the
+    children, recursively: the transformer's `layers.0`, `layers.1`, ...; a ModuleList is
+    never called, so hooks on it would never fire); its flat vector is the
     concatenation of its parameters, flattened, in unit.named_parameters() order. Rank r
     keeps shard r of every unit, as one flat nn.Parameter per unit.
 
@@ -44,6 +45,14 @@ ZeRO-1, one step on rank r (after loss.backward(), every p.grad is rank r's own 
   Communication per step: reduce-scatters of the gradients (each rank sends ~ the gradient's
   bytes) and all-gathers of the shards; no all-reduce. (An all-reduce is a reduce-scatter
   followed by an all-gather: ZeRO-1 moves the same bytes as DDP, with the update between.)
+  The reduce-scatters may also start DURING backward, as real ZeRO does to overlap them with
+  it: a post-accumulate-grad hook on each parameter that requires grad
+  (p.register_post_accumulate_grad_hook(hook), registered at construction) posts its
+  reduce-scatter with async_op=True, and step() wait()s for every handle before the inner
+  optimizer steps (one backward per step(): the hook fires once per backward). Let the hook
+  hold the optimizer by weakref.ref(self): one holding it strongly makes a cycle through
+  torch's hook table that the garbage collector cannot break (a dropped optimizer and its
+  model would stay alive, which the Memory rule counts).
 
 FSDP, a training step on rank r, unit by unit (the hooks do it, the user writes DDP's loop):
     forward  (forward pre-hook)   gather the unit: all_gather_into_tensor(full, shard), [N * S]
@@ -72,10 +81,14 @@ FSDP, a training step on rank r, unit by unit (the hooks do it, the user writes 
         write into the tensor whose split views autograd made: the next forward pre-hook
         that gathers into it (step 2's) raises "Output 0 of Split is a view and is being
         modified inplace" (step 1 and its backward, whose hooks run without grad, do not)
-    full.requires_grad_(True); full[:P].split(sizes) (P = the unit's elements, without the
-        padding; sizes = each parameter's numel): views whose gradients autograd sums into
-        full.grad; full.register_post_accumulate_grad_hook(hook): hook(full) once full.grad is
-        complete
+    full[:P].split(sizes) (P = the unit's elements, without the padding; sizes = each
+        parameter's numel): views whose gradients autograd sums into full.grad (in the
+        forward pre-hook, each .view(shape) set on its submodule)
+    AT CONSTRUCTION, once per unit, on the one `full` the unit keeps for its life:
+        full.requires_grad_(True), THEN full.register_post_accumulate_grad_hook(hook):
+        hook(full) once full.grad is complete, in every backward (torch refuses a hook on a
+        tensor that does not require grad: requires_grad_ first, and not in a forward
+        pre-hook, which runs after construction)
     del module._parameters["weight"]; module.weight = piece.view(shape)   # a plain tensor
     module.register_forward_pre_hook(fn(module, args)),
     module.register_forward_hook(fn(module, args, output)),
@@ -87,7 +100,8 @@ GLOBAL rank: dist.get_global_rank(group, 0) for group rank 0 (0 when group is No
 
 Rules your code must follow (the checker tests each one).
 Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
-* Results: every rank starts from group rank 0's parameters (and buffers); then, on every
+* Results: every rank starts from group rank 0's parameters (and buffers, which the
+  checks' ranks draw differently); then, on every
   rank, the outputs, the input gradients, each shard's gradient (the shard of the
   DDP-averaged gradient) and the parameters after SGD and Adam steps are serial training's
   on the concatenated batch, at world sizes 1 to 4 (sizes N does not divide included).
@@ -101,7 +115,14 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Communication: each docstring's Communication, and nothing more; any API of the same
   operation will do (all_gather or all_gather_into_tensor, reduce_scatter or
   reduce_scatter_tensor), fewer calls are fine. No all-reduce of gradients: the checker
-  counts all_reduce, reduce_scatter and all_gather calls per phase, and their bytes.
+  counts all_reduce, reduce_scatter and all_gather calls per phase, and their bytes. Every
+  rank makes the same collectives whatever its data: a gradient that is zero on one rank
+  only (an unused ReLU branch, an embedding row no token of its batch used) is
+  reduce-scattered all the same (the checks give one rank a zero loss at a step).
+* Frozen and unused (ShardedOptimizer): a parameter that does not require grad stays so and
+  gets no gradient: its .grad is None after backward, its shard gets none, it is never
+  stepped (the check freezes one); a gradient hook can be registered only on a parameter
+  that requires grad.
 * Memory: ShardedOptimizer: the state of `self.optimizer` is that of the shards (about
   1/N of a full optimizer's), and across steps a rank keeps nothing else besides the model's
   parameters and gradients, the shards and their gradients (at most one flat buffer of the
@@ -144,14 +165,18 @@ class ShardedOptimizer(torch.optim.Optimizer):
         .grad), and its state is the only optimizer state this rank keeps.
 
     step(closure=None): as in the module docstring (reduce-scatter, divide by N, step the
-    shards, all-gather into the parameters). A parameter whose .grad is None (unused in
-    this step, on every rank alike) is left as it is: its shard gets no gradient (.grad
-    None) and the inner optimizer skips it. (With one flat shard for all parameters, step
-    such a part with gradient 0 only if you copy nothing back into the parameter: Adam's
-    or momentum's state would still move it. The checks give every parameter a gradient.)
+    shards, all-gather into the parameters); or wait for the reduce-scatters that gradient
+    hooks started in backward (module docstring), then the rest. A parameter whose .grad is
+    None (frozen: requires_grad=False, or unused in this step, on every rank alike) is left
+    as it is: its shard gets no gradient (.grad None) and the inner optimizer skips it. (With
+    one flat shard for all parameters, step such a part with gradient 0 only if you copy
+    nothing back into the parameter: Adam's or momentum's state would still move it. The
+    checks freeze one parameter.) A gradient that is zero on this rank is reduce-scattered
+    all the same: the others' shards need it, and they wait for it.
 
-    Communication: construction, one broadcast per parameter; step(), per parameter at
-    most one reduce-scatter (of its gradient) and one all-gather (of its shard), on
+    Communication: construction, one broadcast per parameter; a training step (backward and
+    step()), per parameter at most one reduce-scatter (of its gradient: in step(), or posted
+    by a gradient hook and waited in step()) and one all-gather (of its shard, in step()), on
     `group`: nothing else (no all-reduce). One flat buffer for all parameters is fine.
     """
 
@@ -184,7 +209,10 @@ class FullyShardedDataParallel(nn.Module):
     of its flat vector as an nn.Parameter registered on this wrapper (an nn.ParameterList
     in unit order will do) and remove the unit's own parameters
     (del submodule._parameters[name]), so that `self.parameters()` yields the shards only;
-    register the unit's hooks. `self.module` is the wrapped module.
+    make the unit's `full` (N * S elements, storage freed at once), full.requires_grad_(True)
+    and register its post-accumulate-grad hook (here, after requires_grad_); register the
+    unit's forward pre-hook, forward hook and full backward pre-hook. `self.module` is the
+    wrapped module.
 
     forward(*args, **kwargs) (given): self.module(*args, **kwargs); the hooks do the rest
     (module docstring: FSDP, a training step). A forward under torch.no_grad() gathers and
@@ -210,7 +238,8 @@ class FullyShardedDataParallel(nn.Module):
 
     def full_state_dict(self):
         """The serial module's state_dict on every rank, for checkpoints: the same keys
-        ('0.weight', 'layers.1.linear1.bias', ...), full tensors (gathered: one all-gather per
-        unit), the buffers as they are."""
+        ('0.weight', 'layers.1.linear1.bias', ...: the unit's path, then the parameter's
+        whole name inside the unit), full tensors (gathered: one all-gather per unit), the
+        buffers as they are."""
         raise NotImplementedError("[E7.2] full_state_dict: all-gather each unit's shard, cut the "
                                   "flat vector back into its parameters (drop the padding)")

@@ -36,7 +36,7 @@ CLASSES = {
                              "comm context_parallel data_parallel flyweight groups sharding "
                              "tensor_parallel"),
     "deadlock": ("a hang: mismatched or missing communication",
-                 "comm data_parallel groups rotation"),
+                 "comm data_parallel groups rotation sharding"),
     "3-4-ranks": ("right with 1 or 2 ranks, wrong with 3 or 4",
                   "comm context_parallel data_parallel flyweight rotation sharding "
                   "tensor_parallel"),
@@ -52,7 +52,8 @@ CLASSES = {
                 "context_parallel flyweight rotation sharding"),
     "direction": ("a wrong rotation direction", "context_parallel flyweight rotation"),
     "off-by-one": ("an off-by-one ring or shard index", "context_parallel flyweight rotation"),
-    "buffers": ("module buffers (running statistics) left out", "data_parallel"),
+    "buffers": ("module buffers (running statistics, a rank's own draw) left out",
+                "data_parallel sharding"),
     "init": ("fresh layers initialised unlike the serial ones", "tensor_parallel"),
     "padding": ("padding_idx ignored", "tensor_parallel"),
     "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
@@ -67,7 +68,7 @@ CLASSES = {
     "accumulation": ("a gradient assigned where autograd would add it",
                      "data_parallel flyweight sharding"),
     "frozen": ("a frozen parameter trained, or its missing gradient used",
-               "data_parallel flyweight groups tensor_parallel"),
+               "data_parallel flyweight groups sharding tensor_parallel"),
     "per-call-state": ("per-call state kept on the class or module: two calls before one backward",
                        "comm context_parallel data_parallel flyweight sharding tensor_parallel"),
     "kept-output": ("an output buffer kept for the next call: an earlier output changes",
@@ -79,7 +80,11 @@ CLASSES = {
                    "flyweight tensor_parallel"),
     "one-rank-alias": ("with one rank, the input itself returned", "rotation"),
     "zero-data": ("a collective skipped where this rank's data are zero",
-                  "comm data_parallel flyweight"),
+                  "comm data_parallel flyweight sharding"),
+    "nested": ("a nested model's structure lost: an nn.ModuleList taken as one unit, a "
+               "state-dict key without its submodule path", "sharding"),
+    "hook-placement": ("a hook registered where torch refuses it or where it never fires "
+                       "(before requires_grad_, on a module never called)", "sharding"),
     "wrong-group": ("an extra collective on another group than the one given, within the count",
                     "data_parallel groups"),
     "send-buffer": ("a send buffer written before its wait", "context_parallel flyweight rotation"),

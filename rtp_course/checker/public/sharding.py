@@ -30,11 +30,14 @@ ZERO_HELD = ("memory/bytes held besides the parameters, gradients and the inner 
 
 
 class ShardedOptimizerCheck(Check):
-    """ZeRO-1 on a small MLP whose parameters (35, 7, 21 and 3 elements) the world size
-    does not divide: construction (the ranks' own weights, group rank 0's win), then
-    `steps` SGD steps and `steps` Adam steps, each on a fresh model; after each step the
-    shards' gradients, the shards and the full parameters; after Adam the optimizer state
-    and every storage the rank keeps."""
+    """ZeRO-1 on an MLP whose parameters (205, 41, 369, 9 and 27, 3 elements) the world size
+    does not divide, one of them frozen (the middle bias: requires_grad=False, no gradient):
+    construction (the ranks' own weights, group rank 0's win), then `steps` SGD steps and
+    `steps` Adam steps, each on a fresh model; at step QUIET_STEP the group's last rank's loss
+    is zero, so are all its gradients (it reduce-scatters them all the same); after each step
+    the shards' gradients, the shards and the full parameters; after Adam the optimizer state
+    and every storage the rank keeps. The model is large enough (5 KB of float64 parameters)
+    that the Memory rule's 1 KB of slack cannot hide a second flat buffer."""
     exercise, name = "sharding", "ShardedOptimizer"
     task = "E7.1"
     hints = h.ZERO_HINTS
@@ -44,7 +47,10 @@ class ShardedOptimizerCheck(Check):
     in_features, out_features = 5, 3
 
     def build(self):
-        return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
+        model = nn.Sequential(nn.Linear(5, 41), nn.Tanh(), nn.Linear(41, 9), nn.Tanh(),
+                              nn.Linear(9, 3))
+        model[2].bias.requires_grad_(False)          # frozen: no gradient, never stepped
+        return model
 
     def groups(self, ctx):
         return ctx.group
@@ -62,15 +68,18 @@ class ShardedOptimizerCheck(Check):
             if opt_name == "sgd":
                 for n, p in model.named_parameters():
                     ctx.record(f"init/{n}", p)
+            mine = h.members_of(self, ctx.world_size, ctx.rank)
             for step in range(1, self.steps + 1):
                 x, y = (ctx.to(t) for t in h.own_batch(self, step, ctx.rank))
-                with ctx.phase(f"step{step} {opt_name} forward and backward"):
-                    opt.zero_grad()
-                    h.loss_of(self, model(x), y).backward()
+                weight = h.loss_weight(step, mine, ctx.rank)
+                # one phase: step() may wait for reduce-scatters that gradient hooks started
                 with ctx.phase(f"step{step} {opt_name}"):
+                    opt.zero_grad()
+                    (h.loss_of(self, model(x), y) * weight).backward()
                     opt.step()
                 shards = h.inner_parameters(opt)
-                ctx.record(f"step{step} {opt_name}/gradient shard", h.grads_of(shards))
+                ctx.record(f"step{step} {opt_name}/gradient shard",
+                           h.grads_of(shards, none_is_zero=True))
                 ctx.record(f"step{step} {opt_name}/shard", h.shards_of(shards))
                 for n, p in model.named_parameters():
                     ctx.record(f"step{step} {opt_name}/{n}", p)
@@ -111,10 +120,12 @@ class ShardedOptimizerCheck(Check):
                         e.update({f"{phase}/{n}": t for n, t in run["params"][k].items()})
                 if world_size in h.MEMORY_SIZES:
                     flat = world * shard_elems * elsize
-                    e[ZERO_HELD] = Bound(high=flat + 1024, what=(
-                        f"at most one flat buffer of the padded parameters ({flat} bytes: "
-                        f"torch's gloo may hold the last collective's a moment longer); a "
-                        f"full optimizer's state would be "
+                    mine = shard_elems * elsize
+                    e[ZERO_HELD] = Bound(high=flat + mine + 1024, what=(
+                        f"at most one flat buffer of the padded parameters ({flat} bytes) and "
+                        f"one of this rank's shards ({mine}): torch's gloo may hold the last "
+                        f"collective's output and input a moment longer; a second flat buffer "
+                        f"kept is over; a full optimizer's state would be "
                         f"{2 * sum(t.numel() for t in serial['init'].values()) * elsize}"))
                 exp[rank] = h.cast(e, self.dtype)
         return exp
@@ -143,22 +154,20 @@ class ShardedOptimizerCheck(Check):
             for step in range(1, self.steps + 1):
                 phase = f"step{step} {opt_name}"
                 rules += [
-                    CommRule(f"{phase} forward and backward", "*", 0,
-                             "ZeRO-1 communicates in step() only: forward and backward are the "
-                             "model's own, with no hooks"),
                     CommRule(phase, "all_reduce", 0, h.NO_ALL_REDUCE),
                     CommRule(phase, "reduce_scatter", Bound(1, n),
-                             "step() reduce-scatters each parameter's gradient once (or all of "
-                             "them in one flat buffer)", nbytes=Bound(high=world * shard),
-                             members=group),
+                             "a training step reduce-scatters each parameter's gradient once "
+                             "(in step(), or started by gradient hooks in backward and waited "
+                             "in step(); or all of them in one flat buffer)",
+                             nbytes=Bound(high=world * shard), members=group),
                     CommRule(phase, "all_gather", Bound(1, n),
                              "step() all-gathers each parameter's SHARD once (S elements from "
                              "every rank; or all shards in one flat buffer)",
                              nbytes=Bound(high=shard), members=group),
                     CommRule(phase, "collective", Bound(2, 2 * n),
-                             "step() reduce-scatters the gradients and all-gathers the shards, "
-                             "nothing else"),
-                    CommRule(phase, "p2p", 0, "step() uses collectives only")]
+                             "a training step reduce-scatters the gradients and all-gathers the "
+                             "shards, nothing else"),
+                    CommRule(phase, "p2p", 0, "ZeRO-1 uses collectives only")]
         return rules
 
 
@@ -187,11 +196,46 @@ FORWARD_HELD = "forward/bytes held after forward besides shards and activations"
 FSDP_HELD = "memory/bytes held besides shards, gradients, optimizer state and buffers"
 
 
+class Block(nn.Module):
+    """A unit with submodules of its own and a buffer: its parameters are 'fc.weight',
+    'fc.bias', 'norm.weight', 'norm.bias' inside it ('layers.0.fc.weight' in the model), and
+    its `scale` buffer is drawn by each rank (group rank 0's must win)."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, width)
+        self.register_buffer("scale", torch.rand(width) + 0.5)
+
+    def forward(self, x):
+        return x + torch.tanh(self.fc(self.norm(x))) * self.scale
+
+
+class Nested(nn.Module):
+    """The shape of the transformer LM notebook 09 benchmarks: a first layer, an nn.ModuleList
+    of blocks (each block one unit: 'layers.0', 'layers.1', ...), a last layer."""
+
+    def __init__(self, width=22, blocks=3):
+        super().__init__()
+        self.inp = nn.Linear(7, width)
+        self.layers = nn.ModuleList(Block(width) for _ in range(blocks))
+        self.out = nn.Linear(width, 5)
+
+    def forward(self, x):
+        x = torch.tanh(self.inp(x))
+        for layer in self.layers:
+            x = layer(x)
+        return self.out(x)
+
+
 class FSDPCheck(Check):
-    """FullyShardedDataParallel on six Linear layers (176, 506, 506, 506, 506 and 115 elements:
-    the world size does not divide some), each rank its own weights and batch: the shard after
-    construction, full_state_dict, the output, the input gradient and the shards' gradients,
-    the shards after two SGD then two Adam steps, full_state_dict again. Each phase's
+    """FullyShardedDataParallel on a nested model (`Nested`: units of 176, 550, 550, 550 and
+    115 elements, the world size does not divide some; three of them blocks inside an
+    nn.ModuleList, with submodules and a buffer each rank draws itself), each rank its own
+    weights and batch: the buffers and the shard after construction, full_state_dict (the
+    serial keys, 'layers.0.fc.weight'), the output, the input gradient and the shards'
+    gradients, the shards after two SGD then two Adam steps (at step QUIET_STEP the group's
+    last rank's loss is zero, and so are its gradients), full_state_dict again. Each phase's
     collectives; the first step's overlap (commlog's trace); memory after forward, after
     backward and after the steps (every storage alive in the rank)."""
     exercise, name = "sharding", "FullyShardedDataParallel"
@@ -206,10 +250,7 @@ class FSDPCheck(Check):
     adam_eps = 1e-8
 
     def build(self):
-        layers = [nn.Linear(7, 22), nn.Tanh()]
-        for _ in range(4):
-            layers += [nn.Linear(22, 22), nn.Tanh()]
-        return nn.Sequential(*layers, nn.Linear(22, 5))
+        return Nested()
 
     def members(self, world_size):
         return [list(range(world_size))]
@@ -230,9 +271,12 @@ class FSDPCheck(Check):
         model = owned_module(self, "build", self.seed, ctx.rank).to(device=ctx.device,
                                                                      dtype=ctx.dtype)
         keys = list(model.state_dict())
-        buffers = list(model.buffers())
+        named_buffers = dict(model.named_buffers())
+        buffers = list(named_buffers.values())
         with ctx.phase("init"):
             fsdp = ctx.impl.sharding.FullyShardedDataParallel(model, group=group)
+        for n, b in named_buffers.items():
+            ctx.record(f"init/buffer {n}", b)
         with ctx.phase("structure"):
             shards = list(fsdp.parameters())
         ctx.record("structure/this rank's shard of every unit, in order", h.shards_of(shards))
@@ -267,6 +311,7 @@ class FSDPCheck(Check):
         fwd, bwd = ("forward", "backward") if first else (f"step{step} forward",
                                                           f"step{step} backward")
         x, y = (ctx.to(t) for t in h.own_batch(self, step, ctx.rank))
+        weight = h.loss_weight(step, h.members_of(self, ctx.world_size, ctx.rank), ctx.rank)
         x.requires_grad_(first and x.is_floating_point())
         opt.zero_grad()
         trace = h.traced() if first else None
@@ -286,7 +331,7 @@ class FSDPCheck(Check):
             if before is not None:
                 ctx.record_value(FORWARD_HELD, h.held(before, shards, buffers, ctx.records,
                                                       ctx.values, [x, y, out]))
-        loss = h.loss_of(self, out, y)
+        loss = h.loss_of(self, out, y) * weight
         trace = h.traced() if first else None
         try:
             with ctx.phase(bwd), (h.ComputeMarks() if first else _nothing()):
@@ -317,8 +362,9 @@ class FSDPCheck(Check):
         units, rank = serial["units"], members[g]
         sizes = [h.pieces(n, world) for n in h.unit_sizes(units, serial["init"])]
         shard_bytes, largest = sum(sizes) * elsize, max(sizes) * world * elsize
-        e = {"structure/this rank's shard of every unit, in order":
-             h.fsdp_shard(serial["init"], units, g, world)}
+        e = {f"init/buffer {n}": serial["state0"][n] for n in serial["buffers"]}
+        e["structure/this rank's shard of every unit, in order"] = h.fsdp_shard(
+            serial["init"], units, g, world)
         e.update({f"full_state_dict/{k}": v for k, v in serial["state0"].items()})
         e["forward/output"] = serial["outputs"][rank]
         e["forward/units gathered while the previous unit computed"] = Bound(

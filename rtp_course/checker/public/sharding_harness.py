@@ -20,6 +20,10 @@ ROWS = 3                                  # samples per rank and step
 ZERO_OPTIMIZERS = {"sgd": (torch.optim.SGD, dict(lr=0.05, momentum=0.9)),   # = make_optimizer's
                    "adam": (torch.optim.Adam, dict(lr=0.01))}
 PAIRS = ([0, 2], [1, 3])                  # two groups of ranks that are not consecutive
+# At this step the group's last rank's loss is zero, and so is every gradient it computes
+# (exactly): a rank must reduce-scatter a zero gradient all the same (rule 'Communication':
+# every rank makes the same collectives whatever its data), or the others wait for it.
+QUIET_STEP = 2
 
 
 def pieces(numel: int, world: int) -> int:
@@ -57,6 +61,17 @@ def own_batch(check, step: int, owner: int):
         return check.batch(step, owner)
     return (randn(check.data_seed + 10 * step, ROWS, check.in_features, owner=owner),
             randn(check.data_seed + 10 * step + 1, ROWS, check.out_features, owner=owner))
+
+
+def loss_weight(step: int, members, rank: int) -> float:
+    """The factor of `rank`'s loss at `step` in a group of `members` (global ranks): 0 for the
+    group's last rank at QUIET_STEP (its gradients are exactly zero), else 1."""
+    return 0.0 if len(members) > 1 and step == QUIET_STEP and rank == members[-1] else 1.0
+
+
+def members_of(check, world_size: int, rank: int) -> list:
+    """The global ranks of the group `rank` is in (check.members' lists)."""
+    return next(m for m in check.members(world_size) if rank in m)
 
 
 def global_batch(check, step: int, members):
@@ -103,8 +118,11 @@ def _start(check, members) -> nn.Module:
 
 
 def _mean_loss_backward(model, check, step, members):
-    x, y = global_batch(check, step, members)
-    loss_of(check, model(x), y).backward()
+    """DDP's gradient: the mean over the members of each one's loss (its own batch's mean),
+    weighted by loss_weight (the quiet rank's is zero)."""
+    loss = sum(loss_weight(step, members, q) * loss_of(check, model(x), y)
+               for q, (x, y) in ((q, own_batch(check, step, q)) for q in members))
+    (loss / len(members)).backward()
 
 
 def zero_optimizers(check) -> dict:
@@ -127,7 +145,8 @@ def zero_serial(check, members) -> dict:
             for step in range(1, check.steps + 1):
                 opt.zero_grad()
                 _mean_loss_backward(model, check, step, members)
-                grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+                grads.append({n: p.grad.detach().clone() if p.grad is not None else
+                              torch.zeros_like(p) for n, p in model.named_parameters()})
                 opt.step()
                 params.append({n: p.detach().clone() for n, p in model.named_parameters()})
             out[opt_name] = {"grads": grads, "params": params}
@@ -149,6 +168,7 @@ def fsdp_serial(check, members) -> dict:
         model = _start(check, members)
         out = {"init": {n: p.detach().clone() for n, p in model.named_parameters()},
                "state0": {k: v.detach().clone() for k, v in model.state_dict().items()},
+               "buffers": [n for n, _ in model.named_buffers()],
                "units": unit_names(model), "outputs": {}, "input grads": {}, "activations": {}}
         world = len(members)
         scale = element_size(check) / 8          # activations as the check's dtype holds them
@@ -220,12 +240,13 @@ def shards_of(parameters) -> torch.Tensor | None:
     return flat_of(ps) if ps else None
 
 
-def grads_of(parameters) -> torch.Tensor | None:
-    """The concatenation of the parameters' gradients; None if one has none."""
+def grads_of(parameters, none_is_zero: bool = False) -> torch.Tensor | None:
+    """The concatenation of the parameters' gradients; None if one has none (or, with
+    `none_is_zero`, zeros for it: a frozen parameter's shard may have none or a zero one)."""
     ps = list(parameters)
-    if not ps or any(p.grad is None for p in ps):
+    if not ps or (not none_is_zero and any(p.grad is None for p in ps)):
         return None
-    return flat_of(p.grad for p in ps)
+    return flat_of(p.grad if p.grad is not None else torch.zeros_like(p) for p in ps)
 
 
 def inner_parameters(opt) -> list:
@@ -286,6 +307,12 @@ PAD = ("S = ceil(P / N) = (P + N - 1) // N, and the vector is padded with zeros 
        "reduce_scatter_tensor require")
 
 
+ZERO_DATA = (f"rule 'Communication': every rank makes the same collectives whatever its data: "
+             f"at step {QUIET_STEP} the group's last rank's loss is zero, and so is every "
+             f"gradient it computes; it must reduce-scatter them all the same (the others' "
+             f"shards need its zeros in the sum), never skip a parameter or a unit because its "
+             f"gradient is zero on this rank (an unused ReLU branch, an embedding row no token "
+             f"of this rank used): the others wait for it forever")
 ZERO_HINTS = {
     "init/": "every rank starts from group rank 0's parameters: broadcast each one from "
              "dist.get_global_rank(group, 0) in the constructor",
@@ -295,7 +322,12 @@ ZERO_HINTS = {
                               "never optimizer_cls(params)",
     "memory/bytes held": "rule 'Memory': across steps a rank keeps the model's parameters and "
                          "gradients, its shards, their gradients and self.optimizer's state, "
-                         "and nothing else: drop the padded buffers of a step when it ends",
+                         "and nothing else: drop the padded buffers of a step when it ends (the "
+                         "check trains a fresh model with each optimizer: gradient hooks whose "
+                         "closures hold the ShardedOptimizer make a cycle through torch's hook "
+                         "table that the garbage collector cannot break, and keep a dropped "
+                         "optimizer and its model alive; let a hook hold it by "
+                         "weakref.ref(self))",
     "gradient shard": "after step() each shard's .grad is ITS piece of the DDP gradient: "
                       "reduce-scatter the padded gradient (sum over ranks: rank r receives "
                       "piece r), then divide by the world size. " + LAYOUT + PAD,
@@ -306,19 +338,50 @@ ZERO_HINTS = {
             "parameter, in place (p.copy_(...)), on every rank",
     "error": "an exception here often means a shard size that is not S = ceil(numel / N) on "
              "every rank: " + PAD,
+    "deadlock": ZERO_DATA,
 }
+ZERO_STEP_ERROR = (
+    "an exception in a training step: the check's model has a FROZEN parameter "
+    "(requires_grad=False), whose .grad stays None after backward: skip it (its shard gets no "
+    "gradient, .grad None, and the inner optimizer skips it), never read p.grad unchecked "
+    "(a gradient hook cannot be registered on it either: register hooks only where "
+    "p.requires_grad); else a shard size that is not S = ceil(numel / N): " + PAD)
+ZERO_HINTS.update({f"error/step{i} {o}": ZERO_STEP_ERROR for i in range(1, 5)
+                   for o in ZERO_OPTIMIZERS})
+ZERO_HINTS["error/init"] = (
+    "an exception at construction: broadcast every parameter (a frozen one too) from "
+    "dist.get_global_rank(group, 0); a gradient hook can be registered only on a parameter "
+    "that requires grad (the check's model has a frozen one); else a shard size that is not "
+    "S = ceil(numel / N): " + PAD)
 
 
+HOOK_ORDER = ("register the post-accumulate-grad hook once, at construction, on the one `full` "
+              "a unit keeps for its life, AFTER full.requires_grad_(True) (torch refuses a hook "
+              "on a tensor that does not require grad: \"cannot register a hook on a tensor "
+              "that doesn't require gradient\"); requires_grad_ goes at construction too, "
+              "not in a forward pre-hook")
 FSDP_HINTS = {
     "init/": "every rank starts from group rank 0's weights: broadcast each parameter and "
              "buffer from dist.get_global_rank(group, 0) before cutting the shards",
     "structure/": LAYOUT + "each unit's flat vector is its parameters, flattened and "
                   "concatenated in unit.named_parameters() order, and fsdp.parameters() yields "
-                  "the shards only, one unit after another. " + PAD,
+                  "the shards only, one unit after another. The units are the children that "
+                  "hold parameters, and an nn.ModuleList or nn.Sequential child counts by ITS "
+                  "children: the check's model has `layers`, an nn.ModuleList of three blocks, "
+                  "which are three units ('layers.0', 'layers.1', 'layers.2'), never one (look "
+                  "into such a child recursively). " + PAD,
     "full_state_dict": "full_state_dict(): all-gather each unit's shard (N * S elements), "
                        "drop the padding, cut the flat vector back into the unit's parameters "
-                       "(their shapes, in named_parameters() order) under the serial keys "
-                       "('unit.name'), buffers as they are",
+                       "(their shapes, in named_parameters() order) under the serial keys: the "
+                       "unit's path, then the parameter's name INSIDE the unit, its whole "
+                       "qualified name ('layers.0' + '.' + 'fc.weight'; the leaf 'weight' alone "
+                       "loses the submodule, and two leaves of one unit collide), the keys of "
+                       "module.state_dict(); buffers as they are",
+    "init/buffer": "every rank starts from group rank 0's buffers too: the check's blocks have "
+                   "a buffer (`scale`) each rank draws itself; broadcast every buffer "
+                   "(module.buffers()) from dist.get_global_rank(group, 0) at construction, as "
+                   "the parameters",
+    "deadlock": ZERO_DATA,
     "forward/output": "the output is the wrapped module's on this rank's own batch: before a "
                       "unit computes, its parameters must be the FULL ones (all-gather the "
                       "shards, unflatten into views of the gathered vector)",
@@ -353,7 +416,15 @@ FSDP_HINTS = {
                          "its gathered storage",
     "memory/": "rule 'Memory': a rank stores its shards only (1/N of the parameters, and so of "
                "the gradients and the optimizer state): remove the units' own parameters",
-    "error/init": "an exception at construction: " + PAD,
+    "error/init": "an exception at construction: " + HOOK_ORDER + "; or a size that is not "
+                  "what the rule says: " + PAD,
+    "error/forward": "an exception in forward: if a module has no attribute 'weight', a "
+                     "unit's parameters were removed and never put back because its forward "
+                     "pre-hook never ran. Hooks fire only on modules that are CALLED: an "
+                     "nn.ModuleList is never called (its parent loops over it), so an "
+                     "nn.ModuleList or nn.Sequential child counts by ITS children, each a unit "
+                     "('layers.0', 'layers.1', ...: look into such a child recursively). Else a "
+                     "shard or gathered size that is not what the rule says: " + PAD,
     "error/backward": "an exception in backward: the views autograd saved in forward point to "
                       "the unit's gathered storage, which forward freed: gather it AGAIN into "
                       "the same storage (resize_ it back, all-gather into full.data) in a full "
@@ -373,6 +444,8 @@ STALE_HINT = ("a gradient kept from the previous step had this step's added to i
               "optimizer steps, no gathered unit and no full gradient\"; autograd ADDS to a "
               "full.grad it finds), and accumulate into the shard's .grad itself, which "
               "zero_grad() resets, never into a buffer of your own that outlives it")
-GROUP_SRC = ("rule 'Group': \"Global rank 0 is not part of group\": a broadcast's src is a "
-             "GLOBAL rank, the group's rank 0 is dist.get_global_rank(group, 0) (global rank 1 "
-             "for the group {1, 3}); shard index and count are the GROUP rank and size")
+GROUP_SRC = ("rule 'Group': a broadcast on a group of global ranks {1, 3} was given src=0, a "
+             "rank outside the group (torch refuses it). src is a GLOBAL rank: the group's rank "
+             "0 is dist.get_global_rank(group, 0), global rank 1 for {1, 3}; the shard index "
+             "and count are the GROUP rank and size (dist.get_rank(group), "
+             "dist.get_world_size(group))")

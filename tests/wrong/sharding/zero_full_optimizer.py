@@ -22,6 +22,8 @@ REPLACE = [
             p.copy_(full[:p.numel()].view_as(p))
 ''',
      r'''        for p, shard in zip(self.params, self.shards):
+            if shard.grad is None:                  # frozen: no gradient
+                continue
             full = shard.new_empty(shard.numel() * self.world)
             dist.all_gather_into_tensor(full, shard.grad, group=self.group)
             p.grad.copy_(full[:p.numel()].view_as(p))
