@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from rtp_course.training.memory import human_bytes, sharded
 
@@ -172,6 +172,7 @@ def loss_curves(curves: dict, ax=None, xlabel: str = "step", ylabel: str = "loss
         if values is None:
             continue
         ax.plot(range(1, len(values) + 1), values, label=label, **styles.get(label, {}))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))    # steps: no half-step ticks
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

@@ -202,9 +202,9 @@ for name, (layers, hidden, heads) in CONFIGS.items():
 # | strategy | parameters | gradients | optimizer | communication per step | notebook |
 # |---|---|---|---|---|---|
 # | **DDP** (data parallel) | replicated | replicated | replicated | all-reduce of the gradients | 02 |
-# | **ZeRO-1** | replicated | replicated | sharded | reduce-scatter + all-gather | - |
+# | **ZeRO-1** | replicated | replicated | sharded | reduce-scatter + all-gather | 09 (built by hand) |
 # | **ZeRO-2** | replicated | sharded | sharded | reduce-scatter + all-gather | - |
-# | **FSDP / ZeRO-3** | sharded, *gathered layer by layer* | sharded | sharded | all-gather the weights (twice), reduce-scatter the gradients | 06, 07 |
+# | **FSDP / ZeRO-3** | sharded, *gathered layer by layer* | sharded | sharded | all-gather the weights (twice), reduce-scatter the gradients | 09 (built by hand); PyTorch's FSDP2 measured in 06, 07 |
 # | **TP** (Megatron) | sharded | sharded | sharded | all-reduce of *activations*, twice per layer | 03, 04 |
 # | **RTP** (rotated TP) | sharded, *rotated around a ring* | sharded | sharded | each shard visits every GPU once | 05, 06 |
 #

@@ -118,7 +118,21 @@ plt.show()
 #   `reduce_scatter_tensor` it into a buffer of $S$: the sum over ranks of this rank's piece;
 #   divide by $N$ and make it the shard's `.grad`. Then `self.optimizer.step()`. Then
 #   `all_gather_into_tensor` the shards back into $N \cdot S$ and copy the first `numel`
-#   elements into the parameter.
+#   elements into the parameter;
+# * **or, as real ZeRO does, overlap the reduce-scatters with backward**: at construction
+#   register a post-accumulate-grad hook on each parameter that requires grad
+#   (`p.register_post_accumulate_grad_hook(hook)`); the hook posts that gradient's
+#   reduce-scatter with `async_op=True`, and `step()` `wait()`s for every handle before it
+#   steps the shards. The checker allows both (the stub's Communication counts a training
+#   step's collectives, backward and `step()` together). Let the hook hold the optimizer
+#   through `weakref.ref(self)`: a hook holding it strongly makes a cycle through torch's
+#   hook table that keeps a dropped optimizer and its model alive.
+#
+# Two cases every rank meets the same way: a **frozen** parameter (`requires_grad=False`)
+# has no `.grad` after backward: skip it (its shard gets none, the inner optimizer leaves
+# it); a gradient that is **zero on this rank only** (its loss was zero, an unused branch) is
+# reduce-scattered all the same: the others wait in that collective for it. The checks
+# build both.
 #
 # Adam and SGD are element-wise: stepping piece by piece gives exactly the full step. The
 # demo trains the same MLP (layers of 330, 930, 930 and 155 parameters: 3 ranks pad some)
@@ -135,7 +149,8 @@ if out is not None:
           + ", ".join(str(r["ZeRO-1 (yours) optimizer bytes"]) for r in out)
           + f" (the parameters: {res['parameter bytes']} bytes)")
     step = res["zero step"]
-    print("one step() on rank 0: " + ", ".join(f"{n} x {k}" for k, n in step["calls"].items())
+    print("one training step on rank 0: "
+          + ", ".join(f"{n} x {k}" for k, n in step["calls"].items())
           + f"; reduce-scattered {step['reduce_scatter bytes']} bytes, all-gathered "
           f"{step['all_gather bytes']}")
     plots.loss_curves(res["losses"], title="ZeRO-1 trains the model DDP trains",
@@ -147,6 +162,12 @@ if out is not None:
 # agree with DDP's to float32 rounding, which Adam's division by $\sqrt{v}$ amplifies where a
 # gradient is near zero. A rank sends each gradient once in the reduce-scatter and receives
 # the shards in the all-gather: the bytes of an all-reduce.
+#
+# The bytes printed are what this rank hands to the calls. A reduce-scatter takes the whole
+# padded gradient: the MLP's 2345 gradient elements, each parameter padded to a multiple of
+# $N = 3$ (only the last bias, 5 elements, gains one zero), are 2346 float32 elements,
+# $2346 \times 4 = 9384$ bytes. An all-gather takes the rank's shard, a third of that: 782
+# elements, 3128 bytes.
 #
 # ## 3. Task E7.2 · FSDP: `FullyShardedDataParallel`
 #
@@ -160,22 +181,36 @@ if out is not None:
 #   wrapper (so that `fsdp.parameters()` yields the shards only, and the optimizer steps
 #   them), and **remove** the unit's own parameters (`del submodule._parameters[name]`);
 #   make a tensor `full` of $N \cdot S$ elements that will hold the gathered layer, and free
-#   its memory at once: `full.untyped_storage().resize_(0)`;
+#   its memory at once: `full.untyped_storage().resize_(0)`; then, **here, once**,
+#   `full.requires_grad_(True)` (so that autograd sums the pieces' gradients into
+#   `full.grad`) and, after it, register the **post-accumulate-grad hook** on `full` (last
+#   bullet): torch refuses a hook on a tensor that does not require grad, and the unit keeps
+#   this one `full` for its life, so neither belongs in a forward pre-hook;
 # * **forward pre-hook** (`register_forward_pre_hook`): bring `full`'s memory back
 #   (`resize_(nbytes)`), all-gather the shards into it (`full.data`, see below), and point the
 #   unit's parameters at pieces of it (`full[:P].split(sizes)`: $P$ elements without the
 #   padding, `sizes` each parameter's numel; each `.view(shape)`, set as plain
-#   attributes: `submodule.weight = piece`); `full.requires_grad_(True)`, so autograd sums
-#   the pieces' gradients into `full.grad`. **Prefetch**: post the *next* unit's all-gather
+#   attributes: `submodule.weight = piece`): views of `full`, which requires grad since
+#   construction, so autograd sums their gradients into `full.grad`. **Prefetch**: post the
+#   *next* unit's all-gather
 #   with `async_op=True` here, and `wait()` for it in that unit's pre-hook: it travels while
 #   this unit computes;
 # * **forward hook** (`register_forward_hook`): free `full`'s storage. Autograd saved views of
 #   it for backward, so dropping your own references would free nothing: the storage must go;
 # * **backward pre-hook** (`register_full_backward_pre_hook`, before the unit's backward):
 #   gather the unit **again**, into the same storage (prefetch the previous unit here);
-# * **post-accumulate-grad hook on `full`** (`register_post_accumulate_grad_hook`): once
-#   `full.grad` is complete, `reduce_scatter_tensor` it, divide by $N$, add it to the shard's
-#   `.grad`; set `full.grad = None` and free `full`'s storage.
+# * **post-accumulate-grad hook on `full`** (`full.register_post_accumulate_grad_hook`,
+#   registered at construction, after `full.requires_grad_(True)`; it fires in every
+#   backward): once `full.grad` is complete, `reduce_scatter_tensor` it, divide by $N$, add
+#   it to the shard's `.grad`; set `full.grad = None` and free `full`'s storage.
+#
+# The units come from the module's tree: a child holding parameters is a unit, and an
+# `nn.ModuleList` or `nn.Sequential` child counts by its own children, recursively (a
+# `ModuleList` is never called, so hooks on it would never fire). `full_state_dict()`'s keys
+# are the serial `state_dict()`'s: the unit's path, then the parameter's whole name inside it
+# (`layers.0.attn.qkv.weight`, never `layers.0.weight`). The check wraps such a nested model,
+# whose blocks hold a buffer each rank draws itself (broadcast the buffers too), and gives
+# one rank a zero loss at one step: every unit is reduce-scattered all the same.
 #
 # Why these hooks and not others: training with micro-batches calls the model twice (or more)
 # before one backward, and adds the gradients of several backward passes before one step.
@@ -267,6 +302,7 @@ if USE_SLURM:
 
 # %%
 SHARDED = ("ddp", "fsdp", "zero1", "fsdp_yours", "rtp")
+LABELS = dict(LABELS, fsdp="FSDP2 (PyTorch)")      # "fsdp" is PyTorch's own fully_shard
 rows, info = demo.compare_strategies("lm", world_size=2, strategies_=SHARDED, steps=3)
 rank0 = {r["strategy"]: r for r in rows if r["rank"] == 0}
 for r in rank0.values():
@@ -326,10 +362,11 @@ if timing and "ddp" in timing:
 # %% [markdown]
 # What to expect, and why:
 #
-# * **ZeRO-1** moves DDP's bytes, but in more, smaller calls (a reduce-scatter and an
-#   all-gather per parameter, after backward: DDP overlaps its all-reduces with backward, in
-#   buckets). One flat buffer for all parameters, or buckets started from gradient hooks, is
-#   what DeepSpeed does: both are allowed by the rules.
+# * **ZeRO-1** moves DDP's bytes, but in more, smaller calls (the reference: a reduce-scatter
+#   and an all-gather per parameter, after backward; DDP overlaps its all-reduces with
+#   backward, in buckets). One flat buffer for all parameters, or reduce-scatters started
+#   from gradient hooks during backward and waited in `step()` (section 2), is what DeepSpeed
+#   does: the stub's rules and the checker allow both.
 # * **FSDP** gathers every layer twice and reduce-scatters its gradient: $1.5\times$ DDP's
 #   bytes, in one call per layer. Its prefetch hides gathers behind compute where the
 #   hardware can (GPUs with NCCL); on gloo the CPU does both.

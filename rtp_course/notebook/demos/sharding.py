@@ -69,7 +69,8 @@ def _bytes(events, family) -> int:
 def zero_against_ddp(rank, world_size, steps=5, lr=1e-2):
     """Train mlp() with DDP + Adam and with ShardedOptimizer(Adam); every rank its own batch.
     Returns the global losses of both, the largest weight difference at the end, the
-    optimizer state bytes of each on this rank, and ZeRO-1's collectives in one step()."""
+    optimizer state bytes of each on this rank, and ZeRO-1's collectives in one training step
+    (backward and step(): gradient hooks may start the reduce-scatters)."""
     sharding = current("sharding")
     commlog.install()
     dev = strategies.default_device()
@@ -85,10 +86,10 @@ def zero_against_ddp(rank, world_size, steps=5, lr=1e-2):
             opt = sharding.ShardedOptimizer(net.parameters(), torch.optim.Adam, lr=lr)
         for step in range(steps):
             x, y = (t.to(dev) for t in batch(step, rank))
+            commlog.reset(f"{name} step")     # backward too: hooks may reduce-scatter there
             opt.zero_grad()
             loss = F.mse_loss(net(x), y)
             loss.backward()
-            commlog.reset(f"{name} step")
             opt.step()
             if name != "DDP":
                 events = commlog.events()
