@@ -217,6 +217,65 @@ def dead_code(source):
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def pad_around(source, make):
+    """`make(params)`'s statements before and after every statement, as a padder inserts no-ops
+    that break up every copied k-gram (params: the enclosing function's own parameters, so that
+    the padding can name a value, `x.shape`); the imports they use at the top. Runs as the
+    original does."""
+    return _each_statement(source, lambda st, params: [*_parse(make(params)), st, *_parse(make(params))])
+
+
+def wrap_each(source, header):
+    """Every statement (but a definition, an import, a docstring, a break or continue) in a
+    block that runs it once, as it is: `if True:`, `for _once in range(1):`, `with nullcontext():`."""
+    def wrap(st, params):
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
+                           ast.Break, ast.Continue)) \
+                or isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+            return [st]
+        block = ast.parse(header + "\n    pass").body[0]
+        block.body = [st]
+        return [block]
+    return _each_statement(source, wrap)
+
+
+def _parse(statements):
+    return [s for text in statements for s in ast.parse(text).body]
+
+
+def _each_statement(source, replace):
+    class Each(ast.NodeTransformer):
+        params = []
+
+        def visit_FunctionDef(self, node):
+            outer = self.params
+            self.params = [a.arg for a in node.args.args if a.arg not in ("self", "cls", "ctx")]
+            self.generic_visit(node)
+            self.params = outer
+            return node
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def generic_visit(self, node):
+            super().generic_visit(node)
+            for field in ("body", "orelse", "finalbody"):
+                body = getattr(node, field, None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                    setattr(node, field, [s for st in body for s in replace(st, self.params)])
+            return node
+    tree = Each().visit(ast.parse(source))
+    tree.body[:0] = ast.parse("import math, os, sys, time\nfrom contextlib import nullcontext").body
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def shape_and_len(params):
+    if not params:
+        return ["len(())"]
+    x = params[0]
+    return [f"{x}.shape if torch.is_tensor({x}) else None",
+            f"len({x}) if isinstance({x}, (list, tuple)) else 0",
+            f"torch.is_tensor({x})", f"{x}.__class__"]
+
+
 DISGUISES = {
     "renamed and reformatted": disguise,
     "identity-wrapped": identity_wrap,
@@ -227,6 +286,18 @@ DISGUISES = {
     "comments and docstrings added": annotate,
     "comments and docstrings removed": strip,
     "dead code added": dead_code,
+    "padded with no-op torch calls": lambda s: pad_around(
+        s, lambda p: ["torch.is_grad_enabled()", "torch.get_default_dtype()"]),
+    "padded with calls through other modules": lambda s: pad_around(
+        s, lambda p: ["os.getpid()", "math.sqrt(2.0)", "time.perf_counter()", "sys.getrecursionlimit()"]),
+    "padded with x.shape and len(x)": lambda s: pad_around(s, shape_and_len),
+    "padded with stores nothing reads": lambda s: pad_around(
+        s, lambda p: ["_c = 0", "_c += 1", "_a, _b = (1, 2)", "del _a", "assert True"]),
+    "each statement in if True:": lambda s: wrap_each(s, "if True:"),
+    "each statement in a loop run once": lambda s: wrap_each(s, "for _once in range(1):"),
+    "each statement in nullcontext": lambda s: wrap_each(s, "with nullcontext():"),
+    "padded with calls of a no-op of its own": lambda s: "def _pad(*args):\n    pass\n" + pad_around(
+        s, lambda p: [f"_pad({', '.join(p)})"]),
     "all at once": lambda s: disguise(dead_code(identity_wrap(annotate(strip(reorder(s)))))),
 }
 
@@ -247,6 +318,11 @@ def test_the_disguises_change_the_code():
     assert "if False:" in dead_code(ref) and "_scratch" in dead_code(ref)
     assert '"""' not in strip(ref) and "#" not in strip(ref)
     assert reorder(ref).index("def split") < reorder(ref).index("class Duplication")
+    padded = DISGUISES["padded with no-op torch calls"](ref)
+    assert padded.count("torch.is_grad_enabled()") > 2 * len(ast.parse(ref).body)
+    assert "x.shape if torch.is_tensor(x) else None" in pad_around(ref, shape_and_len)
+    wrapped = wrap_each(ref, "if True:")
+    assert wrapped.count("if True:") > 20 and "if True:\n            dist.all_reduce(" in wrapped
 
 
 @pytest.mark.parametrize("name", list(DISGUISES))
@@ -349,12 +425,83 @@ def pad(source, statement):
     return ast.unparse(Pad().visit(ast.parse(source)))
 
 
-@pytest.mark.parametrize("statement", ["pass", "_unused = None", "print(end='')", "_n = len('x')"])
+@pytest.mark.parametrize("statement", ["pass", "_unused = None", "print(end='')", "_n = len('x')",
+                                       "torch.is_grad_enabled()", "torch.get_default_dtype()", "x.shape",
+                                       "len(x)"])
 def test_a_copy_padded_with_statements_that_do_nothing_is_a_near_copy(statement):
     ref, base = reference("rotation"), stub("rotation")
     padded = pad(disguise(ref), statement)
     assert padded.count(statement.split("(")[0]) > 20
     assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.95
+
+
+def test_a_copy_padded_with_no_op_calls_is_flagged():
+    """The red team's padding: `torch.is_grad_enabled()` and `torch.get_default_dtype()` before and
+    after every statement of the comm reference scored 0.275 (a call through a module was not
+    padding: it broke every k-gram) and was not flagged."""
+    ref, base = reference("comm"), stub("comm")
+    padded = pad_around(ref, lambda p: ["torch.is_grad_enabled()", "torch.get_default_dtype()"])
+    assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= NEAR_COPY
+    pairs = compare_class({"ann": {"comm": COMM}, "mallory": {"comm": padded}}, {"comm": ref}, {"comm": base})
+    assert [(p.a, p.b) for p in pairs if p.near_copy] == [("mallory", "reference")]
+
+
+def test_barriers_everywhere_do_not_make_honest_code_alike():
+    """Two independent hands that both call `dist.barrier()` after every statement: the calls,
+    the same in every file, once raised their score from 0.04 to 0.13 (and against the
+    reference so padded from 0.14 to 0.22); set aside, they score as without."""
+    base = stub("rotation")
+    plain = similarity(fingerprints(ROTATION_A, base), fingerprints(ROTATION_B, base))
+    a, b = (pad(code, "dist.barrier()") for code in (ROTATION_A, ROTATION_B))
+    assert similarity(fingerprints(a, base), fingerprints(b, base)) <= plain + 0.01
+    ref = fingerprints(pad(reference("rotation"), "dist.barrier()"), base)
+    assert similarity(fingerprints(a, base), ref) < 0.2 and similarity(fingerprints(b, base), ref) < 0.2
+
+
+def test_the_normalisation_sets_aside_what_only_asks_and_keeps_what_takes_the_files_data():
+    code = """
+import os
+import torch
+import torch.distributed as dist
+
+
+def step(t, group, works):
+    torch.is_grad_enabled()
+    os.getpid()
+    t.shape
+    len(t)
+    torch.is_tensor(t)
+    dist.get_rank(group)
+    t.size(0)
+    -t + 1
+    dist.barrier()
+    assert True
+    _n = 0
+    _n += 1
+    _a, _b = t.shape
+    del _a
+    for _once in range(1):
+        dist.all_reduce(t, group=group)
+    if 1 == 1:
+        t.add_(1)
+    dist.barrier(group=group)
+    for w in works:
+        w.wait(t)
+        w.wait()
+    t.zero_()
+    for _ in range(1):
+        break
+    print(t)
+    yield t
+"""
+    text = normalize(code)
+    for gone in ("is_grad_enabled", "getpid", "shape", "len(", "is_tensor", "get_rank", "size(", "-t",
+                 "dist.barrier()", "assert", "_n", "_a", "_once", "1 == 1"):
+        assert gone not in text, (gone, text)
+    for kept in ("dist.all_reduce(t, group=group)", "t.add_(1)", "dist.barrier(group=group)", "w.wait(t)",
+                 "w.wait()", "t.zero_()",
+                 "for _ in range(1):\n        break", "yield t"):
+        assert kept in text, (kept, text)
 
 
 def correct_alternatives():

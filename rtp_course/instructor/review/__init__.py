@@ -6,8 +6,8 @@
   node shapes (`shapes`), run on a class's files in a worker process bounded in CPU time,
   memory and wall time (`worker`);
 * `similarity`: token fingerprints (winnowing, as MOSS) of the code normalised as a syntax
-  tree, that survive renaming, reformatting, reordering, identity wrappers and dead code, to
-  find submissions that are near copies of the reference or of each other.
+  tree, that survive renaming, reformatting, reordering, identity wrappers, dead code and
+  no-op padding, to find submissions that are near copies of the reference or of each other.
 
 Both only read source text: nothing submitted is imported or run here.
 """

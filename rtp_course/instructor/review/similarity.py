@@ -5,7 +5,15 @@ A source is first normalised as a syntax tree (`normalize`), then written out ag
 file's whose body only returns one of its parameters, `(lambda x: x)(...)`, called anywhere:
 `_i(dist).all_reduce(_i(t))` is `dist.all_reduce(t)`), `getattr(x, "name")` is `x.name`,
 and dead code is dropped (`if False:` and `while 0:` blocks, statements after a `return` or
-`raise`, docstrings, a function's stores to names the file never reads).
+`raise`, docstrings, a function's stores to names the file never reads, and elsewhere such
+stores of a value that calls nothing: `_n = 0`, `_n += 1`, `_a, _b = x`, `del _a`), and so are
+padding statements (a padder's no-ops between copied ones, each breaking up every k-gram that
+spans it): an expression statement whose value is discarded and only reads or asks (`x`,
+`x.shape`, `len(x)`, `torch.is_tensor(x)`, `x.size(0)`, a module's function with written-out
+arguments or none, `torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`: `_inert`),
+`pass`, `assert True`, and the blocks that run their body once as it is (`if True:`, `if 1 ==
+1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it.
+What takes the file's own data (`dist.all_reduce(t)`, `t.add_(1)`, `work.wait()`) stays.
 
 It then becomes a sequence of normalised tokens (`tokenize`): comments, line structure,
 trailing commas, grouping parentheses, docstrings and do-nothing statements (`pass`, a store
@@ -37,11 +45,12 @@ K = 13              # tokens per k-gram: about one statement, so shared idioms r
 W = 5               # winnowing window: any shared run of W + K - 1 = 17 tokens is found
 FLOOR = 20          # the smaller set counts as at least this many fingerprints (see similarity)
 # Score at or above which a pair is a near copy, calibrated in tests/unit/test_review_similarity.py:
-# the reference renamed, reformatted, reordered, identity-wrapped, padded with dead code, its
-# comments and docstrings changed scores 0.98-1.0 against itself; its correct alternatives
-# (tests/correct/: edits of it) 0.68-1.0, median 0.96; independent implementations 0.04-0.21,
-# the highest where the stub all but dictates the code (comm, data_parallel; the tests' own
-# comm, groups, rotation and data_parallel ones: 0.04-0.19, as before the normalisation).
+# the reference renamed, reformatted, reordered, identity-wrapped, padded with dead code or
+# no-op statements, its comments and docstrings changed scores 0.98-1.0 against itself; its
+# correct alternatives (tests/correct/: edits of it) 0.68-1.0, median 0.96; independent
+# implementations 0.04-0.21, the highest where the stub all but dictates the code (comm,
+# data_parallel; the tests' own comm, groups, rotation and data_parallel ones: 0.04-0.19, as
+# before the normalisation).
 NEAR_COPY = 0.5
 
 _MOD = (1 << 61) - 1
@@ -92,7 +101,7 @@ def _normalized(source: str):
     try:
         tree = ast.parse(source)
         nodes = list(ast.walk(tree))
-        tree.body = _live_block(tree.body, set(), _never_read(nodes), False, keep_one=False)
+        tree.body = _live_block(tree.body, set(), _scope(nodes), False, keep_one=False)
         nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
         for _ in range(MAX_PASSES):
             identities = _identities(nodes)
@@ -101,7 +110,7 @@ def _normalized(source: str):
             tree = _Inline(identities).visit(tree)
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
-        tree.body = _live_block(tree.body, gone, _never_read(nodes), False, keep_one=False)
+        tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source, None
@@ -223,54 +232,255 @@ def _never_read(nodes) -> set:
     return stored - loaded - declared
 
 
+@dataclass(frozen=True)
+class _Scope:
+    dead: set           # names the file stores and never reads
+    bound: set          # names the file binds (a builtin it redefines is not the builtin)
+    attributes: set     # attribute names the file reads (`self.x`: a class's x is read)
+    imported: set       # names the file binds by import only (modules, their functions)
+    noops: set          # the file's functions and methods that do nothing (`def _pad(*a): pass`)
+
+
+def _scope(nodes) -> _Scope:
+    return _Scope(_never_read(nodes), _bound(nodes), _read_attributes(nodes), _imported(nodes), _noops(nodes))
+
+
+def _noops(nodes) -> set:
+    """Names of the file's functions whose body does nothing (pass, a docstring, `return`, `return
+    None`), less names it also binds to anything else."""
+    defs = [n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    empty = {f.name for f in defs if not f.decorator_list and all(
+        isinstance(s, ast.Pass) or isinstance(s, (ast.Expr, ast.Return))
+        and isinstance(s.value, (ast.Constant, type(None))) for s in f.body)}
+    other = {f.name for f in defs if f.name not in empty}
+    other |= _bound([n for n in nodes if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))])
+    return {name for name in empty if name not in other and not name.startswith("__")}
+
+
+def _bound(nodes) -> set:
+    """Every name the file binds: definitions, parameters, stores, imports."""
+    out = set()
+    for n in nodes:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.alias):
+            out.add((n.asname or n.name).split(".")[0])
+    return out
+
+
+def _imported(nodes) -> set:
+    imported = {(n.asname or n.name).split(".")[0] for n in nodes if isinstance(n, ast.alias)}
+    return imported - _bound([n for n in nodes if not isinstance(n, ast.alias)])
+
+
+def _read_attributes(nodes) -> set:
+    return {n.attr for n in nodes if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+
+
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is: lambda a, b: a is b,
+            ast.IsNot: lambda a, b: a is not b}
+_SIMPLE = (bool, int, float, str, type(None))
+
+
 def _constant(node):
-    """(True, its truth) for a constant condition (`False`, `0`, `not True`), else (False, None)."""
+    """(True, its truth) for a constant condition (`False`, `0`, `not True`, `1 == 1`, `x or
+    True` where reading x does nothing), else (False, None)."""
     if isinstance(node, ast.Constant):
         return True, bool(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         known, value = _constant(node.operand)
         return known, None if value is None else not value
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE \
+            and all(isinstance(x, ast.Constant) and type(x.value) in _SIMPLE
+                    for x in (node.left, *node.comparators)):
+        return True, _COMPARE[type(node.ops[0])](node.left.value, node.comparators[0].value)
+    if isinstance(node, ast.BoolOp):
+        values = [_constant(v) for v in node.values]
+        decisive = isinstance(node.op, ast.Or)          # one True decides an `or`, one False an `and`
+        if all(k for k, _ in values):
+            return True, any(v for _, v in values) if decisive else all(v for _, v in values)
+        if any(k and v == decisive for k, v in values) and all(_inert(v, None) for v in node.values):
+            return True, decisive
     return False, None
+
+
+# A discarded call of one of these (or of a name starting with is_, get_ or has_) only asks
+# something: `torch.is_tensor(x)`, `dist.get_rank(group)`, `x.size(0)`.
+_QUERIES = {"size", "dim", "numel", "nelement", "ndimension", "stride", "element_size", "equal",
+            "allclose", "isinstance", "issubclass", "type"}
+
+
+def _callee(func) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _root(node):
+    """The name an expression starts from: `torch` of `torch.cuda.current_stream().synchronize`."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _literal(node) -> bool:
+    """A value written out: a constant, -1, a tuple, list, set or dict of such."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _literal(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is not None and _literal(k) and _literal(v) for k, v in zip(node.keys, node.values))
+    return False
+
+
+def _inert(node, scope) -> bool:
+    """Whether evaluating `node` and discarding its value is padding: it reads names and
+    attributes, computes with them, or calls (a) a builtin that only reads (`len`, `print`:
+    _PURE) with such arguments, (b) a function of an imported module with only written-out
+    arguments or none (`torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`), or (c) a
+    query (`torch.is_tensor(x)`, `dist.get_rank(group)`, `x.size(0)`: _QUERIES), or a function
+    of the file's own that does nothing (`_pad(x)`, `self._pad()`), with such arguments. What
+    (b) drops may act (a barrier), but with nothing of the file's own passed in it reads the
+    same in every file: the algorithm is in the calls that take the file's data, and the copy
+    and its original lose the same statements. A method of the file's own values
+    (`t.add_(1)`, `work.wait()`, `loss.backward()`) may change them: kept, queries aside.
+    scope None: nothing is known of the file's names (no call is taken to be inert)."""
+    if isinstance(node, (ast.Constant, ast.Name, ast.Lambda)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _inert(node.value, scope)
+    if isinstance(node, (ast.Subscript, ast.Slice, ast.Starred, ast.FormattedValue, ast.JoinedStr, ast.Tuple,
+                         ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare,
+                         ast.IfExp)):
+        return all(_inert(c, scope) for c in ast.iter_child_nodes(node)
+                   if not isinstance(c, (ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)))
+    if isinstance(node, ast.NamedExpr):
+        return scope is not None and node.target.id in scope.dead and _inert(node.value, scope)
+    if not isinstance(node, ast.Call) or not _inert(node.func, scope):
+        return False
+    arguments = [*node.args, *(k.value for k in node.keywords)]
+    if scope is None:
+        return False
+    if all(_literal(a) for a in arguments) and all(k.arg is not None for k in node.keywords) \
+            and _root(node.func) in scope.imported:
+        return True                                                     # (b)
+    name = _callee(node.func)
+    if name in scope.noops:
+        return all(_inert(a, scope) for a in arguments)                 # the file's own no-op
+    own = name in scope.bound
+    query = name in _QUERIES or name.startswith(("is_", "get_", "has_"))
+    builtin = isinstance(node.func, ast.Name) and name in _PURE
+    if own or not (query or builtin):
+        return False
+    return all(_inert(a, scope) for a in arguments)                     # (a), (c)
+
+
+def _stores_to(targets, dead) -> bool:
+    """Whether every name `targets` store to is one nothing reads (`_a, *_b = x`)."""
+    for t in targets:
+        if isinstance(t, ast.Starred):
+            t = t.value
+        if isinstance(t, (ast.Tuple, ast.List)):
+            if not _stores_to(t.elts, dead):
+                return False
+        elif not (isinstance(t, ast.Name) and t.id in dead):
+            return False
+    return bool(targets)
+
+
+def _leaves_loop(block) -> bool:
+    """Whether `block` breaks or continues the loop it is in (not one nested in it)."""
+    for stmt in block:
+        for n in _walk_loop(stmt):
+            if isinstance(n, (ast.Break, ast.Continue)):
+                return True
+    return False
+
+
+def _walk_loop(node):
+    yield node
+    if isinstance(node, (ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                         ast.ClassDef, ast.Lambda)):
+        for part in node.orelse if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) else ():
+            yield from _walk_loop(part)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _walk_loop(child)
+
+
+def _wrapper(stmt, scope) -> bool:
+    """A block that runs its body once, as it is: `for _ in range(1):`, `for _ in (0,):`, `with
+    nullcontext():`, `try: ... finally: pass` (`if True:` is a constant condition)."""
+    if isinstance(stmt, ast.For) and not stmt.orelse and _stores_to([stmt.target], scope.dead) \
+            and not _leaves_loop(stmt.body):
+        it = stmt.iter
+        once = isinstance(it, (ast.Tuple, ast.List)) and len(it.elts) == 1 and _literal(it.elts[0])
+        once = once or (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                        and "range" not in scope.bound and not it.keywords and len(it.args) == 1
+                        and isinstance(it.args[0], ast.Constant) and it.args[0].value == 1)
+        return once
+    if isinstance(stmt, ast.With):
+        return all(i.optional_vars is None and isinstance(i.context_expr, ast.Call)
+                   and not i.context_expr.args and not i.context_expr.keywords
+                   and _callee(i.context_expr.func) == "nullcontext" for i in stmt.items)
+    return False
 
 
 _ENDS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 
 
-def _live_block(block: list, gone: set, dead: set, in_function: bool, keep_one: bool) -> list:
+def _live_block(block: list, gone: set, scope: _Scope, in_function: bool, keep_one: bool) -> list:
     """The statements of `block` that may run and change what the program reads (one `pass`
     where a body must keep one): what follows a return or raise never runs."""
     out = []
     for stmt in block:
-        out += _live(stmt, gone, dead, in_function)
+        out += _live(stmt, gone, scope, in_function)
         if out and isinstance(out[-1], _ENDS):
             break
     return out or ([ast.Pass()] if keep_one else [])
 
 
-def _live(stmt, gone: set, dead: set, in_function: bool) -> list:
+def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
     if isinstance(stmt, (ast.If, ast.While)):
         known, value = _constant(stmt.test)
         if known and not value:                             # if False: / while 0:
-            return _live_block(stmt.orelse, gone, dead, in_function, False)
+            return _live_block(stmt.orelse, gone, scope, in_function, False)
         if known and isinstance(stmt, ast.If):              # if True:
-            return _live_block(stmt.body, gone, dead, in_function, False)
-    if isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
-        return []                                           # docstrings, bare constants
+            return _live_block(stmt.body, gone, scope, in_function, False)
+    if _wrapper(stmt, scope):                               # for _ in range(1):, with nullcontext():
+        return _live_block(stmt.body, gone, scope, in_function, False)
+    if isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and _inert(stmt.value, scope):
+        return []                                           # docstrings, bare values, queries
+    if isinstance(stmt, ast.Assert) and _constant(stmt.test) == (True, True):
+        return []                                           # assert True
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in gone:
         return []                                           # an identity function, inlined
     if _assigned(stmt) in gone and isinstance(stmt.value, ast.Lambda):
         return []
-    if in_function and isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        if all(isinstance(t, ast.Name) and t.id in dead for t in targets):
-            return []                                       # a store nothing reads
-    inner = in_function or isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Delete)):
+        targets = stmt.targets if isinstance(stmt, (ast.Assign, ast.Delete)) else [stmt.target]
+        value = getattr(stmt, "value", None)
+        unread = scope.dead if in_function is not None else scope.dead - scope.attributes
+        if _stores_to(targets, unread) and (in_function or isinstance(stmt, ast.Delete)
+                                             or (value is None and in_function is False)
+                                             or value is not None and _inert(value, scope)):
+            return []       # a store nothing reads (outside a function, of a value that calls nothing;
+                            # a class's `name: type` without one is a field)
+    inner = True if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+        else None if isinstance(stmt, ast.ClassDef) else in_function      # None: a class's body
     for field in ("body", "orelse", "finalbody"):
         block = getattr(stmt, field, None)
         if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-            setattr(stmt, field, _live_block(block, gone, dead, inner, keep_one=field == "body"))
+            setattr(stmt, field, _live_block(block, gone, scope, inner, keep_one=field == "body"))
     for part in [*getattr(stmt, "handlers", ()), *getattr(stmt, "cases", ())]:
-        part.body = _live_block(part.body, gone, dead, inner, keep_one=True)
+        part.body = _live_block(part.body, gone, scope, inner, keep_one=True)
+    if isinstance(stmt, ast.Try) and not stmt.handlers and not stmt.orelse and not stmt.finalbody:
+        return [s for s in stmt.body if not isinstance(s, ast.Pass)]     # try: ... finally: pass
     return [stmt]
 
 
