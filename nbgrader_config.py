@@ -78,3 +78,18 @@ c.Execute.extra_arguments = [
 # The longest cells are demos and a short training run (about a minute on 2 cores); the
 # grading cells return at once while autograding. A cell past this limit scores 0.
 c.Execute.timeout = 600
+
+# Students' outputs are made inert (rtp_course/instructor/safe_outputs.py): a cell that displays
+# HTML, JavaScript, SVG, a widget or Markdown would otherwise run its script in the browser of
+# whoever reads formgrader's pages or the feedback. Autograde keeps only escaped text and base64
+# images of the outputs it has just executed; generate_feedback does so again before rendering.
+from nbgrader.converters import Autograde, GenerateFeedback  # noqa: E402
+from nbgrader.preprocessors import LimitOutput  # noqa: E402
+
+from rtp_course.instructor.safe_outputs import SafeOutputs  # noqa: E402
+
+
+_autograde = Autograde.class_traits()["autograde_preprocessors"].default()
+_autograde.insert(_autograde.index(LimitOutput) + 1, SafeOutputs)   # before SaveAutoGrades
+c.Autograde.autograde_preprocessors = _autograde
+c.GenerateFeedback.preprocessors = [SafeOutputs] + GenerateFeedback.class_traits()["preprocessors"].default()
