@@ -100,7 +100,8 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
   tensor of the weights besides your shard, wherever it would be kept (an
   attribute, a dict, a buffer of your own, a global, a closure), nor a shard that
   is a view of the full weight (nn.Parameter(w[a:b]) keeps all of w alive: clone
-  the slice). The checker counts every tensor the rank holds after forward (less
+  the slice). The checker counts every tensor, and every storage kept without one
+  (full.untyped_storage()), that the rank holds after forward (less
   what autograd saved for backward) and after a step, less its parameters,
   gradients, optimizer state and the model's own buffers. Backward rotates the
   weights again: keep no copy of a shard from forward to backward.

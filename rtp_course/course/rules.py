@@ -41,7 +41,8 @@ MEASURED = (
     "it (its kind, bytes, peer and process group), which the communication rules judge, so "
     "communicate through those functions only (torch's DistributedDataParallel, whose C++ "
     "reducer is out of sight, is refused); and, where an exercise has a Memory rule, every "
-    "tensor storage the rank keeps alive, wherever it is kept, less what it may keep, each "
+    "tensor storage the rank keeps alive, wherever it is kept and whether a tensor or a storage "
+    "object alone holds it (full.untyped_storage()), less what it may keep, each "
     "tensor counted by the bytes it spans (a parameter that is a view of a full weight keeps "
     "all of it).")
 

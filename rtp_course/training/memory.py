@@ -56,22 +56,68 @@ def storages_of(root) -> dict:
     return storages
 
 
-def live_storages() -> dict:
-    """{storage address: bytes} of every tensor object alive in this process, wherever it is
-    kept: an attribute, a buffer, a global, a closure, a cache (the garbage collector tracks
-    every tensor object). What a rank holds, whatever holds it."""
+def live_storages(roots=()) -> dict:
+    """{storage address: bytes} of every tensor and every storage object alive in this process,
+    wherever it is kept: an attribute, a buffer, a global, a closure, a cache (the garbage
+    collector tracks every tensor object and every torch.UntypedStorage / TypedStorage, which
+    hold bytes with no tensor: `full.untyped_storage()` kept alone keeps all of `full`). What a
+    rank holds, whatever holds it. Also every tensor and storage reachable from `roots`
+    (`reachable_storages`): what an object holds even where the collector does not list it
+    (gc.freeze() takes objects out of gc.get_objects())."""
     import gc
     storages = {}
-    tensor = torch.Tensor
+    tensor, untyped, typed = torch.Tensor, torch.UntypedStorage, torch.TypedStorage
     for obj in gc.get_objects():
-        if issubclass(type(obj), tensor):   # not isinstance: no object's __class__ is asked
+        cls = type(obj)     # not isinstance: no object's __class__ is asked
+        if issubclass(cls, tensor):
             _add_storage(storages, obj)
+        elif issubclass(cls, (untyped, typed)):
+            _add_storage_object(storages, obj)
+    for ptr, nbytes in reachable_storages(roots).items():
+        storages[ptr] = max(storages.get(ptr, 0), nbytes)
     return storages
 
 
-def kept_bytes(before: dict, allowed) -> int:
+def reachable_storages(roots) -> dict:
+    """{storage address: bytes} of every tensor and storage object reachable from `roots`
+    through what the garbage collector sees each object refer to (gc.get_referents: an
+    object's attributes and slots, the items of a dict, list, tuple or set, a cell's
+    contents, a bound method's object, a partial's arguments), and a function's closure,
+    defaults and __dict__ (not its globals). Types and modules are not entered. Nothing of the
+    objects walked runs: no attribute, __class__ or method of theirs is asked."""
+    import gc
+    import types
+    skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, str, bytes,
+            int, float, bool, type(None))
+    tensor, untyped, typed = torch.Tensor, torch.UntypedStorage, torch.TypedStorage
+    storages, seen, stack = {}, set(), [roots]
+    while stack:
+        obj = stack.pop()
+        cls = type(obj)
+        if id(obj) in seen or issubclass(cls, skip):
+            continue
+        seen.add(id(obj))
+        if issubclass(cls, tensor):
+            _add_storage(storages, obj)
+        elif issubclass(cls, (untyped, typed)):
+            _add_storage_object(storages, obj)
+            continue
+        if cls is types.FunctionType:     # its closure and defaults, not its module's globals
+            stack.extend(obj.__closure__ or ())
+            stack.extend(obj.__defaults__ or ())
+            stack.extend((obj.__kwdefaults__ or {}).values())
+            stack.append(obj.__dict__)
+        else:
+            stack.extend(gc.get_referents(obj))
+    return storages
+
+
+def kept_bytes(before: dict, allowed, roots=()) -> int:
     """Bytes of the tensor storages alive now that were not alive `before` (live_storages()),
-    less the bytes that the tensors reachable from `allowed` span in them. A tensor allows
+    less the bytes that the tensors reachable from `allowed` span in them. A storage counts
+    whatever keeps it: a tensor, or a storage object alone (a torch.UntypedStorage or
+    TypedStorage kept in an attribute, a closure, a container), found by the garbage
+    collector and by a walk from `roots` (the model: live_storages). A tensor allows
     its own elements, not the whole storage it views: a parameter made as a view of a larger
     tensor (nn.Parameter(w[a:b]), p.data = w[a:b]) keeps all of w alive, and the rest of w
     counts. Several allowed views of one storage (the pieces of a flat buffer) allow what
@@ -87,7 +133,7 @@ def kept_bytes(before: dict, allowed) -> int:
         if ptr and t.numel():
             spans.setdefault(ptr, []).extend(_elements(t, size))
     kept = 0
-    for ptr, nbytes in live_storages().items():
+    for ptr, nbytes in live_storages(roots).items():
         if ptr not in before:
             kept += max(0, nbytes - _covered(spans.get(ptr, ())))
     return kept
@@ -117,6 +163,18 @@ def _covered(spans) -> int:
         if b > a:
             total, end = total + b - a, b
     return total
+
+
+def _add_storage_object(storages: dict, s) -> None:
+    """Add a torch.UntypedStorage, or the untyped storage of a TypedStorage."""
+    try:
+        if isinstance(s, torch.TypedStorage):
+            s = s._untyped_storage
+        ptr, size = s.data_ptr(), s.nbytes()
+    except Exception:  # noqa: BLE001 - a storage without data (meta) or a broken subclass
+        return
+    if ptr:
+        storages[ptr] = max(storages.get(ptr, 0), size)
 
 
 def _add_storage(storages: dict, t: torch.Tensor) -> None:

@@ -95,12 +95,14 @@ HINTS = {
     "forward/bytes held after forward": "rule 'Memory': after forward the rank holds tensors "
                                         "besides its parameters and what autograd saved: keep "
                                         "only your shard (no full copy of the weights, no copy "
-                                        "of a shard kept for backward, in an attribute, a dict, "
+                                        "of a shard kept for backward, as a tensor or a storage "
+                                        "(full.untyped_storage()), in an attribute, a dict, "
                                         "a closure or a cache) and drop every received shard "
                                         "once used: backward rotates the weights again",
     "memory/bytes held besides": "rule 'Memory': the model keeps a tensor of weights besides "
                                  "its parameters (a full copy or received shards in an "
-                                 "attribute, a dict or a list): keep only your shard, as the "
+                                 "attribute, a dict, a list or a closure, as a tensor or a "
+                                 "storage: full.untyped_storage()): keep only your shard, as the "
                                  "module's parameter, and drop what arrives once used",
     "(frozen)": "rule 'Frozen and unused': a parameter that does not require grad stays so in "
                 "its shard and gets no gradient: a fresh nn.Parameter(shard) requires grad "
@@ -365,10 +367,13 @@ def held_besides(before: dict, rtp, opt, ctx, serial_buffers, also=()) -> int:
     gradients and optimizer state, each by the bytes it spans: a shard that views the full
     weight leaves the rest of it counted) and what the check itself keeps (its records): a
     copy of the weights counts wherever the code keeps it (an attribute, a buffer of its
-    own, a global dict, a closure), not only where a walk of the model finds it."""
+    own, a global dict, a closure), not only where a walk of the model finds it; and whatever
+    holds it: a tensor or a storage object alone (full.untyped_storage()), found by the
+    garbage collector and by a walk from the model and the optimizer."""
     params = list(rtp.parameters())
     return memory.kept_bytes(before, [params, serial_buffers, [p.grad for p in params],
-                                      opt.state, ctx.records, ctx.values, list(also)])
+                                      opt.state, ctx.records, ctx.values, list(also)],
+                             roots=[rtp, opt])
 
 
 def record_held(ctx, phase, base):

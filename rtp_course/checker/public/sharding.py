@@ -92,7 +92,7 @@ class ShardedOptimizerCheck(Check):
             params = list(model.parameters())
             ctx.record_value(ZERO_HELD, h.held(before, params, [p.grad for p in params], shards,
                                                [s.grad for s in shards], state, ctx.records,
-                                               ctx.values))
+                                               ctx.values, roots=[model, opt]))
 
     def members(self, world_size):
         return [list(range(world_size))]
@@ -296,7 +296,8 @@ class FSDPCheck(Check):
         shards = list(fsdp.parameters())
         if before is not None:
             ctx.record_value(FSDP_HELD, h.held(before, shards, [p.grad for p in shards],
-                                               opt.state, buffers, ctx.records, ctx.values))
+                                               opt.state, buffers, ctx.records, ctx.values,
+                                               roots=[fsdp, opt]))
         ctx.record_value("memory/parameter bytes", memory.param_bytes(fsdp))
         ctx.record_value("memory/gradient bytes", memory.grad_bytes(fsdp))
         ctx.record_value("memory/optimizer state bytes", memory.optimizer_state_bytes(opt))
@@ -330,7 +331,7 @@ class FSDPCheck(Check):
                              h.overlapped_gathers(trace))
             if before is not None:
                 ctx.record_value(FORWARD_HELD, h.held(before, shards, buffers, ctx.records,
-                                                      ctx.values, [x, y, out]))
+                                                      ctx.values, [x, y, out], roots=[fsdp]))
         loss = h.loss_of(self, out, y) * weight
         trace = h.traced() if first else None
         try:

@@ -274,9 +274,11 @@ def overlapped_gathers(trace) -> int:
     return count
 
 
-def held(before: dict, *allowed) -> int:
-    """Bytes of the storages alive now, not before, beyond what `allowed` spans."""
-    return memory.kept_bytes(before, list(allowed))
+def held(before: dict, *allowed, roots=()) -> int:
+    """Bytes of the storages alive now, not before, beyond what `allowed` spans; the tensors
+    and storage objects reachable from `roots` (the model, the optimizer) count even where the
+    garbage collector does not list them (memory.kept_bytes)."""
+    return memory.kept_bytes(before, list(allowed), roots=roots)
 
 
 def traced():

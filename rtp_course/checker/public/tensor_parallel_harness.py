@@ -250,7 +250,7 @@ class TPCheck(Check):
                 # parameters' and the serial model's buffers' own bytes and the check's records
                 ctx.record_value(HELD, memory.kept_bytes(before, [
                     list(v.parameters()), [b for n, b in v.named_buffers() if n in buffers],
-                    ctx.records, ctx.values]))
+                    ctx.records, ctx.values], roots=[v]))
             elif what == "forward/output":
                 ctx.record(what, v)
                 if not torch.is_tensor(v) or tuple(v.shape) != shape:
