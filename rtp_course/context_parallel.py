@@ -119,9 +119,10 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
   rotate_async or rotate; dist.isend / dist.irecv will do): no all_gather, broadcast,
   all_reduce... of k, v or their gradients.
 * Overlap: start a block's rotation BEFORE computing with it: in forward, between posting each
-  receive and waiting for it, the rank computes (a product, an exp: views, allocations and copies
-  do not count); in backward, the blocks' rotations overlap the same way (the accumulators may
-  be waited at once).
+  receive and waiting for it, the rank does the step's work with the block in hand (a product:
+  q k^T, P v, attention), not any op: another operation (an exp, a stray add), views,
+  allocations and copies do not count; in backward, the blocks' rotations overlap the same way
+  (the accumulators may be waited at once).
 * Memory: the received blocks alive at any moment are at most the one in hand and the one
   arriving in forward, plus two accumulators in backward; none is kept after forward (keep no
   list of them on the autograd context: backward rotates the blocks again), and after

@@ -94,8 +94,10 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
   accumulators) from rank r+1. Fewer messages are fine. Every rank makes the same
   calls, whatever its data.
 * Overlap: start a shard's rotation BEFORE computing with it: between posting
-  a receive and waiting for it the rank computes (any operation on data: a
-  product, a lookup, indexing; views, allocations and copies do not count).
+  a receive and waiting for it the rank does the step's work with the shard in
+  hand (a product: a matmul, a linear, attention, a convolution; or a lookup:
+  embedding, indexing), not any op: another operation (a stray add, a norm),
+  views, allocations and copies do not count.
 * Memory: see FORWARD above; never keep received shards in a list, and no
   tensor of the weights besides your shard, wherever it would be kept (an
   attribute, a dict, a buffer of your own, a global, a closure), nor a shard that

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from rtp_course.checker.public.flyweight_harness import overlapped
+from rtp_course.checker.public.flyweight_harness import is_work, overlapped, some_overlap
 from rtp_course.checker.public.flyweight_layout import shard_slices, sharded_layers, unit_span
 from rtp_course.models import build_model
 
@@ -35,6 +35,23 @@ def test_overlap_needs_compute_between_a_receive_and_its_wait():
     assert not overlapped(posted + [("wait", 0), ("wait", 1), ("compute", "linear")])
     assert not overlapped([("recv", 0), ("compute", "linear")])   # a blocking receive
     assert overlapped([("compute", "linear")])                     # one rank: nothing to overlap
+
+
+def test_overlap_needs_the_steps_work_not_any_op():
+    # rule 'Overlap': a token op between posting and waiting hides nothing (the step's work,
+    # a product, a convolution or a lookup, comes after the wait)
+    posted = [("isend", 0), ("irecv", 1)]
+    token = [("compute", "aten.add_.tensor")]
+    assert not overlapped(posted + token + [("wait", 0), ("wait", 1), ("compute", "aten.mm.default")])
+    assert not some_overlap(posted + token + [("wait", 1), ("compute", "aten.addmm.default")])
+    for op in ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.convolution.default",
+               "aten.embedding.default", "aten.index.tensor", "aten.embedding_dense_backward.default",
+               "aten._scaled_dot_product_flash_attention_for_cpu.default", "linear"):
+        assert is_work(("compute", op)), op
+        assert overlapped(posted + [("compute", op), ("wait", 0), ("wait", 1)]), op
+    for op in ("aten.add_.tensor", "aten.exp.default", "aten.sum.default", "aten.index_fill_.int_scalar",
+               "aten.native_layer_norm.default", "aten.mul.tensor"):
+        assert not is_work(("compute", op)), op
 
 
 # ------------------------------------------------------------------ the reference's prefetch

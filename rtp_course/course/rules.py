@@ -149,7 +149,8 @@ _OWN = (
     Rule("Rotation only", "Weights travel by rotation only, never a collective.",
          {"flyweight": ALL}),
     Rule("Overlap", "A transfer starts before the compute it hides behind: a shard's (or a "
-         "key/value block's) rotation before the compute with it in hand, the next layer's "
+         "key/value block's) rotation before the compute with it in hand, the step's work (a "
+         "product, attention, a convolution or a lookup; not any op), the next layer's "
          "gather before the current layer's compute.",
          {"flyweight": ALL, "sharding": ("FullyShardedDataParallel",),
           "context_parallel": ("ring_attention", "ring_attention_backward")}),

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rtp_course.checker.common import randn
-from rtp_course.checker.public.flyweight_harness import ComputeMarks, some_overlap
+from rtp_course.checker.public.flyweight_harness import ComputeMarks, is_work, some_overlap
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.course import BY_MODULE, requirements, todo
 from rtp_course.runtime import commlog
@@ -86,8 +86,9 @@ class BlockMarks(Marks):
 
 
 def blocks_overlapped(trace) -> bool:
-    """Every receive that brought a k/v block (BlockMarks) had some compute between its post
-    and its first wait; where no block receive was recognised, at least one receive had."""
+    """Every receive that brought a k/v block (BlockMarks) had some of the step's work (a
+    product, `is_work`: not any op) between its post and its first wait; where no block
+    receive was recognised, at least one receive had."""
     blocks = {i for kind, i in trace if kind == "block"}
     if not blocks:
         return some_overlap(trace)
@@ -97,7 +98,7 @@ def blocks_overlapped(trace) -> bool:
         if kind != "irecv" or index not in blocks:
             continue
         for later in trace[at + 1:]:
-            if later[0] == "compute":
+            if is_work(later):
                 break
             if later == ("wait", index):
                 return False

@@ -62,13 +62,17 @@ HINTS = {
                       "CLOCKWISE, from rank r-1) and its part of the output belongs at units "
                       "[start[s], start[s] + sizes[s]); attention sums the heads' parts and adds "
                       "out_proj.bias once",
-    "backward/compute while": "no overlap in backward: every receive was waited on before any "
-                              "compute. Start rotating the weight shard in hand (rotate_async) "
+    "backward/compute while": "rule 'Overlap': no overlap in backward: every receive was "
+                              "waited on before any of the step's work (a product, a "
+                              "convolution or a lookup with the shard in hand, not any op). "
+                              "Start rotating the weight shard in hand (rotate_async) "
                               "BEFORE computing with it, and wait only when the next step needs "
                               "the shard that arrives",
-    "forward/compute while": "no overlap: a shard's receive was waited on before any compute. "
-                             "Start the rotation (rotate_async) of the shard in hand, compute "
-                             "with it, and only then wait() for the next one",
+    "forward/compute while": "rule 'Overlap': no overlap: a shard's receive was waited on "
+                             "before the step's work (\"a product: a matmul, a linear, "
+                             "attention, a convolution; or a lookup: embedding, indexing\", "
+                             "not any op). Start the rotation (rotate_async) of the shard in "
+                             "hand, compute with it, and only then wait() for the next one",
     "forward/received bytes": "a rank may hold its own shard plus, per layer, the received "
                               "shard in hand and the one arriving: drop each received shard as "
                               "soon as it is used (never keep them in a list, on the module or "
@@ -140,16 +144,43 @@ class ComputeMarks(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+# rule 'Overlap': what hides a transfer is the step's work with the shard (or block) in hand,
+# the operations that carry a layer's FLOPs or its lookups: a product (mm, bmm, addmm, linear,
+# matmul, einsum, attention), a convolution, an embedding lookup or indexing (and their
+# backward kernels). Any other op (a torch.zeros(1).add_(1) between posting and waiting, a
+# norm, an elementwise op) computes too, but is not the step's work: it hides nothing.
+WORK = ("mm", "bmm", "baddbmm", "addmm", "addbmm", "addmv", "_addmm_activation", "matmul",
+        "dot", "vdot", "mv", "einsum", "tensordot", "linear", "_scaled_dot_product",
+        "scaled_dot_product", "_efficient_attention", "_flash_attention",
+        "_native_multi_head_attention", "convolution", "_convolution", "conv", "cudnn_conv",
+        "mkldnn_convolution", "_slow_conv", "slow_conv", "thnn_conv", "embedding",
+        "_embedding_bag", "index", "_unsafe_index", "index_select", "index_add", "index_put",
+        "_index_put_impl", "gather", "take", "scatter_add")
+
+
+NOT_WORK = ("index_fill", "index_copy", "index_reduce", "mvlgamma")   # elementwise or moves
+
+
+def is_work(entry) -> bool:
+    """A trace entry that is the step's work (WORK): ("compute", "aten.mm.default")."""
+    if entry[0] != "compute":
+        return False
+    name = str(entry[1])
+    op = name.split(".")[1] if "." in name else name
+    return op.startswith(WORK) and not op.startswith(NOT_WORK)
+
+
 def some_overlap(trace) -> bool:
-    """No receive at all, or at least one receive followed by some compute before its first
-    wait(): the backward's weight shards travel while the shard in hand is used (its
-    accumulators may be waited at once; the rule is about starting before computing)."""
+    """No receive at all, or at least one receive followed by some of the step's work
+    (`is_work`: a product, a convolution, a lookup) before its first wait(): the backward's
+    weight shards travel while the shard in hand is used (its accumulators may be waited at
+    once; the rule is about starting before computing)."""
     posted = [i for i, (kind, _) in enumerate(trace) if kind in ("irecv", "recv")]
     for i in posted:
         if trace[i][0] == "recv":
             continue
         for later in trace[i + 1:]:
-            if later[0] == "compute":
+            if is_work(later):
                 return True
             if later == ("wait", trace[i][1]):
                 break
@@ -157,14 +188,15 @@ def some_overlap(trace) -> bool:
 
 
 def overlapped(trace) -> bool:
-    """Every receive posted was followed by some compute before its first wait()."""
+    """Every receive posted was followed by some of the step's work (`is_work`: a product, a
+    convolution, a lookup; not any op) before its first wait()."""
     for i, (kind, index) in enumerate(trace):
         if kind == "recv":      # a blocking receive waits at once
             return False
         if kind != "irecv":
             continue
         for later in trace[i + 1:]:
-            if later[0] == "compute":
+            if is_work(later):
                 break
             if later == ("wait", index):
                 return False
