@@ -93,10 +93,12 @@ SURE = [
      "layer called twice before one backward keeps each call's inputs in its own autograd "
      "context, ctx.save_for_backward, never on the module) or another shard's shape (receive "
      "each shard with its own shape, recv_shape)"),
-    (r"values to unpack \(expected \d+, got 1\)",
+    (r"values to unpack \(expected \d+, got 1\)|returned ONE handle for the whole batch",
      "on NCCL, dist.batch_isend_irecv returns ONE handle for the whole batch (gloo one per "
      "operation; the checker gives one on CPU too): wait on every handle in the list it "
-     "returns (for w in works: w.wait()), never unpack or index it"),
+     "returns (for w in works: w.wait()), never unpack or index it. rule 'Device': "
+     "\"dist.batch_isend_irecv returns ONE handle for the whole batch (wait on every handle it "
+     "returns, never unpack them)\""),
     (r"Expected all tensors to be on the same device|No backend type associated with device",
      "a tensor on another device than the others: create tensors on the device of your input "
      "(device=x.device)"),
@@ -236,6 +238,20 @@ STUCK_HINT = ("every rank must make the same collective calls in the same order;
               "with dist.batch_isend_irecv)")
 
 
+DROPPED_CRASH = ("a work whose handle was let go unwaited still runs (NCCL's stream, gloo's "
+                 "thread) and writes into its tensors: most likely into memory freed since (a "
+                 "storage resized to 0, a buffer dropped or reallocated), which crashes the "
+                 "process. Keep the handle of every transfer you start (a prefetch's too: "
+                 "never overwrite a handle still in flight) and wait() on it before you free, "
+                 "reuse or return its tensors")
+
+
+def _counted(names: list) -> list:
+    """Each name once, in order, with how many times it came where more than once."""
+    counts = {n: names.count(n) for n in names}
+    return [f"{n}, {c} times" if c > 1 else n for n, c in counts.items()]
+
+
 def crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
     """Why a rank's process ended, by what it printed last, else by how it ended."""
     cause = exception_hint(said, "sure")
@@ -371,6 +387,14 @@ def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
             return Result(**{**base, **differ, "status": "error"},
                           details={"transport": f"rank {failure.rank}: "
                                                 f"{died_how(failure.exit_code)}{said}"})
+        dropped = [str(d) for d in st.get("dropped") or [] if isinstance(d, str)]
+        if dropped and failure.exit_code in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT):
+            return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+                          message=f"rank {failure.rank} crashed during phase "
+                                  f"'{st.get('phase', '?')}'{call}: {died_how(failure.exit_code)}"
+                                  f"{said}; before, it let go of a work it never waited: "
+                                  f"{'; '.join(_counted(dropped))}",
+                          hint=DROPPED_CRASH)
         return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
                       message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
                               f"{call}: {died_how(failure.exit_code)}{said}",
@@ -409,6 +433,7 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
     says nothing beyond itself (`checks`: {check id: Check}, Check.isolated: a ValueError
     asked for, a subgroup). The cause named is the earliest in the course: the root."""
     isolated = {cid for cid, c in (checks or {}).items() if getattr(c, "isolated", False)}
+    follows = {cid: set(getattr(c, "follows", ())) for cid, c in (checks or {}).items()}
     failed = [r for r in results if not r.passed and r.status not in ("notimpl", *NOT_GRADED)
               and r.task]
     position = {t.id: (i, j) for i, ex in enumerate(course.COURSE) for j, t in enumerate(ex.tasks)}
@@ -421,6 +446,8 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
             if (e.exercise, e.check) == (r.exercise, r.check) or \
                     f"{e.exercise}.{e.check}" in isolated:
                 return False
+            if e.check in follows.get(f"{r.exercise}.{r.check}", ()) and e.exercise == r.exercise:
+                return True
             if e.task == r.task:
                 return variant(r.check, e.check, r.task) or (
                     "subgroup" in r.check.lower() and "subgroup" not in e.check.lower())

@@ -98,6 +98,9 @@ class Check:
                                 # (common.owned_module: the parent builds it for the rank)
     isolated: bool = False      # its failure says nothing about the functions other checks use
                                 # (a ValueError asked for): never named as their likely cause
+    follows: tuple = ()         # names of checks of its own task whose functions this one runs
+                                # (attention_layer runs ring_attention_backward): their failure
+                                # is named as this one's likely cause
 
     @property
     def id(self) -> str:
@@ -128,6 +131,12 @@ class Check:
 
     def comm_rules(self, world_size: int) -> list:
         """[CommRule] for every rank, or {rank: [CommRule]} where ranks differ (peers)."""
+        return []
+
+    def factors(self, world_size: int) -> list:
+        """[(factor, cause, hint)]: what a wrong tensor that is `factor` x the expected one
+        comes from in this check (a scale of its shapes left out), named before the world
+        size's sum-for-a-mean; choose shapes whose factors differ from the world sizes'."""
         return []
 
     def hint(self, key: str) -> str:

@@ -49,10 +49,11 @@ def _phase_of(key: str) -> str:
 
 
 def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None,
-                   tolerance: dict | None = None) -> tuple[bool, str, dict]:
+                   tolerance: dict | None = None, factors=()) -> tuple[bool, str, dict]:
     """(equal?, what differs, details). details["cause"] / ["cause_hint"]: what the
     difference looks like it comes from (causes()), when something recognisable.
-    `tolerance`: {dtype: (rtol, atol)}, a check's own, over TOLERANCE."""
+    `tolerance`: {dtype: (rtol, atol)}, a check's own, over TOLERANCE; `factors`: the
+    check's own [(factor, cause, hint)] (Check.factors)."""
     if actual is None:
         return False, "is None (no value was produced)", {}
     if not isinstance(actual, torch.Tensor):
@@ -80,7 +81,7 @@ def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None
     msg = (f"max abs error {max_abs:.3g} (rel {rel:.3g}) at index {list(idx)}: expected "
            f"{expected[idx].item():.6g}, got {actual[idx].item():.6g}; {frac:.0%} of entries wrong")
     details = {"max_abs": max_abs, "max_rel": rel, "shape": list(expected.shape)}
-    found = causes(expected, actual, own_dtype, world_size)
+    found = causes(expected, actual, own_dtype, world_size, factors)
     if found:
         cause, hint, overrides = found
         msg += f"; {cause}"
@@ -106,7 +107,7 @@ def _wrong_dtype(expected, actual) -> tuple[bool, str, dict]:
                         "cause_hint": DTYPES, "cause_overrides": True}
 
 
-def causes(expected, actual, own_dtype, world_size) -> tuple[str, str, bool] | None:
+def causes(expected, actual, own_dtype, world_size, factors=()) -> tuple[str, str, bool] | None:
     """(what the wrong tensor looks like, the hint that cause calls for, whether that hint
     replaces the check's own), or None. A dtype, NaN or uninitialised memory is the cause
     whatever the function; a wrong order or zeros the check's hint explains better."""
@@ -138,9 +139,9 @@ def causes(expected, actual, own_dtype, world_size) -> tuple[str, str, bool] | N
         ratio = ((actual * expected).sum() / norm).item()
         rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-6))
         if abs(ratio) > 1e-6 and torch.allclose(actual, ratio * expected, rtol=rtol, atol=atol):
-            why = _ratio_cause(ratio, world_size)
+            why, hint = _ratio_cause(ratio, world_size, factors)
             return (f"every entry is {ratio:.4g} x the expected value" + (f" ({why})" if why else ""),
-                    "", False)
+                    hint, bool(hint))
         flat_e, flat_a = expected.flatten().sort().values, actual.flatten().sort().values
         if expected.numel() > 1 and torch.allclose(flat_a, flat_e, rtol=rtol, atol=atol):
             return ("it holds the right values in the wrong places",
@@ -155,15 +156,23 @@ def _hint(check, key, details) -> str:
     return check.hint(key) or details.get("cause_hint", "")
 
 
-def _ratio_cause(ratio: float, world_size: int | None) -> str:
+def _ratio_cause(ratio: float, world_size: int | None, factors=()) -> tuple[str, str]:
+    """(what a wrong tensor `ratio` x the expected one comes from, the hint that cause calls
+    for, "" where the check's own hint says it better): the check's own factors first (a
+    scale of its shapes), then the world size's; every cause the ratio fits is named."""
     if abs(ratio + 1) < 1e-6:
-        return "the sign is flipped"
+        return "the sign is flipped", ""
+    found = [(cause, hint) for factor, cause, hint in factors
+             if abs(ratio - factor) < 1e-6 * max(1.0, abs(factor))]
     if world_size and world_size > 1:
         if abs(ratio - world_size) < 1e-6:
-            return f"{world_size} = the world size: a sum over the ranks where their mean is wanted"
+            found.append((f"{world_size} = the world size: a sum over the ranks where their mean "
+                          f"is wanted", ""))
         if abs(ratio - 1 / world_size) < 1e-6:
-            return f"1/{world_size}: divided by the world size once too often"
-    return ""
+            found.append((f"1/{world_size}: divided by the world size once too often", ""))
+    if not found:
+        return "", ""
+    return "; or ".join(cause for cause, _ in found), found[0][1]
 
 
 def compare_value(expected, actual) -> tuple[bool, str]:
@@ -205,8 +214,15 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     another group, torch's own DDP); the values, earliest phase first; the counts of
     communication; NCCL's stream order. A wrong value or count where a rank let go of a work
     unwaited (not while raising: an exception drops what was in flight) names that work first:
-    it is the likeliest cause."""
+    it is the likeliest cause; one where a rank gave a send or receive a tag says that NCCL
+    ignores tags (the checker drops them: runtime/nccl/calls.py)."""
     result = _judge(check, world_size, outcomes, expected, rules)
+    tagged = _tagged(outcomes, result.phase) if result.status == "failed" else None
+    if tagged:
+        rank, what = tagged
+        result.message += (f"; rank {rank} told its transfers apart by tag ({what}): NCCL "
+                           f"ignores tags, and so does the checker")
+        result.hint = TAGS_HINT + (f". What failed says: {result.hint}" if result.hint else "")
     dropped = _dropped(outcomes, result.phase) if result.status == "failed" else None
     if dropped:
         rank, what = dropped
@@ -219,6 +235,24 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
 DROPPED_HINT = ("keep the handle of every transfer you start and wait() on it before you use "
                 "what it moves, or return: a handle let go unwaited still runs on NCCL (and "
                 "moves data nobody asked for), while on gloo its pair can stall the next transfer")
+
+
+TAGS_HINT = ("NCCL ignores the tag of a send or receive: between two ranks it matches sends "
+             "and receives by the order they were posted, nothing else (gloo matches tags "
+             "too; the checker does as NCCL). Transfers told apart by tag (k's and v's) swap "
+             "where one rank posts them in another order than its peer: post them in the same "
+             "order on every rank (k's send and receive before v's), or send both in one buffer")
+
+
+def _tagged(outcomes: dict, phase: str):
+    """(rank, 'isend with tag=1 at ...') of the first send or receive given a tag, in `phase`
+    (any phase if the failure names none), or None."""
+    for rank in sorted(outcomes):
+        for e in outcomes[rank].get("events") or []:
+            if isinstance(e, dict) and e.get("tag") and (not phase or e.get("phase") == phase):
+                return rank, f"{e.get('family') or e.get('kind')} with tag={e.get('tag')} at " \
+                             f"{e.get('where')}"
+    return None
 
 
 def _dropped(outcomes: dict, phase: str):
@@ -350,7 +384,7 @@ def _values(check, base, world_size, outcomes, expected) -> Result | None:
                     return Result(**base, status="failed", rank=rank, phase=phase, key=key,
                                   message=f"{key}: nothing was recorded", hint=check.hint(key))
                 ok, msg, details = compare_tensor(exp, o["records"][key], world_size,
-                                                  check.tolerance)
+                                                  check.tolerance, check.factors(world_size))
                 if not ok:
                     msg, details = _lookalike(likes.get((rank, key), ()), o["records"][key],
                                               world_size, check.tolerance, msg, details)

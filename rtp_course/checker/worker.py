@@ -277,7 +277,8 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         last = {"last_collective": collective} if collective is not None else {}
         status.update(call=call, family=family, peer=peer, **last,
                       sent_to=commlog.STATE.sent_to, recv_from=commlog.STATE.recv_from,
-                      unwaited_to=commlog.STATE.unwaited_to, dropped_to=commlog.STATE.dropped_to)
+                      unwaited_to=commlog.STATE.unwaited_to, dropped_to=commlog.STATE.dropped_to,
+                      dropped=commlog.STATE.dropped_works)
     commlog.STATE.on_status = on_status
     meeting = _Meeting(rank, world_size)
     device = rank_device()
@@ -347,7 +348,8 @@ def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, sta
     meeting.start(i)
     inputs.enter_check(check.id, i)       # its own data differs from check to check
     status.update(check=check.id, index=i, phase="setup", call=None, family=None,
-                  sent_to={}, recv_from={}, unwaited_to={}, dropped_to={}, last_collective=None)
+                  sent_to={}, recv_from={}, unwaited_to={}, dropped_to={}, dropped=[],
+                  last_collective=None)
     groups_before = set(c10d._world.pg_map)
     group = _new_group(list(range(world_size)))
     dtype = getattr(torch, job.get("dtype") or check.dtype)

@@ -73,7 +73,13 @@ def format_report(rep):
             bad = [c for c in cs if not c.get("passed")]
             if not bad:
                 continue
-            first = bad[0]  # one diagnosis per check: the others are usually the same bug
+            # one diagnosis per check (the others are usually the same bug): the most telling
+            # (as checker.report.lead, which this module, run without torch, cannot import)
+            first = max(bad, key=lambda c: (c.get("status") == "notimpl",
+                                            {"failed": 2, "error": 2, "deadlock": 1}.get(
+                                                c.get("status"), 0),
+                                            (c.get("world_size") or 0) > 1,
+                                            c.get("world_size") or 0))
             where = ", ".join(f"{k} {first[k]}" for k in ("phase", "rank") if first.get(k) not in (None, ""))
             sizes = ",".join(str(c.get("world_size")) for c in bad)
             lines.append(f"    x {check} (fails at world size {sizes}; "

@@ -31,3 +31,38 @@ def test_a_feedback_page_leaves_out_the_confinement():
     page = report.text([r], confinement=False)
     assert "Landlock" not in page and "uid" not in page and "21393" not in page, page
     assert "Landlock" in report.text([r])            # the instructor's report keeps it
+
+
+def test_the_report_leads_with_the_most_telling_world_size():
+    """Issue 47: a ring made of all_gather failed at world sizes 1, 2 and 3; world size 1's
+    message ("expected exactly 0", "with one rank there is nothing to rotate") led, where the
+    larger ones name the rule broken. A telling failure beats a hang, more ranks beat one."""
+    one = Result("context_parallel", "ring_attention", 1, "failed", "2 call(s), expected 0",
+                 hint="with one rank there is nothing to rotate")
+    two = Result("context_parallel", "ring_attention", 2, "failed", "2 collective call(s)",
+                 hint="rule 'Point-to-point only'")
+    three = Result("context_parallel", "ring_attention", 3, "failed", "2 collective call(s) (3)",
+                   hint="rule 'Point-to-point only'")
+    hang = Result("context_parallel", "ring_attention", 4, "deadlock", "deadlock")
+    assert report.lead([one, two, three, hang]) is three
+    assert report.lead([one, hang]) is one
+    assert report.lead([hang, two]) is two
+    page = report.text([one, two, three, hang])
+    assert "(fails at world size 1, 2, 3, 4)" in page and "world size 3: 2 collective" in page, page
+    assert "nothing to rotate" not in page, page
+
+
+def test_a_todo_names_the_stub_that_raised_where_it_is_another_tasks():
+    """Issue 47: the check of parallelize_2d (E6.2, written) ran E3's parallelize_transformer,
+    still a stub, and the report said "parallelize_2d: not implemented yet (task E6.2)"."""
+    other = Result("groups", "parallelize_2d", 2, "notimpl", task="E6.2",
+                   message="not implemented yet: [E3.6] parallelize_transformer: walk the model")
+    page = report.text([other])
+    assert ("groups.parallelize_2d: it runs tensor_parallel.parallelize_transformer, not "
+            "implemented yet (task E3.6, notebook 04 section 6)") in page, page
+    assert "Its hint: walk the model" in page, page
+    own = Result("groups", "parallelize_2d", 2, "notimpl", task="E6.2",
+                 message="not implemented yet: [E6.2] parallelize_2d: broadcast")
+    page = report.text([own])
+    assert ("groups.parallelize_2d: not implemented yet (task E6.2, notebook 08 section 2). "
+            "Hint: parallelize_2d: broadcast") in page, page

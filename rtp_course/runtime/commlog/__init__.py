@@ -45,6 +45,7 @@ def reset(phase: str = "setup") -> None:
     STATE.recv_from = {}
     STATE.unwaited_to = {}
     STATE.dropped_to = {}
+    STATE.dropped_works = []
     STATE.collectives = {}
     STATE.trace = None
 

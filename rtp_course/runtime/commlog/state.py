@@ -28,6 +28,7 @@ class Event:
     dropped: bool = False   # its handle was let go before it was waited (or seen done)
     given: str = ""         # the tensor this rank contributes, "[12, 8] float32" ("": a list)
     nth: int = 0            # a collective's place among this check's collectives on its group
+    tag: int = 0            # the tag a send or receive was given (NCCL ignores it: dropped)
 
 
 @dataclass
@@ -43,6 +44,7 @@ class _State:
     recv_from: dict = field(default_factory=dict)  # global peer -> receives posted from it
     unwaited_to: dict = field(default_factory=dict)  # global peer -> async sends not yet completed
     dropped_to: dict = field(default_factory=dict)   # global peer -> sends whose handle was let go
+    dropped_works: list = field(default_factory=list)  # "all_gather at x.py:3 in f (phase p)"
     local: threading.local = field(default_factory=threading.local)
     guard = None  # callable(kind, args, kwargs) that may refuse a call before it is made
     nccl_rules: bool = False  # gloo behaves as NCCL where a grade depends on it (see top)

@@ -8,6 +8,7 @@ from rtp_course.runtime.commlog.state import P2P, RECEIVES, STATE, _completed, _
 
 
 POLL_PAUSE = 0.001     # s: is_completed() that says no gives up the CPU this long
+MAX_DROPPED_NAMED = 4  # works let go unwaited named in the rank's status, per check
 _kept: list = []       # works whose handles were dropped unwaited, until they are done
 
 
@@ -108,18 +109,24 @@ class _Work:
         """A handle let go unwaited. NCCL runs its operation all the same (the group's stream
         completes it); gloo's point-to-point work destroyed unwaited can leave the pair
         stuck, so that the next transfer on it spins or hangs. As NCCL would, the operation
-        is kept until it is done; the check names the work if it fails."""
+        is kept until it is done; the check names the work if it fails, and the rank's
+        status names it if the rank crashes (the work wrote into a tensor freed since)."""
         try:
             if self._waited or self._adopted or not STATE.nccl_rules \
                     or getattr(STATE.local, "batch", None) is not None:   # a batch's own op
                 return
             pending = [self._events[i] for i in self._indices if not self._events[i].completed]
-            if not any(e.family in P2P for e in pending):
+            if not pending:
                 return
             for e in pending:
                 e.dropped = True
                 if e.family == "isend":
                     STATE.dropped_to[e.peer] = STATE.dropped_to.get(e.peer, 0) + 1
+            if self._events is STATE.events and len(STATE.dropped_works) < MAX_DROPPED_NAMED:
+                # named in the rank's status: a crash (a freed tensor the work still writes
+                # into) leaves no outcome, only the status, to say which work it was
+                STATE.dropped_works.append(f"{self._kind} at {self._where} (phase "
+                                           f"{pending[0].phase})")
             _finish(self._work)
         except Exception:  # noqa: BLE001 - a finalizer must not raise (interpreter shutdown)
             pass

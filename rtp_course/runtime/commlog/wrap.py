@@ -59,6 +59,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
             STATE.guard(kind, args, kwargs)
         where = caller()
         after = instead = None
+        tag = nccl_calls.tag_of(kind, args, kwargs)
         if STATE.nccl_rules:
             args, kwargs, after, instead = nccl_calls.before(kind, position, keyword, args,
                                                              kwargs, where)
@@ -71,7 +72,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
                                   peer, where, family, group=group, members=members,
                                   batch=getattr(STATE.local, "batch", None), given=given,
-                                  nth=nth))
+                                  nth=nth, tag=tag))
         index = len(STATE.events) - 1
         STATE.program.append(("post", index))
         if family in P2P:
@@ -134,8 +135,8 @@ def _wrap_batch(fn):
         sent = [op.tensor for op in p2p_op_list if getattr(op.op, "__name__", "") == "isend"]
         inner = [w.adopt() if isinstance(w, _Work) else w for w in works]
         if STATE.nccl_rules:
-            return [_Work(nccl_calls.Coalesced(inner), "batch_isend_irecv", where, indices,
-                          sent=sent)]
+            return nccl_calls.OneHandle([_Work(nccl_calls.Coalesced(inner), "batch_isend_irecv",
+                                               where, indices, sent=sent)], where)
         return [_Work(w, "batch_isend_irecv", where, indices, sent=sent) for w in inner]
     wrapper.__rtp_wrapped__ = True
     return wrapper

@@ -98,6 +98,15 @@ def _refuse_bitwise(kind, args, kwargs, where) -> None:
                             f"reductions, which gloo has)")
 
 
+def tag_of(kind, args, kwargs) -> int:
+    """The tag a send or receive was given (0 where none): logged, since NCCL ignores it."""
+    pos = _TAG_AT.get(kind)
+    if pos is None:
+        return 0
+    tag = args[pos] if len(args) > pos else kwargs.get("tag", 0)
+    return tag if isinstance(tag, int) else 0
+
+
 def _without_tag(kind, args, kwargs):
     pos = _TAG_AT.get(kind)
     if pos is None:
@@ -198,6 +207,26 @@ def _peer_of(op) -> int | None:
         peer = dist.get_global_rank(op.group, op.group_peer) if op.group is not None \
             else op.group_peer
     return peer
+
+
+class OneHandle(list):
+    """What batch_isend_irecv returns under NCCL's rules: a list of ONE handle for the whole
+    batch. An index past it (works[1], the send's or the receive's handle as gloo would give
+    them) raises an IndexError that says so, and where the batch was posted (the index's own
+    line is in the traceback)."""
+
+    def __init__(self, works, where: str):
+        super().__init__(works)
+        self.where = where
+
+    def __getitem__(self, i):
+        try:
+            return super().__getitem__(i)
+        except IndexError:
+            raise IndexError(
+                f"batch_isend_irecv returned ONE handle for the whole batch (a list of length "
+                f"{len(self)}: NCCL's rule, which the checker follows on CPU; posted at "
+                f"{self.where}), and index {i} is past it") from None
 
 
 class Coalesced:
