@@ -41,8 +41,8 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Contigui
   communicate on a copy (x.clone()) or on a fresh buffer. The same holds for
   grad_output. Return new tensors, never a buffer kept for the next call.
 * Communication: what each class's docstring lists under "Communication", and
-  nothing else; any API of that collective will do (all_gather_into_tensor is an
-  all-gather too). Every rank makes the same calls, whatever its data.
+  nothing else; any API of that collective will do (all_gather_single, which torch
+  2.13 recommends over its deprecated all_gather_into_tensor, is an all-gather too). Every rank makes the same calls, whatever its data.
 * Group: pass `group=group` to every collective; r and N are the group's
   (dist.get_rank(group), dist.get_world_size(group)); its ranks need not be
   consecutive.

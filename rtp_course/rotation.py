@@ -32,7 +32,13 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Contigui
   functions make N-1 rotations; with one rank nothing is sent.
 * Post together: post the receive and the send TOGETHER, then wait. If every rank
   first calls a blocking dist.send, every rank waits for a receiver that never
-  comes: a deadlock (gloo's send does not return until the peer receives).
+  comes: a deadlock (gloo's send does not return until the peer receives). A
+  separate dist.isend and dist.irecv are NOT together on NCCL, non-blocking as
+  they are: a rank's operations on a group run one after the other on the group's
+  stream, so with every rank's irecv posted first, every rank waits in it (gloo
+  runs them at once and hides this). Two ways are together: one
+  dist.batch_isend_irecv holding both (the course's way), or rank-parity order
+  (even ranks send then receive, odd ranks receive then send).
 * Wait on every work you start, the send's as well as the receive's, before the
   function that finishes the transfer returns (wait() for rotate_async; the
   function itself otherwise). A send's buffer may be reused only once its work is

@@ -157,9 +157,27 @@ def _title(nb: Path) -> str:
     return nb.stem
 
 
+def builds_on(notebook: str) -> str:
+    """' (exercise E8, `rtp_course/context_parallel.py`; it builds on your E4 (`rotation.py`),
+    which its checks run)' for the notebook of an exercise whose tasks call another exercise's functions (the
+    course table's `requires`), ' (exercise E2, rtp_course/comm.py)' for one that does not, ''
+    for a notebook of no exercise."""
+    from rtp_course.course import COURSE
+    ex = next((e for e in COURSE if e.notebook == notebook), None)
+    if ex is None:
+        return ""
+    own = {t.id for t in ex.tasks}
+    needed = {r for t in ex.tasks for r in t.requires} - own
+    uses = [e for e in COURSE if e is not ex and any(t.id in needed for t in e.tasks)]
+    runs = "; it builds on your " + " and ".join(f"{e.id} (`{e.module}.py`)" for e in uses) \
+        + ", which its checks run" if uses else ""
+    return f" (exercise {ex.id}, `rtp_course/{ex.module}.py`{runs})"
+
+
 def student_readme(out: Path) -> str:
     nbs = sorted((out / "notebooks").glob("*.ipynb"))
-    notebooks = "\n".join(f"* `notebooks/{nb.name}`: {_title(nb)}" for nb in nbs) or "* (none yet)"
+    notebooks = "\n".join(f"* `notebooks/{nb.name}`: {_title(nb)}{builds_on(nb.stem)}"
+                          for nb in nbs) or "* (none yet)"
     env = out / "environment.yml"
     name = re.search(r"^name:\s*(\S+)", env.read_text(), re.M) if env.exists() else None
     torch_pin = re.search(r"^\s*-\s*(torch==\S+)", env.read_text(), re.M) if env.exists() else None

@@ -71,8 +71,9 @@ def summary(per_rank) -> dict:
 def overlap_verdict(stats: dict, ranks: int) -> str:
     """One honest sentence about the overlap a run showed."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    line = (f"{100 * stats['hidden']:.0f}% of the time transfers were in flight, the rank was "
-            f"computing ({1e3 * stats['overlap']:.1f} of {1e3 * stats['transfer']:.1f} ms)")
+    line = (f"of the {1e3 * stats['total']:.1f} ms (the slowest rank's), transfers were in "
+            f"flight {1e3 * stats['transfer']:.1f} ms, and the rank was computing during "
+            f"{100 * stats['hidden']:.0f}% of those ({1e3 * stats['overlap']:.1f} ms)")
     if stats["hidden"] < 0.5 and cores < 2 * ranks:
         line += (f"; little is hidden here, and this machine cannot do better: {cores} cores for "
                  f"{ranks} ranks, whose transfer threads compete with their compute for the same "
@@ -128,9 +129,10 @@ def plot_timeline(per_rank, ax=None, title: str = "", xmax: float | None = None,
     return ax
 
 
-def plot_phases(out, ranks: int) -> None:
+def plot_phases(out, ranks: int, names: dict | None = None) -> None:
     """A demo's forward and backward timelines side by side (`out`: per rank, {"forward":
-    intervals, "backward": intervals}), each from its own first event, with what overlapped."""
+    intervals, "backward": intervals}), each from its own first event, with what overlapped;
+    `names`: plot_timeline's legend words."""
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(13, 2.6), gridspec_kw=dict(width_ratios=[1, 2]))
     for ax, phase in zip(axes, ("forward", "backward")):
@@ -139,7 +141,8 @@ def plot_phases(out, ranks: int) -> None:
         per_rank = [[i._replace(start=i.start - start, end=i.end - start) for i in intervals]
                     for intervals in per_rank]
         stats = summary(per_rank)
-        plot_timeline(per_rank, ax=ax, title=f"{phase}: {1e3 * stats['total']:.1f} ms")
+        plot_timeline(per_rank, ax=ax, title=f"{phase}: {1e3 * stats['total']:.1f} ms",
+                      names=names)
         if phase == "forward":
             ax.get_legend().remove()
         print(f"{phase}: {overlap_verdict(stats, ranks)}")

@@ -160,7 +160,10 @@ if out is not None:
 # With a causal mask, query $p$ sees the keys at positions $\le p$ only. Cut the sequence in $N$
 # contiguous pieces and the work is unfair: rank 0's queries see only their own block, rank
 # $N-1$'s see everything, so rank $N-1$ computes about $2N-1$ times as many scores as rank 0, and
-# every other rank waits for it at each step.
+# every other rank waits for it at each step. (Exactly: with $b$ tokens a rank, rank 0 has
+# $b(b+1)/2$ unmasked scores and rank $N-1$ has $b^2(N-1) + b(b+1)/2$, a ratio of
+# $1 + 2b(N-1)/(b+1)$, which tends to $2N-1$ for long pieces: the figure's $b = 4$, $N = 4$ give
+# $1 + 24/5 = 5.80$.)
 #
 # **Zig-zag sharding** cuts the sequence into $2N$ chunks of $c = S/2N$ tokens and gives rank $r$
 # chunks $r$ and $2N-1-r$: one early, one late. The rows of the causal mask below are coloured by
@@ -247,7 +250,10 @@ if out is not None:
 # %% [markdown]
 # Backward received, per rank, $N - 1$ blocks of $K$ and $V$ and $N$ of accumulators: $2N - 1$
 # blocks, and held at most 4 at once (the block in hand and the one arriving, the accumulators
-# arriving and the ones being added to).
+# arriving and the ones being added to), which rule 'Memory' allows. The counts are in blocks of
+# $K$ and $V$ **together**: $K$, $V$, $dK$ and $dV$ each weigh half a block, so a count such as
+# 3.5 means that at the peak one of the four halves was not alive (say, the $dV$ that arrived
+# was already added and dropped when the next $dK$ receive was posted): fewer is fine.
 #
 # ## 5. Check your work
 #
@@ -284,24 +290,18 @@ RANKS = 2          # try 3 or 4 on a machine with that many free cores
 out = run_demo(demo.attention_timeline, RANKS, timeout=180,
                needs="ring_attention (rtp_course/context_parallel.py)")
 if out is not None:
-    names = {"weight rotation": "k, v block in flight",
-             "accumulator rotation": "dk, dv accumulators in flight"}
-    fig, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 1.3 * RANKS))
-    for ax, phase in zip(axes, ("forward", "backward")):
-        per_rank = [res[phase] for res in out]
-        timeline.plot_timeline(per_rank, ax=ax, names=names,
-                               title=f"{phase}: {1e3 * timeline.summary(per_rank)['total']:.1f} ms")
-    fig.tight_layout()
-    plt.show()
-    for phase in ("forward", "backward"):
-        print(f"{phase}: {timeline.overlap_verdict(timeline.summary([r[phase] for r in out]), RANKS)}")
+    # each phase from its own start; the titles and the lines below: the slowest rank's times
+    timeline.plot_phases(out, RANKS, names={"weight rotation": "k, v block in flight",
+                                            "accumulator rotation": "dk, dv accumulators in flight"})
     path = trace.write_trace([res["events"] for res in out], "traces/10_ring_attention.json")
     print(f"the whole profiler trace: {path} (open it in ui.perfetto.dev)")
 
 # %% [markdown]
-# How to read it: in forward, each orange bar (a block of $K$ and $V$ in flight) should lie under
-# a blue one (the rank attending with the block in hand), and the `wait()` that follows should be
-# short. In backward the green bars (accumulators) start after each step's compute: they carry its
+# How to read it: each timeline starts at its own phase's start, and its title is the phase's
+# time on the slowest rank; the line printed under it says, on that rank, how long transfers were
+# in flight in that time and for how much of it the rank was computing. In forward, each orange
+# bar (a block of $K$ and $V$ in flight) should lie under a blue one (the rank attending with the
+# block in hand), and the `wait()` that follows should be short. In backward the green bars (accumulators) start after each step's compute: they carry its
 # result, and hide behind the next step's compute. With causal attention every step but the first
 # is half a block of work: long sequences hide the rotations best, since compute grows with the
 # square of the block's tokens and the transfer only linearly. On a CPU the transfers need cores
