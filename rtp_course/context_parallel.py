@@ -127,6 +127,10 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
   arriving in forward, plus two accumulators in backward; none is kept after forward (keep no
   list of them on the autograd context: backward rotates the blocks again), and after
   backward only the accumulators that came home, as the gradients of k and v.
+* New tensors: ring attention never writes into the tensors it is given (q, k, v; grad_out,
+  out and lse in backward): they are the caller's, and RingAttention saves q, k, v for
+  backward. Give each arriving block a name of its own (k, v = the handles' wait()), or copy
+  it into a buffer you made; return new tensors.
 * Group: r and N are this rank's place in `group` and its size (dist.get_rank(group),
   dist.get_world_size(group)); the group's ranks need not be consecutive (your E4 functions
   translate the peers).

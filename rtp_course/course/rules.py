@@ -132,7 +132,8 @@ _OWN = (
           "context_parallel": ("zigzag",)}),
     Rule("New tensors", "Never modify the caller's tensors; return new tensors, never an alias "
          "of an input or of a buffer kept for the next call.",
-         {"comm": ALL, "rotation": ALL}),
+         {"comm": ALL, "rotation": ALL,
+          "context_parallel": ("ring_attention", "ring_attention_backward")}),
     Rule("Build it yourself", "From torch.distributed collectives and autograd hooks; torch's "
          "DistributedDataParallel is refused.", {"data_parallel": ("DataParallel",)}),
     Rule("Replicated", "A replicated parameter gets the same full gradient on every rank.",
@@ -140,7 +141,9 @@ _OWN = (
     Rule("Point-to-point only", "Rotations send and receive, never a collective.",
          {"rotation": ALL, "context_parallel": ("ring_attention", "ring_attention_causal",
                                                 "ring_attention_backward")}),
-    Rule("Post together", "Post a rotation's receive and send together, then wait.",
+    Rule("Post together", "Post a rotation's receive and send together, then wait: one "
+         "batch_isend_irecv, or rank-parity order (a separate isend and irecv run one after "
+         "the other on NCCL's stream).",
          {"rotation": ALL}),
     Rule("Wait on every work", "Wait on every work started, the send's too, before the transfer "
          "is finished for the caller.", {"rotation": ALL}),

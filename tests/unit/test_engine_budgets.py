@@ -169,3 +169,24 @@ def test_a_check_that_failed_in_another_tasks_function_is_not_named_as_the_cause
     rs[0].phase = "subgroup clockwise"            # failed in its own rotate: it may explain
     diagnosis.blame_earlier_tasks(rs)
     assert "may follow from [E4.2] rotation.subgroup" in rs[1].hint
+
+
+def test_a_check_names_the_check_of_its_own_task_whose_function_it_runs():
+    """Issue 47: attention_layer (E8.4) runs ring_attention_backward (E8.4): where that check
+    fails too, the layer's hint names it first (Check.follows); where it passes, not."""
+    from rtp_course.checker.public.context_parallel import AttentionLayerTraining, RingAttentionBackward
+
+    def results(backward):
+        return [Result("context_parallel", "ring_attention_backward", 2, backward, "grad k",
+                       hint="b", task="E8.4"),
+                Result("context_parallel", "attention_layer", 2, "failed", "grad input",
+                       hint="layer", task="E8.4")]
+    checks = {c.id: c for c in (AttentionLayerTraining(), RingAttentionBackward())}
+    rs = results("failed")
+    diagnosis.blame_earlier_tasks(rs, checks)
+    assert rs[1].hint.startswith("this may follow from [E8.4] "
+                                 "context_parallel.ring_attention_backward"), rs[1].hint
+    assert rs[0].hint == "b"
+    rs = results("passed")
+    diagnosis.blame_earlier_tasks(rs, checks)
+    assert rs[1].hint == "layer"

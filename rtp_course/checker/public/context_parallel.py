@@ -22,10 +22,11 @@ import torch
 from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.context_parallel_harness import (
     BLOCK_HINTS, CAUSAL, EMPTY_MERGE, EMPTY_ROW, EXERCISE, GATHER, GROUP, HINTS, LARGE,
-    MERGE_HINTS, NO_MAX, ONLY_COMPUTES, ZIGZAG_HINTS, BlockMarks, Marks, RingCheck, assemble,
-    backward_rules, block_bytes, block_cases, blocks, blocks_overlapped, forward_rules,
-    held_bounds, merge_cases, naive_merge, naive_ring, nan_rows, pair, partial, record_held,
-    required_first, rows, serial_attention, upstream, zigzag_positions)
+    MERGE_HINTS, NO_MAX, ONLY_COMPUTES, WRITTEN, ZIGZAG_HINTS, BlockMarks, Marks, RingCheck,
+    assemble, backward_rules, block_bytes, block_cases, blocks, blocks_overlapped,
+    forward_rules, held_bounds, inputs_as_given, merge_cases, naive_merge, naive_ring, nan_rows,
+    pair, partial, record_held, required_first, rows, scale_factors, serial_attention, upstream,
+    written, zigzag_positions)
 from rtp_course.checker.public.context_parallel_layer import AttentionLayer, Optimizer
 from rtp_course.checker.public.flyweight_harness import overlapped
 from rtp_course.checker.public.tensor_parallel_harness import raises
@@ -129,6 +130,7 @@ class RingAttention(RingCheck):
         cp = ctx.impl.context_parallel
         for i, (phase, scale) in enumerate(self.phases.items()):
             q, k, v = (ctx.to(t) for t in self.blocks(self.seed, ctx.rank, scale))
+            given = inputs_as_given(q=q, k=k, v=v)
             base = commlog.STATE.live_recv
             measure = self.measures and i == 0
             trace = commlog.STATE.trace = [] if measure else None
@@ -137,6 +139,7 @@ class RingAttention(RingCheck):
                     out = cp.ring_attention(q, k, v, causal=self.causal, group=group)
             finally:
                 commlog.STATE.trace = None
+            ctx.record_value(f"{phase}/{WRITTEN}", written(given))
             ctx.record(f"{phase}/output", out)
             if measure:
                 ctx.record_value(f"{phase}/compute while the next block is in flight",
@@ -152,6 +155,7 @@ class RingAttention(RingCheck):
                 full = [assemble([p[j] for p in parts], self.causal) for j in range(3)]
                 out = serial_attention(*full, self.causal)[0].to(getattr(torch, self.dtype))
                 for g, r in enumerate(members):
+                    exp[r][f"{phase}/{WRITTEN}"] = "none"
                     exp[r][f"{phase}/output"] = rows(out, g, n, self.causal)
                     if scale >= LARGE and not self.causal:   # a merge without the running max
                         wrong = naive_ring(parts[g][0], [p[1] for p in parts],
@@ -275,20 +279,24 @@ class RingAttentionBackward(RingCheck):
             q, k, v = (ctx.to(t).requires_grad_(True)
                        for t in self.case_blocks(seed, ctx.rank, length))
             fwd, bwd = f"{prefix}forward", f"{prefix}backward"
+            given = inputs_as_given(q=q, k=k, v=v)
             base = commlog.STATE.live_recv
             with ctx.phase(fwd):
                 out = cp.ring_attention(q, k, v, causal=causal, group=group)
+            ctx.record_value(f"{fwd}/{WRITTEN}", written(given))
             ctx.record(f"{fwd}/output", out)
             record_held(ctx, fwd, base)
             if not (isinstance(out, torch.Tensor) and out.shape == q.shape and out.requires_grad):
                 return     # the verdict reports the output; backward would only add noise
             grad = ctx.to(upstream(seed, ctx.rank, q.shape))
+            given = inputs_as_given(q=q, k=k, v=v)
             trace = commlog.STATE.trace = [] if i == 0 else None
             try:
                 with ctx.phase(bwd), (BlockMarks() if i == 0 else contextlib.nullcontext()):
                     (out * grad).sum().backward()
             finally:
                 commlog.STATE.trace = None
+            ctx.record_value(f"{bwd}/{WRITTEN}", written(given))
             del out
             record_held(ctx, bwd, base)
             if i == 0:
@@ -312,9 +320,11 @@ class RingAttentionBackward(RingCheck):
                 kv = block_bytes(length, dtype, self.shape)
                 for g, r in enumerate(members):
                     e = exp[r]
+                    e[f"{prefix}forward/{WRITTEN}"] = "none"
                     e[f"{prefix}forward/output"] = rows(out, g, n, causal)
                     e.update(held_bounds(f"{prefix}forward", kv, False))
                     e.update(held_bounds(f"{prefix}backward", kv, True))
+                    e[f"{prefix}backward/{WRITTEN}"] = "none"
                     if i == 0:
                         e[f"backward/{BLOCKS_OVERLAP}"] = True
                     for name, d in (("q", dq), ("k", dk), ("v", dv)):
@@ -341,16 +351,17 @@ class AttentionLayerTraining(RingCheck):
     checker itself sums their gradients over the ranks (a data-parallel layer's work, not
     this exercise's: not in your communication log) before each step."""
     name, task = "attention_layer", "E8.4"
+    follows = ("ring_attention_backward",)     # its layer's backward is ring_attention_backward
     causal, length, embed = True, 4, 8
     opt_steps = (("sgd", 1), ("adam", 1))
     hints = dict(HINTS, **{"output": CAUSAL,
-                           "grad input": "where ring_attention_backward passes its check, "
-                                         "the math is right, and step 1 calls the layer twice "
-                                         "before one backward: what backward needs of a call "
-                                         "lives in autograd's ctx (RingAttention's "
-                                         "save_for_backward), never on the class or in a "
-                                         "global. Otherwise: " + HINTS["grad q"] + "; "
-                                         + HINTS["grad k"],
+                           "grad input": "step 1 calls the layer twice before one "
+                                         "backward: what backward needs of a call lives in "
+                                         "autograd's ctx (RingAttention's save_for_backward), "
+                                         "never on the class or in a global (if "
+                                         "ring_attention_backward passes its own check, its "
+                                         "math is right and this is the likely cause). The "
+                                         "math: " + HINTS["grad q"] + "; " + HINTS["grad k"],
                            **dict.fromkeys(("sgd", "adam"), STEPPED),
                            KEPT: "rule 'Results': an output changed when the layer was called "
                                  "again: ring_attention_forward (and RingAttention.forward) "
@@ -359,6 +370,9 @@ class AttentionLayerTraining(RingCheck):
 
     def layer(self):
         return AttentionLayer(self.embed, 2)
+
+    def factors(self, world_size):
+        return scale_factors(self.embed // 2)
 
     def tokens(self, step, rank):
         return randn(700 + 10 * step, 2, self.length, self.embed, owner=rank)

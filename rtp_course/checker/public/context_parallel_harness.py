@@ -19,7 +19,10 @@ from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.course import BY_MODULE, requirements, todo
 from rtp_course.runtime import commlog
 
-BATCH, HEADS, HEAD_DIM = 2, 2, 4
+# head_dim 5: sqrt(5) = 2.236 and 5 are no world size (1 to 4) and no length (3 and 4 tokens a
+# rank, 3N or 4N in all), so a scale left out is not read as a sum over the ranks (issue 47:
+# with head_dim 4, a dk missing its 1/sqrt(d) was "2 x ... (2 = the world size)")
+BATCH, HEADS, HEAD_DIM = 2, 2, 5
 RECV, SEND = "recv|irecv", "send|isend"
 LARGE = 1000.0      # a query scaled so: scores in the thousands, exp() of them overflows
 EXERCISE = "context_parallel"
@@ -215,6 +218,27 @@ def pair(result):
         return None, None
 
 
+WRITTEN = "the caller's q, k, v the call wrote into"
+WRITTEN_HINT = ("rule 'New tensors': ring attention wrote into the tensors it was given (a "
+                "k.copy_(arrived) or k[...] = ... to hold the next block, a q.mul_(scale)): "
+                "they are the caller's, and RingAttention saves them for backward, which then "
+                "computes with the blocks you wrote there, not with this rank's own. Give each "
+                "arriving block a name of its own (k, v = the handles' wait()), or copy it into "
+                "a buffer you made; scale into a new tensor (q * scale)")
+
+
+def inputs_as_given(**tensors) -> dict:
+    """{name: (tensor, a copy of it now)}: what written() compares after the call."""
+    return {name: (t, t.detach().clone()) for name, t in tensors.items()}
+
+
+def written(given: dict) -> str:
+    """The names of the given tensors the call changed ("none"): rule 'New tensors'."""
+    changed = [name for name, (t, copy) in given.items()
+               if not (t.shape == copy.shape and torch.equal(t.detach(), copy))]
+    return ", ".join(changed) or "none"
+
+
 def record_held(ctx, phase: str, base: int) -> None:
     """Received bytes alive at `phase`'s peak and at its end, beyond those alive before."""
     ctx.record_value(f"{phase}/received bytes held at peak",
@@ -288,6 +312,7 @@ def held_bounds(phase: str, kv: int, backward: bool) -> dict:
 
 
 HINTS = {
+    WRITTEN: WRITTEN_HINT,
     "error": "an exception in ring attention usually means a block is not the one you think: "
              "forward step i holds rank (r - i) % N's k and v (they came CLOCKWISE, from rank "
              "r-1); backward step k holds rank (r + k) % N's (COUNTERCLOCKWISE, from r+1); "
@@ -336,6 +361,21 @@ CAUSAL = ("causal=True on the zig-zag layout: rank r holds chunks r and 2N-1-r; 
           "s > r, the whole block from the second half of the queries only. A causal mask on "
           "the LOCAL indices of every block (tril) is wrong off the diagonal: positions are "
           "global. Whose block is in hand at forward step i: s = (r - i) % N")
+
+
+SCALE_HINT = ("the scores are q k^T / sqrt(d) (d = head_dim), and the gradients through them "
+              "carry that scale too: dq = dS k / sqrt(d), dk = dS^T q / sqrt(d) (dv = P^T dout "
+              "and dP = dout v^T have none); apply it once, where the scores are formed or at "
+              "the end, never both")
+
+
+def scale_factors(d: int) -> list:
+    """Check.factors of attention with head_dim d: the 1/sqrt(d) scale left out, or twice."""
+    root = d ** 0.5
+    return [(root, f"{root:.4g} = sqrt(head_dim), head_dim = {d}: the 1/sqrt(d) scale left out",
+             SCALE_HINT),
+            (1 / root, f"1/sqrt(head_dim), head_dim = {d}: the 1/sqrt(d) scale applied twice",
+             SCALE_HINT)]
 
 
 def block_cases():
@@ -400,6 +440,10 @@ class RingCheck(Check):
     def rank_rules(self, members, g) -> list:
         """The rules of group rank g of the group of global ranks `members`."""
         raise NotImplementedError
+
+    def factors(self, world_size):
+        d = (self.shape or (BATCH, HEADS, HEAD_DIM))[-1]
+        return scale_factors(d)
 
     def comm_rules(self, world_size):
         rules = {r: [CommRule("*", "*", 0, "this rank is not in the group: nothing to do")]
