@@ -11,7 +11,10 @@ every other rank's k and v once, from a ring neighbour; in backward at most N-1 
 accumulator rotations); the overlap (commlog's trace with the compute ops of harness.Marks:
 in forward every receive is followed by some compute before its wait; in backward every
 receive whose buffer then enters a product, a k/v block, harness.BlockMarks); the received
-buffers alive at the peak and after each pass (commlog); the zig-zag layout and its balance.
+buffers alive at the peak and after each pass (commlog); the zig-zag layout and its balance;
+the caller's q, k and v as they were after each pass (rule 'New tensors'). The blocks' head_dim
+is 5: sqrt(5) and 5 are no world size (1 to 4) and no length (3 and 4 tokens a rank), so a
+1/sqrt(head_dim) left out is named as such (RingCheck.factors), not as a sum over the ranks.
 """
 from __future__ import annotations
 
