@@ -113,12 +113,13 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
   parameters of `self.optimizer`, concatenated in order; for FullyShardedDataParallel, its
   parameters (`parameters()`: shards only), concatenated in order, one unit after another.
 * Communication: each docstring's Communication, and nothing more; any API of the same
-  operation will do (all_gather or all_gather_into_tensor, reduce_scatter or
-  reduce_scatter_tensor), fewer calls are fine. No all-reduce of gradients: the checker
-  counts all_reduce, reduce_scatter and all_gather calls per phase, and their bytes. Every
-  rank makes the same collectives whatever its data: a gradient that is zero on one rank
-  only (an unused ReLU branch, an embedding row no token of its batch used) is
-  reduce-scattered all the same (the checks give one rank a zero loss at a step).
+  operation will do (all_gather, all_gather_into_tensor or all_gather_single, which torch
+  2.13 recommends over the deprecated all_gather_into_tensor; reduce_scatter,
+  reduce_scatter_tensor or reduce_scatter_single), fewer calls are fine. No all-reduce of
+  gradients: the checker counts all_reduce, reduce_scatter and all_gather calls per phase,
+  and their bytes. Every rank makes the same collectives whatever its data: a gradient that
+  is zero on one rank only (an unused ReLU branch, an embedding row no token of its batch
+  used) is reduce-scattered all the same (the checks give one rank a zero loss at a step).
 * Frozen and unused (ShardedOptimizer): a parameter that does not require grad stays so and
   gets no gradient: its .grad is None after backward, its shard gets none, it is never
   stepped (the check freezes one); a gradient hook can be registered only on a parameter
