@@ -249,6 +249,8 @@ def _patch_grade_in_notebook(path: Path) -> None:
         # write through, a raw socket on the loopback where classmates' kernels talk
         "import os, socket\n"
         "print('ENVIRONMENT', sorted(os.environ), [v for v in os.environ.values() if 'ghp_' in v])\n"
+        "if b'ghp_' in open('/proc/self/environ', 'rb').read():\n"
+        "    print('PROC ENVIRON HOLDS A TOKEN')\n"
         "for _name, _try in (('chmod', lambda: os.chmod('.', 0o777)),\n"
         "                    ('symlink', lambda: os.symlink('/etc/passwd', 'link.ipynb')),\n"
         "                    ('raw socket', lambda: socket.socket(17, 3, 0))):\n"
@@ -385,6 +387,7 @@ def test_notebook_cells_cannot_write_the_installed_course(cycle):
     assert "could not write the installed course: Permission denied" in text, text[-2000:]
     assert "WROTE" not in text
     assert "ENVIRONMENT" in text and SECRET not in text and "GITHUB_TOKEN" not in text, text
+    assert "PROC ENVIRON HOLDS A TOKEN" not in text, text
     assert "DID" not in text, text[-2000:]
     for name in ("chmod", "symlink", "raw socket"):
         assert f"refused: {name}" in text, text[-2000:]

@@ -93,8 +93,10 @@ CPU_ONLY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_op
             "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 
 AF_UNIX, AF_VSOCK = 1, 40
-# ioctl: FS_IOC_SETFLAGS (64 and 32-bit forms), FS_IOC_FSSETXATTR: inode flags, project ids
-SET_INODE_FLAGS = (0x40086602, 0x40046602, 0x401C5820)
+# ioctl: FS_IOC_SETFLAGS (64 and 32-bit forms), FS_IOC_FSSETXATTR: inode flags, project ids;
+# FS_IOC_SETVERSION and ext4's (64 and 32-bit): an inode's generation number
+SET_INODE_FLAGS = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602, 0x40086604,
+                   0x40046604)
 # fcntl: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE,
 # F_GETLEASE, F_NOTIFY
 LOCKS_AND_WATCHES = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)

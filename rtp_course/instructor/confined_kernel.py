@@ -29,6 +29,7 @@ from rtp_course.confinement import seccomp
 from rtp_course.confinement.rank import no_capabilities, no_new_privs
 
 KERNEL_NAME = "rtp-confined"
+MODULE = "rtp_course.instructor.confined_kernel"
 
 
 def write_kernelspec(jupyter_dir: Path) -> Path:
@@ -36,7 +37,7 @@ def write_kernelspec(jupyter_dir: Path) -> Path:
     spec = jupyter_dir / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "rtp_course.instructor.confined_kernel", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", MODULE, "-f", "{connection_file}"],
         "display_name": "Python 3 (rtp-course, confined for grading)", "language": "python"}))
     return spec
 
@@ -45,6 +46,11 @@ def main(argv: list[str]) -> None:
     import atexit
     import shutil
     from rtp_course.runtime import reaper
+    if os.environ.get(CLEAN) != "1":
+        # /proc/self/environ shows the environment a process was started with, whatever
+        # os.environ says later: the kernel starts again, with the scrubbed one
+        os.execve(sys.executable, [sys.executable, "-m", MODULE, *argv],
+                  {**_scrubbed(os.environ), CLEAN: "1"})
     connection_file = argv[argv.index("-f") + 1]
     # A short path in the system's temp dir: multiprocessing puts its sockets in it (AF_UNIX
     # paths have at most 107 bytes). The guardian, started before the kernel confines itself,
@@ -52,7 +58,6 @@ def main(argv: list[str]) -> None:
     reaper.ensure_guardian()
     private = tempfile.mkdtemp(prefix=reaper.temp_prefix("kernel"))
     atexit.register(shutil.rmtree, private, True)
-    _scrub_environment()
     for var in ("HOME", "IPYTHONDIR", "MPLCONFIGDIR", "TMPDIR"):
         os.environ[var] = private
     tempfile.tempdir = private
@@ -78,19 +83,19 @@ def _ipython_profile(ipython_dir: str) -> None:
 # What the kernel keeps of nbgrader's environment beyond a rank's (forkserver.RANK_ENVIRONMENT):
 # Jupyter's and nbgrader's own (not JPY_SESSION_NAME: the notebook's path in the grading
 # directory), and the course's switches that are no path of the instructor's.
+CLEAN = "RTP_COURSE_KERNEL_CLEAN"
 KERNEL_ENVIRONMENT = ("JPY_PARENT_PID", "NBGRADER_", "PYTHONSAFEPATH", "MPLBACKEND",
                       "RTP_COURSE_GRADE_OUTSIDE", "RTP_COURSE_WARM", "RTP_COURSE_EMULATE")
 
 
-def _scrub_environment() -> None:
+def _scrubbed(env) -> dict:
     """nbgrader hands the kernel the instructor's whole environment (tokens, a Jupyter
     server's, paths): a cell could print it into its own feedback."""
     from rtp_course.runtime.forkserver import SECRET_WORDS, rank_environment
-    kept = rank_environment(os.environ)
-    kept.update({k: v for k, v in os.environ.items() if k.startswith(KERNEL_ENVIRONMENT)
+    kept = rank_environment(env)
+    kept.update({k: v for k, v in env.items() if k.startswith(KERNEL_ENVIRONMENT)
                  and not any(w in k.upper() for w in SECRET_WORDS)})
-    os.environ.clear()
-    os.environ.update(kept)
+    return kept
 
 
 def _cap_resources() -> None:

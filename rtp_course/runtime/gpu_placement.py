@@ -53,8 +53,8 @@ except ImportError:  # pragma: no cover - older torch
         "scalar_tensor", "tril_indices", "triu_indices"))
 
 # Factories that take no device: their tensors are on the host wherever they run.
-HOST_ONLY = tuple(f for f in (getattr(torch, n, None) for n in ("frombuffer", "from_numpy",
-                                                                "from_file")) if f is not None)
+HOST_ONLY = tuple(f for f in (getattr(torch, n, None) for n in (
+    "frombuffer", "from_numpy", "from_file", "from_dlpack")) if f is not None)
 
 RULE = "rule 'Device'"   # each stub's Rules state it; exception_causes gives the fix as the hint
 

@@ -342,12 +342,17 @@ ZERO_HINTS = {
              "every rank: " + PAD,
     "deadlock": ZERO_DATA,
 }
+GROUP_SIZES = ("a size the world size times too large or too small means a collective ran on "
+               "another group than the shard's (pass group=group to every call) or a shard "
+               "index taken from the global rank (use dist.get_rank(group))")
 ZERO_STEP_ERROR = (
     "an exception in a training step: the check's model has a FROZEN parameter "
-    "(requires_grad=False), whose .grad stays None after backward: skip it (its shard gets no "
-    "gradient, .grad None, and the inner optimizer skips it), never read p.grad unchecked "
-    "(a gradient hook cannot be registered on it either: register hooks only where "
-    "p.requires_grad); else a shard size that is not S = ceil(numel / N): " + PAD)
+    "(requires_grad=False), whose .grad stays None after backward: skip it (its shard gets no gradient, "
+    ".grad None, and the inner optimizer skips it), never read p.grad unchecked (a gradient "
+    "hook cannot be registered on it either: register hooks only where p.requires_grad); "
+    "p.grad is None too inside a hook made with Tensor.register_hook, which fires BEFORE the "
+    "gradient is accumulated: use p.register_post_accumulate_grad_hook; " + GROUP_SIZES +
+    "; else a shard size that is not S = ceil(numel / N): " + PAD)
 ZERO_HINTS.update({f"error/step{i} {o}": ZERO_STEP_ERROR for i in range(1, 5)
                    for o in ZERO_OPTIMIZERS})
 ZERO_HINTS["error/init"] = (
@@ -425,12 +430,17 @@ FSDP_HINTS = {
                      "pre-hook never ran. Hooks fire only on modules that are CALLED: an "
                      "nn.ModuleList is never called (its parent loops over it), so an "
                      "nn.ModuleList or nn.Sequential child counts by ITS children, each a unit "
-                     "('layers.0', 'layers.1', ...: look into such a child recursively). Else a "
-                     "shard or gathered size that is not what the rule says: " + PAD,
+                     "('layers.0', 'layers.1', ...: look into such a child recursively). "
+                     "Else " + GROUP_SIZES + "; or a shard or gathered size that is not what "
+                     "the rule says: " + PAD,
     "error/backward": "an exception in backward: the views autograd saved in forward point to "
                       "the unit's gathered storage, which forward freed: gather it AGAIN into "
                       "the same storage (resize_ it back, all-gather into full.data) in a full "
-                      "backward pre-hook, before the unit's backward runs",
+                      "backward pre-hook, before the unit's backward runs. If full.grad is "
+                      "None where you reduce-scatter it: a module's backward hook fires before "
+                      "autograd accumulates full.grad (reduce-scatter from "
+                      "full.register_post_accumulate_grad_hook, registered ONCE, at "
+                      "construction: one registered at every forward fires again and again)",
     "error": "an exception here often means a shard or gathered size that is not what the rule "
              "says: " + PAD,
 }

@@ -2,7 +2,7 @@ r"""ring_all_gather starts the next rotation as soon as a block arrives, the las
 never waits that last one's handle: the values are right, one rotation too many travels, and
 its handle is let go unwaited.
 
-EXPECT: FAIL +\[E4\.3\] rotation\.ring_all_gather .*rank \d let go of a work it never waited \((isend|irecv) at rotation\.py:\d+ in rotate_async, and 1 more\).*transfers never waited.*hint: keep the handle of every transfer you start and wait\(\) on it
+EXPECT: FAIL +\[E4\.3\] rotation\.ring_all_gather .*transfers never waited is \['(isend|irecv) at rotation\.py:\d+ in rotate_async', '(isend|irecv) at rotation\.py:\d+ in rotate_async'\].*hint: (rule 'Wait on every work'|keep the handle of every transfer you start)
 CLASS: unwaited traffic
 WORLD_SIZES: 2
 ONLY: ring_all_gather
