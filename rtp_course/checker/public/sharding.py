@@ -430,9 +430,12 @@ class FSDPCheck(Check):
                  CommRule("structure", "*", 0, "parameters() only lists the shards"),
                  CommRule("*", "p2p", 0, "FSDP communicates with collectives only")]
         for phase in ("full_state_dict", "full_state_dict after the steps"):
-            rules.append(CommRule(phase, "collective", Bound(1, lay),
-                                  "full_state_dict(): one all-gather per unit, nothing else",
-                                  members=group))
+            rules += [CommRule(phase, "collective", Bound(1, lay),
+                               "full_state_dict(): one all-gather per unit, nothing else",
+                               members=group),
+                      CommRule(phase, "all_gather", Bound(1, lay),
+                               "full_state_dict(): one all-gather per unit (an all-reduce of a "
+                               "zero-padded buffer moves N times the bytes)", members=group)]
         step = 0
         for opt_name, count in self.opt_steps:
             for _ in range(count):
