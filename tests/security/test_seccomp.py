@@ -34,6 +34,7 @@ calls = {
     "utime": lambda: os.utime(path), "setxattr": lambda: os.setxattr(path, "user.a", b"1"),
     "removexattr": lambda: os.removexattr(path, "user.a"),
     "set inode flags": lambda: fcntl.ioctl(open(path), 0x40086602, b"\\0" * 8),
+    "set inode version": lambda: fcntl.ioctl(open(path), 0x40087602, b"\\0" * 8),
     "unix socket": lambda: socket.socket(socket.AF_UNIX).close(),
     "vsock": lambda: socket.socket(40, socket.SOCK_STREAM).close(),
     "kcmp": lambda: checked(libc.syscall(NR["kcmp"], os.getpid(), os.getpid(), 0, 0, 0), "kcmp"),
@@ -69,7 +70,7 @@ print(json.dumps(out))
 """
 
 METADATA_AND_SERVICES = ("chmod", "chown", "utime", "setxattr", "removexattr", "set inode flags",
-                         "keyctl", "io_uring_setup")
+                         "set inode version", "keyctl", "io_uring_setup")
 CPU_ONLY = ("unix socket", "vsock", "kcmp", "pidfd_open", "prlimit of another",
             "sched_setaffinity", "setpriority", "memfd_create", "flock", "fcntl lock", "inotify")
 ALWAYS = ("tcp socket", "netlink socket", "socketpair", "setrlimit", "getrlimit", "fcntl flags",
