@@ -11,8 +11,9 @@ and raises HostTensorError where CUDA or NCCL would refuse them.
 Host tensors: made by a factory (torch.empty, zeros, randn, tensor, the
 parameters of an nn.Linear built without device= ...) called from the code
 under test without a device or with device="cpu", by one that takes no device
-(the legacy torch.Tensor(2, 3), torch.frombuffer, torch.from_numpy), or computed
-only from host tensors. Hostness belongs to the storage: views and nn.Parameter share it, and
+(torch.frombuffer, from_numpy, from_dlpack), or computed only from host tensors. Not
+the legacy constructors (torch.Tensor(2, 3), torch.FloatTensor(n)): torch.Tensor.__new__
+cannot be wrapped (torch._dynamo, imported later, checks its signature). Hostness belongs to the storage: views and nn.Parameter share it, and
 `Module.to(device)` gives a parameter a copy, which is not host (the parameter
 gets its own class back; the registry, not the class, says what is host).
 Allowed, as CUDA allows them: a 0-dim host tensor (a CPU scalar) in any op,
@@ -257,19 +258,6 @@ def _factory(fn, always_host: bool = False):
     return factory
 
 
-_TENSOR_NEW = torch._C.TensorBase.__new__
-
-
-def _legacy_new(cls, *args, **kwargs):
-    """torch.Tensor(2, 3) or torch.Tensor([1., 2.]), the legacy constructor: a host tensor
-    made by the code under test, like torch.empty without a device (it takes none)."""
-    out = _TENSOR_NEW(cls, *args, **kwargs)
-    if cls is torch.Tensor and not any(True for a in args for _ in _tensors_in(a)) \
-            and _code_under_test_made_it():
-        return _host(out, commlog.caller())
-    return out
-
-
 def _mover(fn, to_host):
     """Tensor.cpu / Tensor.to of a device tensor: what the code under test moves to the host
     is a host tensor (a copy, where a CPU run returns the tensor itself)."""
@@ -326,8 +314,6 @@ def host_placement(code_dirs=("",)):
     for name, fn in saved.items():
         setattr(torch, name, _factory(getattr(fn, "__rtp_original__", fn),
                                       always_host=getattr(fn, "__rtp_original__", fn) in HOST_ONLY))
-    had_new = "__new__" in vars(torch.Tensor)
-    torch.Tensor.__new__ = _legacy_new
     moves = {"cpu": (torch.Tensor.cpu, lambda args, kwargs: True), "to": (torch.Tensor.to, _to_cpu)}
     for name, (fn, to_host) in moves.items():
         setattr(torch.Tensor, name, _mover(getattr(fn, "__rtp_original__", fn), to_host))
@@ -340,8 +326,6 @@ def host_placement(code_dirs=("",)):
         _CODE_DIRS = saved_dirs
         for name, fn in saved.items():
             setattr(torch, name, fn)
-        if not had_new:
-            del torch.Tensor.__new__
         for name, (fn, _) in moves.items():
             setattr(torch.Tensor, name, fn)
         context_cls.__init__ = init
