@@ -7,8 +7,9 @@ and can only stop the ranks sooner. What the ranks use is measured from outside
 (almost no CPU, and a main thread that does not wait to run) or starved (a main thread
 waiting to run). The group is stopped when the current check
 
-* has its ranks blocked for `Budgets.stall_for` seconds with no rank leaving a check: a hang
-  (calls a rank posts meanwhile change its status, not that);
+* has its ranks blocked for `Budgets.stall_for` seconds with no status changing, or for
+  `HUNG_IN_ALL` times that in all while statuses changed (calls posted that never complete:
+  a status is the rank's word, it cannot hold a hang off for ever): a hang;
 * used more CPU time than its budget allows: too slow, however busy the machine;
 * has run `BACKSTOP` wall seconds: not graded if its ranks were starved most of that time
   (the machine was too busy), too slow otherwise;
@@ -31,6 +32,7 @@ IDLE = 0.02              # a rank using less CPU than this per wall second is bl
 STARVED = 0.5            # a rank whose main thread waited this long per second to run is starved
 DISK_FILES = 10000       # a rank's files in the run's directory
 NEVER_SEEN = procstat.Usage(0.0, {}, 0.0)
+HUNG_IN_ALL = 8          # x the stall: a check's ranks blocked this long in all is a hang
 
 
 class Stuck(Exception):
@@ -55,17 +57,16 @@ class _Usage:
         self.gone: dict = {}                  # rank -> CPU s already charged of its ended processes
         self.looked = None
 
-    def sample(self, processes, now: float) -> tuple[float, float, bool, bool, bool]:
+    def sample(self, processes, now: float) -> tuple[float, float, bool, bool]:
         """(dt, CPU seconds of all ranks since the last sample, whether every rank was blocked,
-        whether some rank was starved, whether some rank worked). The first sample only sets
-        the baseline."""
+        whether some rank was starved). The first sample only sets the baseline."""
         if now - self.listed > 1.0:           # forks of the code under test count too
             self.listed = now
             self.trees = {r: [p.pid, *sorted(reaper.descendants(p.pid))]
                           for r, p in enumerate(processes) if p.pid}
         first, dt = self.looked is None, now - (self.looked or now)
         self.looked = now
-        used, blocked, starved, worked, seen = 0.0, True, False, False, {}
+        used, blocked, starved, seen = 0.0, True, False, {}
         for rank, pids in self.trees.items():
             d_cpu = d_most = 0.0
             looked = {pid: procstat.usage(pid) for pid in pids}
@@ -86,7 +87,6 @@ class _Usage:
                 # the live threads' sum drops when one ends: never count from below what was seen
                 seen[pid] = now_pid._replace(cpu=max(now_pid.cpu, before.cpu))
             used += d_cpu
-            worked |= d_cpu >= IDLE * dt
             # blocked: no CPU, and no thread of the rank waiting for one (a main thread asleep
             # on the GIL while the rank's other threads wait for a CPU is not a hang)
             blocked &= d_cpu < IDLE * dt and d_most < STARVED * dt
@@ -95,8 +95,8 @@ class _Usage:
             starved |= d_most >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
         self.seen = seen
         if first or dt > 4 * SAMPLE:          # no baseline, or this process was not scheduled
-            return 0.0, used, False, False, False   # to look: nothing is known of the pause
-        return dt, used, blocked, starved, worked
+            return 0.0, used, False, False    # to look: nothing is known of the ranks' pause
+        return dt, used, blocked, starved
 
 
     def _reaped(self, rank, cpu: float) -> float:
@@ -143,9 +143,8 @@ class Watchdog:
                     for r in range(self.world_size)}
         text = repr(sorted(statuses.items(), key=lambda kv: kv[0]))
         if text != self.text:
-            self.text = text
-            if self._advance(statuses, now):
-                self.blocked = 0.0
+            self.text, self.blocked = text, 0.0
+            self._advance(statuses, now)
             if self.on_change:
                 self.on_change(statuses)
         if now - self.sampled >= SAMPLE:
@@ -158,11 +157,7 @@ class Watchdog:
 
     # --- where the group is -------------------------------------------------------------
 
-    def _advance(self, statuses: dict, now: float) -> bool:
-        """Move the watch to the check every rank has reached; whether some rank left a check
-        (or the group began). Only that ends a stall: a status that changes while every rank
-        stays blocked (a call posted every second that never completes) is still a hang."""
-        before = (self.step, sum(self.reached.values()))
+    def _advance(self, statuses: dict, now: float) -> None:
         if self.step == -2 and all((self.rundir / f"status.{r}.json").exists()
                                    for r in range(self.world_size)):
             self.budgets.charge_run(self.cpu)
@@ -180,7 +175,6 @@ class Watchdog:
             self._enter_step(now)
             if self.tick:
                 self.tick(step)
-        return (self.step, sum(self.reached.values())) != before
 
     def current(self):
         """The check the group is in (None: starting, importing or leaving)."""
@@ -201,16 +195,14 @@ class Watchdog:
     # --- what the ranks use ---------------------------------------------------------------
 
     def _measure(self, processes, now: float) -> None:
-        dt, used, blocked, starved, worked = self.usage.sample(processes, now)
+        dt, used, blocked, starved = self.usage.sample(processes, now)
         self.cpu += used
         waiting_on_parent = self.parent_busy is not None and self.parent_busy()
         if blocked and not waiting_on_parent:
             self.blocked += dt
             self.hung += dt
-        elif worked or waiting_on_parent:
+        else:
             self.blocked = 0.0
-        # else no rank worked, but one waited for a CPU: a stall neither grows nor ends (a hung
-        # rank woken by its own timer waits for a CPU on a busy machine)
         if starved:
             self.starved += dt
 
@@ -234,6 +226,12 @@ class Watchdog:
         elif self.blocked >= stall:
             self._stuck(who, statuses, processes,
                         f"no rank moved for {self.blocked:.0f} s, each of them blocked", "hang")
+        elif self.step >= 0 and self.hung >= HUNG_IN_ALL * stall:
+            why = (f"the ranks were blocked for {self.hung:.0f} s in all during this check, "
+                   f"each of them, though their calls kept changing (calls posted that never "
+                   f"completed)")
+            self.hung = stall       # the exercise's hang budget pays what a plain hang costs
+            self._stuck(who, statuses, processes, why, "hang")
         if self.cpu > limit:
             if self.step == -1:
                 why = f"importing the code under test used over {limit:.0f} CPU-seconds"
