@@ -190,7 +190,10 @@ def _execute(path: Path, impl, monkeypatch, workdir: Path, keep=lambda cell: Tru
     nb.cells = [c for c in nb.cells if keep(c)]
     for cell in nb.cells:
         edit(cell)
+    # a kernel starts in seconds; beside the suite's other workers it once took over nbclient's
+    # default 60 s (run 28 of docs/PERFORMANCE.md)
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
+                                     startup_timeout=300,
                                      resources={"metadata": {"path": str(workdir)}})
     start = time.monotonic()
     client.execute()

@@ -210,7 +210,7 @@ def test_failed_checks_end_failed_with_the_diagnosis(slurm_cluster, fake, tmp_pa
     assert job.wait(timeout=60, progress=False) == "FAILED"
     text = job.summary()
     assert "some checks failed (exit code 1)" in text
-    assert "x forward (fails at world size 1,2; world size 1, phase forward, rank 1):" in text
+    assert "x forward (fails at world size 1,2; world size 2, phase forward, rank 1):" in text
     assert "max abs error 0.5" in text and "hint: all-reduce the partial sums" in text
 
 
