@@ -78,6 +78,11 @@ c.Execute.extra_arguments = [
 # The longest cells are demos and a short training run (about a minute on 2 cores); the
 # grading cells return at once while autograding. A cell past this limit scores 0.
 c.Execute.timeout = 600
+# On a loaded machine (a class's autograde beside other jobs) a kernel has taken over
+# nbclient's 60 s to start, and its last output of a cell may come seconds after the cell's
+# reply: nbgrader raises past iopub_timeout (4 s), failing the whole notebook of the student.
+c.Execute.startup_timeout = 300
+c.Execute.iopub_timeout = 120
 
 # Students' outputs are made inert (rtp_course/instructor/safe_outputs.py): a cell that displays
 # HTML, JavaScript, SVG, a widget or Markdown would otherwise run its script in the browser of

@@ -125,8 +125,16 @@ def _nbgrader(course: Path, *args, timeout=1800) -> subprocess.CompletedProcess:
     env.pop("RTP_COURSE_IMPL", None)
     r = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"nbgrader {' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    assert r.returncode == 0, f"nbgrader {' '.join(args)}:\n{_errors(r.stderr)}\n{r.stderr[-3000:]}"
     return r
+
+
+def _errors(log: str) -> str:
+    """nbgrader logs each student's traceback when it happens and only a summary at the end:
+    the tracebacks, so that a failure says why."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Traceback" in line or "| ERROR]" in line]
+    return "\n".join("\n".join(lines[i:i + 40]) for i in starts[:4])[-8000:]
 
 
 def _script(name: str, course: Path, *args) -> str:
