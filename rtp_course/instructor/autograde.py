@@ -152,14 +152,22 @@ def autograde(course: Path, assignment: str, students, jobs: int, force: bool = 
     try:
         with reaper.subreaping():
             _autograde(course, assignment, todo, running, failed, jobs, force, work, log,
-                       lambda: reaper.sweep_orphans(before, keep))
+                       lambda: clean_up_after_kernels(before, keep))
     finally:
         for proc, _, _ in running.values():
             os.killpg(proc.pid, 9)
         running.clear()
-        reaper.sweep_orphans(before, keep)
+        clean_up_after_kernels(before, keep)
         shutil.rmtree(work, ignore_errors=True)
     return failed
+
+
+def clean_up_after_kernels(before: set[int], keep) -> None:
+    """Kill what ended runs left behind, then remove the private directories of their killed
+    kernels (the sweep may have killed a kernel's guardian before it removed them)."""
+    from rtp_course.runtime import reaper
+    reaper.sweep_orphans(before, keep)
+    reaper.remove_dead_owners_dirs("kernel")
 
 
 def _autograde(course, assignment, todo, running, failed, jobs, force, work, log, sweep):

@@ -255,6 +255,28 @@ def clean_up_after(owner: int, tmp: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_dead_owners_dirs(kind: str) -> list[str]:
+    """Remove this user's temporary `kind` directories whose owner is gone: a sweep may kill an
+    owner's guardian before it has removed them."""
+    import glob
+    import re
+    import shutil
+    import tempfile
+    removed = []
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"rtp-{kind}-o*-*")):
+        owner = re.match(rf"rtp-{kind}-o(\d+)-", os.path.basename(path))
+        try:
+            if not owner or os.lstat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(owner.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            pass                              # alive (another user's) or gone meanwhile
+    return removed
+
+
 def _start_time(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:

@@ -304,3 +304,45 @@ def test_grade_refuses_to_run_from_an_altered_grader(tmp_path):
     r = subprocess.run(cli + ["grade", "03_tp_communication"], env=env, capture_output=True, text=True)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "changed: hidden/comm.py" in r.stderr and "reinstall" in r.stderr, r.stderr
+
+
+# ---- a killed notebook kernel ------------------------------------------------------------------
+
+KERNEL = ("import os, sys, tempfile, time\n"
+          "from rtp_course.runtime import reaper\n"
+          "reaper.ensure_guardian()\n"
+          "print(tempfile.mkdtemp(prefix=reaper.temp_prefix('kernel')), reaper.guardian_pid(),\n"
+          "      flush=True)\n"
+          "time.sleep(600)\n")
+
+
+def test_a_killed_kernel_leaves_no_private_directory(tmp_path):
+    """A notebook kernel's private directory outlives a kernel killed with its guardian (the
+    autograde's sweep kills the guardian too, perhaps before it removed the directory): the
+    autograde removes the directories whose kernel is gone, and only those."""
+    from rtp_course.instructor.autograde import clean_up_after_kernels
+    from rtp_course.runtime import reaper
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    before = reaper.descendants()
+    with reaper.subreaping():
+        kernels = [subprocess.Popen([sys.executable, "-c", KERNEL], env=env, text=True,
+                                    stdout=subprocess.PIPE) for _ in range(2)]
+        (dead, guardian), (alive, _) = [k.stdout.readline().split() for k in kernels]
+        os.kill(int(guardian), signal.SIGSTOP)          # as though the sweep came first
+        kernels[0].kill()
+        kernels[0].wait()
+        os.environ["TMPDIR"], saved = str(tmp_path), os.environ.get("TMPDIR")
+        try:
+            import tempfile
+            tempfile.tempdir = None
+            clean_up_after_kernels(before, lambda: [kernels[1].pid])
+        finally:
+            os.environ.pop("TMPDIR") if saved is None else os.environ.update(TMPDIR=saved)
+            tempfile.tempdir = None
+        try:
+            assert not os.path.exists(dead), "the killed kernel's directory was left"
+            assert os.path.isdir(alive), "a running kernel's directory was removed"
+        finally:
+            kernels[1].kill()
+            kernels[1].wait()
+            clean_up_after_kernels(before, lambda: [])
