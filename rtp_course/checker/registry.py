@@ -91,7 +91,8 @@ class Check:
     tolerance: dict = {}        # {torch dtype: (rtol, atol)} over verdict.TOLERANCE, where this
                                 # check can tell float32 rounding on the way from its own noise
     hints: dict = {}            # key prefix -> hint shown when that key is wrong; the keys
-                                # "error/<phase>", "error", "deadlock": for an exception, a hang
+                                # "error/<phase>", "error", "deadlock": for an exception, a hang;
+                                # "<part>#scaled": for a tensor that is a multiple of the expected
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
     owned: tuple = ()           # attribute paths of this check that build a module a rank owns
@@ -139,12 +140,14 @@ class Check:
         size's sum-for-a-mean; choose shapes whose factors differ from the world sizes'."""
         return []
 
-    def hint(self, key: str) -> str:
+    def hint(self, key: str, form: str = "") -> str:
+        """The hint of the longest hints key found in `key`; with `form`, only among the keys
+        written `<part of key>#<form>` (a hint for one kind of cause)."""
         best = ""
-        for prefix, text in self.hints.items():
-            if key.startswith(prefix) or prefix in key:
-                if len(prefix) > len(best):
-                    best = prefix
+        for name in self.hints:
+            part, _, its_form = name.partition("#")
+            if its_form == form and part in key and len(name) > len(best):
+                best = name
         return self.hints.get(best, "")
 
 

@@ -140,7 +140,7 @@ def causes(expected, actual, own_dtype, world_size, factors=()) -> tuple[str, st
         rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-6))
         if abs(ratio) > 1e-6 and torch.allclose(actual, ratio * expected, rtol=rtol, atol=atol):
             why, hint = _ratio_cause(ratio, world_size, factors)
-            return (f"every entry is {ratio:.4g} x the expected value" + (f" ({why})" if why else ""),
+            return (f"{SCALED} {ratio:.4g} x the expected value" + (f" ({why})" if why else ""),
                     hint, bool(hint))
         flat_e, flat_a = expected.flatten().sort().values, actual.flatten().sort().values
         if expected.numel() > 1 and torch.allclose(flat_a, flat_e, rtol=rtol, atol=atol):
@@ -150,9 +150,19 @@ def causes(expected, actual, own_dtype, world_size, factors=()) -> tuple[str, st
     return None
 
 
+SCALED = "every entry is"
+
+
 def _hint(check, key, details) -> str:
+    """The cause's hint where it decides; else the check's own, its `<key>#scaled` form for a
+    tensor that is a multiple of the expected one (the check's hint for the tensor may explain
+    layouts that do not matter then)."""
     if details.get("cause_overrides"):
         return details["cause_hint"]
+    if details.get("cause", "").startswith(SCALED):
+        scaled = check.hint(key, form="scaled")
+        if scaled:
+            return scaled
     return check.hint(key) or details.get("cause_hint", "")
 
 

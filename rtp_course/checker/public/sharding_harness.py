@@ -333,6 +333,10 @@ ZERO_HINTS = {
     "gradient shard": "after step() each shard's .grad is ITS piece of the DDP gradient: "
                       "reduce-scatter the padded gradient (sum over ranks: rank r receives "
                       "piece r), then divide by the world size. " + LAYOUT + PAD,
+    "gradient shard#scaled": "after step() each shard's .grad is ITS piece of the DDP "
+                             "gradient, the MEAN over the group's ranks: reduce-scatter the "
+                             "padded gradient (a SUM over the ranks), then divide by the "
+                             "group's size, once",
     "/shard": LAYOUT + "self.optimizer's parameters, concatenated in order, are that shard of "
                        "every parameter, and step() updates them. " + PAD,
     "step": "the shards were right but the parameters after step() are not: all-gather every "
@@ -398,6 +402,11 @@ FSDP_HINTS = {
                                "reduce-scatter the unit's full gradient (full.grad, N * S "
                                "elements), divide by the world size, add it to the shard's "
                                ".grad. " + LAYOUT,
+    "backward/gradient shard#scaled": "each shard's .grad is its piece of the DDP gradient, "
+                                      "the MEAN over the group's ranks: reduce-scatter the "
+                                      "unit's full gradient (a SUM over the ranks), divide by "
+                                      "the group's size once, and ADD it to the shard's .grad "
+                                      "(several backwards before a step accumulate)",
     "step": "the first step's gradients were right but the shards after the optimizer steps "
             "are not: the optimizer must step the shards (fsdp.parameters()), and forward must "
             "gather the updated shards each time (never keep a gathered unit from an earlier "

@@ -1,7 +1,7 @@
 r"""ShardedOptimizer.step reduce-scatters the gradients (a sum over the ranks) and forgets to
 divide by the world size.
 
-EXPECT: sharding\.ShardedOptimizer .*gradient shard .*x the expected value \(2 = the world size: a sum over the ranks where their mean is wanted\)
+EXPECT: sharding\.ShardedOptimizer .*gradient shard .*x the expected value \(2 = the world size: a sum over the ranks where their mean is wanted\).*hint: after step\(\) each shard.s \.grad is ITS piece of the DDP gradient, the MEAN
 CLASS: values
 RULE: Results
 WORLD_SIZES: 2
