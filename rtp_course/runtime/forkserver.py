@@ -96,12 +96,19 @@ RANK_ENVIRONMENT = frozenset({
     "CUDA_PATH", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING", "CUDA_CACHE_PATH",
     "CUDA_CACHE_DISABLE", "CUDA_DEVICE_MAX_CONNECTIONS", "NVIDIA_VISIBLE_DEVICES",
     "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_TF32_OVERRIDE", "GLOO_SOCKET_IFNAME",
-    "GLOO_DEVICE_TRANSPORT", "NCCL_IB_PKEY", reaper.MARK_ENV, reaper.OWNER_ENV})
+    "GLOO_DEVICE_TRANSPORT", "NCCL_IB_PKEY", reaper.MARK_ENV, reaper.OWNER_ENV,
+    # the Slurm job's shape, which the launch and torch read; never who submitted it, from
+    # where, under which account (SLURM_JOB_USER, SLURM_SUBMIT_HOST, SLURM_JOB_ACCOUNT ...)
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_NTASKS", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_GPUS_PER_TASK",
+    "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_STEP_NODELIST"})
 # Families read by name at run time, too many to list and changing with each release:
 # OpenMP's and MKL's threading (OMP_*, KMP_*, MKL_*), NCCL's ~100 settings (NCCL_*), torch's
-# (TORCH_*, PYTORCH_*), and the Slurm job a rank runs in (SLURM_*). A member whose name says
-# it holds a secret is refused all the same (NCCL_IB_PKEY, a partition key, is listed above).
-RANK_FAMILIES = ("OMP_", "KMP_", "MKL_", "NCCL_", "TORCH_", "PYTORCH_", "SLURM_")
+# (TORCH_*, PYTORCH_*). A member whose name says it holds a secret is refused all the same
+# (NCCL_IB_PKEY, a partition key, is listed above).
+RANK_FAMILIES = ("OMP_", "KMP_", "MKL_", "NCCL_", "TORCH_", "PYTORCH_")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "CRED", "AUTH", "COOKIE",
                 "PRIVATE", "CERT", "SIGN")
 
