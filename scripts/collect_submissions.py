@@ -104,10 +104,16 @@ def copy_regular(src: Path, dest: Path, limit: int) -> None:
         if not stat.S_ISREG(os.fstat(fin.fileno()).st_mode):
             raise OSError(f"{src} is not a regular file")
         data = fin.read(limit + 1)
+        st = os.fstat(fin.fileno())
     if len(data) > limit:
         raise TooLarge(_too_large(limit))
     dest.write_bytes(data)
-    shutil.copystat(src, dest, follow_symlinks=False)
+    # the times, never the mode: a module handed in with mode 000 is readable for the grader
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _why(e: OSError) -> str:
+    return str(e) if isinstance(e, TooLarge) else f"unreadable ({e.strerror or e})"
 
 
 def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | None = None) -> list[str]:
@@ -133,8 +139,8 @@ def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | N
         if found:
             try:
                 copy_regular(found, dest / nb.name, NOTEBOOK_BYTES)
-            except TooLarge as e:
-                refused(found, str(e))
+            except OSError as e:          # too large, or unreadable (mode 000 under a plain user)
+                refused(found, _why(e))
         elif any(w != "missing" for w in why.values()):
             refused(next(c for c in candidates if why[c] != "missing"),
                     next(w for w in why.values() if w != "missing"))
@@ -146,8 +152,8 @@ def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | N
         if why is None:
             try:
                 copy_regular(src, dest / "rtp_course" / src.name, MODULE_BYTES)
-            except TooLarge as e:
-                refused(src, str(e))
+            except OSError as e:
+                refused(src, _why(e))
                 continue
             if SUSPICIOUS.search((dest / "rtp_course" / src.name).read_text(errors="replace")):
                 print(f"WARNING: {src} mentions the solutions or hidden checks: read it before "

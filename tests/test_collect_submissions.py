@@ -72,6 +72,31 @@ def test_a_file_too_large_to_read_whole_is_refused_and_named(tmp_path, capsys):
     assert any("comm.py (refused: larger than 1 MB)" in m for m in missing), missing
 
 
+def test_an_unreadable_module_is_refused_and_the_class_goes_on(tmp_path, capsys, monkeypatch):
+    """A module handed in with mode 000 (archives keep modes): a plain-user grader cannot read
+    it; the collection named it and went on with the next students. Under root it is read, and
+    its copy is readable (the mode is never copied)."""
+    course, subs = _course(tmp_path), tmp_path / "subs"
+    for name in ("aaron", "bella"):
+        (subs / name / "rtp_course").mkdir(parents=True)
+        (subs / name / "rtp_course" / "comm.py").write_text(f"# {name}'s\n")
+    (subs / "aaron" / "rtp_course" / "comm.py").chmod(0)
+    real = collect_submissions.copy_regular
+
+    def as_a_plain_user(src, dest, limit):
+        if os.stat(src).st_mode & 0o777 == 0:
+            raise PermissionError(13, "Permission denied", str(src))
+        return real(src, dest, limit)
+    monkeypatch.setattr(collect_submissions, "copy_regular", as_a_plain_user)
+    assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
+    said = capsys.readouterr().err
+    assert "aaron/rtp_course/comm.py: unreadable (Permission denied)" in said, said
+    assert (course / "submitted" / "bella" / "a1" / "rtp_course" / "comm.py").read_text() == "# bella's\n"
+    monkeypatch.setattr(collect_submissions, "copy_regular", real)
+    collect_submissions.collect(subs / "aaron", course, "a1")
+    assert os.stat(course / "submitted" / "aaron" / "a1" / "rtp_course" / "comm.py").st_mode & 0o444
+
+
 def _git(folder, *args, date=None):
     import subprocess
     env = dict(os.environ, GIT_AUTHOR_NAME="s", GIT_AUTHOR_EMAIL="s@x", GIT_COMMITTER_NAME="s",
