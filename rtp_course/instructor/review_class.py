@@ -131,14 +131,19 @@ def _tampered(course: Path, assignment: str, student: str) -> list[tuple]:
     return rows
 
 
+OF_ONE_STUDENT = ("flag", "tampered")     # rows a run writes again only for the students it graded
+
+
 def write_csv(course: Path, assignment: str, rows: list, students) -> Path:
-    """Replace the assignment's rows in review.csv (flags: only the students graded now)."""
+    """Replace the assignment's rows in review.csv (a student's flags and tampering: only the
+    students graded now; a regrade of one student keeps the others')."""
     path = course / NAME
     kept = []
     if path.exists():
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
-                mine = row["assignment"] == assignment and (row["kind"] != "flag" or row["student"] in students)
+                mine = row["assignment"] == assignment and (row["kind"] not in OF_ONE_STUDENT
+                                                            or row["student"] in students)
                 if not mine:
                     kept.append(tuple(row.get(h, "") for h in HEADER))
     order = {"flag": 0, "near-copy": 1, "similarity": 2}

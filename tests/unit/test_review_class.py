@@ -123,3 +123,19 @@ def test_a_fifo_or_a_link_in_a_submission_is_not_read(tmp_path):
     assert "comm" not in files["piper"] and "comm" not in files["linker"], files
     assert review_class._read(piped) is None and review_class._read(linked) is None
 
+
+
+def test_regrading_one_student_keeps_anothers_tampering_row(tmp_path):
+    """A red team's: after the class's run, `grade --student bob` (an appeal) wrote the
+    assignment's rows again and mallory's `tampered` row was gone."""
+    a = "03_tp_communication"
+    mallory = ("mallory", a, "comm", "tampered", "comm.txt", "", "HARNESS CHANGED: dist.all_gather")
+    flag = ("mallory", a, "comm", "flag", "comm.py:3", "", "monkey-patch [x]")
+    review_class.write_csv(tmp_path, a, [mallory, flag], ["mallory", "bob"])
+    review_class.write_csv(tmp_path, a, [], ["bob"])
+    with open(tmp_path / review_class.NAME, newline="") as fh:
+        kinds = {(r["student"], r["kind"]) for r in csv.DictReader(fh)}
+    assert kinds == {("mallory", "tampered"), ("mallory", "flag")}
+    review_class.write_csv(tmp_path, a, [], ["mallory"])      # graded again: her rows are new
+    with open(tmp_path / review_class.NAME, newline="") as fh:
+        assert not list(csv.DictReader(fh))
