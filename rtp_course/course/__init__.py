@@ -4,7 +4,8 @@ Every other place (CLI, checker, notebooks' hints, nbgrader configuration and
 source builder, submission collector, release, tests) derives from `COURSE`.
 Adding an exercise is one row here plus its files: the stub
 `rtp_course/<module>.py`, its reference `solutions/<module>.py`, its public
-checks `rtp_course/checker/public/<module>.py` and its notebook.
+checks `rtp_course/checker/public/<module>.py` and its notebook
+(`scripts/new_exercise.py` writes the row and their skeletons).
 
 A task is one numbered step of an exercise, "E2.1". The same id marks the TODO
 in the stub, the notebook section that teaches it, and every check of it, so a

@@ -1,0 +1,80 @@
+"""scripts/new_exercise.py, in a copy of the repository: a toy exercise E0 with one task gets its
+course row, stub, reference, checks, hidden checks, notebook pair and the wrong entries of the
+rules every exercise holds, and the course's consistency tests pass on what it wrote; the
+author's part is marked TODO(author), and a second run writes nothing."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOY = ["toy", "--id", "E0", "--title", "a toy exercise", "--notebook", "11_toy", "--points", "5",
+       "--task", "E0.1=total", "--no-train"]
+WRITTEN = ["rtp_course/toy.py", "solutions/toy.py", "rtp_course/checker/public/toy.py",
+           "tests/hidden/toy.py", "scripts/notebook_src/11_toy.py", "notebooks/11_toy.ipynb",
+           *(f"tests/wrong/toy/{stem}.py" for stem in ("results_wrong", "communication_extra",
+                                                       "buffer_without_device", "buffer_in_float32"))]
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("repo")
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for rel in listed:
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
+
+
+def _run(copy, *args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(copy))
+    return subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def scaffolded(copy):
+    r = _run(copy, "scripts/new_exercise.py", *TOY)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return copy, r.stdout
+
+
+def test_it_writes_the_skeleton_and_says_what_is_left(scaffolded):
+    copy, said = scaffolded
+    assert [p for p in WRITTEN if not (copy / p).is_file()] == []
+    assert "Exercise('E0', 'toy', 'a toy exercise', '11_toy', 5" in \
+        (copy / "rtp_course" / "course" / "__init__.py").read_text()
+    assert "| 11_toy | `grade(\"toy\")`: E0 | 5 |" in (copy / "docs" / "INSTRUCTORS.md").read_text()
+    assert "TODO(author)" in (copy / "solutions" / "toy.py").read_text()
+    assert "grep -rn 'TODO(author)'" in said and "pytest tests/test_rules_stated.py -k toy" in said
+
+
+def test_the_stub_fails_its_check_with_the_authors_todo(scaffolded):
+    copy, _ = scaffolded
+    r = _run(copy, "-m", "rtp_course.cli", "check", "toy", "--world-size", "2")
+    assert r.returncode != 0 and "[E0.1] toy.total" in r.stdout and "TODO(author)" in r.stdout, \
+        r.stdout + r.stderr
+
+
+def test_the_course_is_consistent_with_the_new_row(scaffolded):
+    copy, _ = scaffolded
+    r = _run(copy, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+             "tests/unit/test_docs_quote_the_code.py", "tests/test_course_table.py",
+             "tests/test_notebooks.py::test_tasks_are_marked_in_stub_and_notebook",
+             "tests/test_notebooks.py::test_check_cells_offer_slurm",
+             "tests/test_rules_stated.py::test_each_stub_names_its_course_wide_rules_and_states_its_own",
+             timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_a_second_run_writes_nothing(scaffolded):
+    copy, _ = scaffolded
+    table = (copy / "rtp_course" / "course" / "__init__.py").read_text()
+    r = _run(copy, "scripts/new_exercise.py", *TOY)
+    assert r.returncode != 0 and "exist already, nothing written" in r.stderr, r.stderr
+    assert (copy / "rtp_course" / "course" / "__init__.py").read_text() == table
