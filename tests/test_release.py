@@ -205,6 +205,15 @@ def test_release_refuses_to_ship_a_solution(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_release_refuses_to_build_without_a_shipped_file(tmp_path):
+    """Without LICENSE the edition went out without one, silently (pyproject names Apache-2.0)."""
+    root = instructor_copy(tmp_path / "repo")
+    (root / "LICENSE").unlink()
+    with pytest.raises(ReleaseError, match=r"has no LICENSE: the student edition ships them"):
+        build(tmp_path / "out", root=root, log=lambda *a: None)
+    assert not (tmp_path / "out").exists()
+
+
 def test_release_will_not_overwrite(edition):
     r = subprocess.run([sys.executable, "-m", "rtp_course.cli", "release", str(edition)],
                        capture_output=True, text=True)

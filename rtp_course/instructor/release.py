@@ -85,6 +85,9 @@ def build(out, root=None, force: bool = False, log=print) -> Path:
     """Write the student edition of `root` (default: this repository) into `out`."""
     root = Path(root).resolve() if root else instructor_root()
     out = Path(out).resolve()
+    missing = [name for name in SHIP if not (root / name).exists()]
+    if missing:     # the edition would ship without them (a license, the CI, the tests' config)
+        raise ReleaseError(f"{root} has no {', '.join(missing)}: the student edition ships them")
     if out == root or out in root.parents or any(out.is_relative_to(root / s) for s in SHIP):
         raise ReleaseError(f"{out}: choose a directory outside the shipped parts of {root}")
     if out.exists() and any(out.iterdir()):
