@@ -172,7 +172,7 @@ def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,
             results.append(Result(c.exercise, c.name, ws, first.status, phase=first.phase,
                                   message=f"not run: it did not finish at world size "
                                           f"{first.world_size} ({first.message.split(';')[0]})",
-                                  hint=first.hint))
+                                  hint=first.hint, details={"not_run_after": first.world_size}))
         todo = [c for c in todo if c.id not in hung]
         for c in [c for c in todo if budgets.spent(c)]:
             results.append(over_budget(c, ws, budgets))

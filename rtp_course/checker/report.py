@@ -35,12 +35,14 @@ _TELLS = {"failed": 2, "error": 2, "deadlock": 1}
 
 def lead(bad: list, get=getattr):
     """The failure a check's report leads with, of its failures at several world sizes: the
-    most telling status, then one with more than one rank (with one rank a distributed bug
-    degenerates: nothing to rotate, nobody to sum with), then the largest world size. `get`
-    reads a field (getattr for Results; dict.get for the JSON report's checks)."""
+    most telling status, then one that ran (not a size skipped because a smaller one hung:
+    that one says where it hung), then one with more than one rank (with one rank a
+    distributed bug degenerates: nothing to rotate, nobody to sum with), then the largest world
+    size. `get` reads a field (getattr for Results; dict.get for the JSON report's checks)."""
     def tells(r):
         ws = get(r, "world_size") or 0
-        return (get(r, "status") == "notimpl", _TELLS.get(get(r, "status"), 0), ws > 1, ws)
+        ran = get(r, "not_run_after") is None
+        return (get(r, "status") == "notimpl", _TELLS.get(get(r, "status"), 0), ran, ws > 1, ws)
     return max(bad, key=tells)
 
 
@@ -203,7 +205,8 @@ def to_json(results: list[Result], review=()) -> dict:
                              "status": r.status, "phase": r.phase, "rank": r.rank, "key": r.key,
                              "message": r.message, "hint": r.hint,
                              "where": r.details.get("where", ""),
-                             "vs_reference": r.details.get("vs_reference", "")})
+                             "vs_reference": r.details.get("vs_reference", ""),
+                             "not_run_after": r.not_run_after})
     passed = all(r.passed for r in results) and bool(results)
     s = summary(results)
     exercises = _visible_strings(exercises)

@@ -39,6 +39,11 @@ class Result:
         return self.status == "passed"
 
     @property
+    def not_run_after(self) -> int | None:
+        """The smaller world size this check hung at, where this size was skipped for it."""
+        return self.details.get("not_run_after")
+
+    @property
     def never_returned(self) -> bool:
         """It hung, or spun past its own CPU budget: the function it called did not return."""
         return self.status == "deadlock" or self.details.get("stopped") in ("own", "slow")

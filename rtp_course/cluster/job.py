@@ -78,6 +78,7 @@ def format_report(rep):
             first = max(bad, key=lambda c: (c.get("status") == "notimpl",
                                             {"failed": 2, "error": 2, "deadlock": 1}.get(
                                                 c.get("status"), 0),
+                                            c.get("not_run_after") is None,
                                             (c.get("world_size") or 0) > 1,
                                             c.get("world_size") or 0))
             where = ", ".join(f"{k} {first[k]}" for k in ("phase", "rank") if first.get(k) not in (None, ""))

@@ -52,6 +52,22 @@ def test_the_report_leads_with_the_most_telling_world_size():
     assert "nothing to rotate" not in page, page
 
 
+def test_a_hang_leads_with_the_size_it_hung_at_not_the_sizes_skipped_after():
+    """The walkthrough's: a deadlock at 2 ranks led with world size 4's "not run: it did not
+    finish at world size 2", where world size 2's own report says which rank waits for which."""
+    hung = Result("context_parallel", "ring_attention", 2, "deadlock",
+                  "deadlock: no rank moved for 6 s; rank 1 waited in wait() on irecv")
+    skipped = [Result("context_parallel", "ring_attention", ws, "deadlock",
+                      "not run: it did not finish at world size 2 (deadlock)",
+                      details={"not_run_after": 2}) for ws in (3, 4)]
+    assert report.lead([hung, *skipped]) is hung
+    as_json = report.to_json([*skipped, hung])
+    assert report.lead(as_json["exercises"]["context_parallel"]["checks"], get=dict.get) \
+        ["world_size"] == 2
+    from rtp_course.cluster.job import format_report       # a Slurm job's summary: the same lead
+    assert "world size 2):" in format_report(as_json), format_report(as_json)
+
+
 def test_a_todo_names_the_stub_that_raised_where_it_is_another_tasks():
     """Issue 47: the check of parallelize_2d (E6.2, written) ran E3's parallelize_transformer,
     still a stub, and the report said "parallelize_2d: not implemented yet (task E6.2)"."""
