@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rtp_course.course import EXERCISES
-from rtp_course.instructor.review.scan import Flag, scan_impl, scan_source
+from rtp_course.instructor.review.scan import Flag, scan_source
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
@@ -296,14 +296,6 @@ def test_a_one_megabyte_file_is_scanned():
     padded += "import ctypes\n"
     flags = scan_source(padded, "flyweight.py")
     assert [(f.line, f.code) for f in flags] == [(padded.count("\n"), "native-code")]
-
-
-def test_scan_impl_reads_the_exercise_files(tmp_path):
-    (tmp_path / "comm.py").write_text("import torch\n")
-    (tmp_path / "rotation.py").write_text("import torch\nimport gc\nx = gc.get_objects()\n")
-    flags = scan_impl(tmp_path, ["comm", "rotation", "groups"])
-    assert [(f.file, f.line, f.code) for f in flags] == [("rotation.py", 3, "introspection")]
-    assert scan_impl(ROOT / "solutions", EXERCISES) == []
 
 
 def test_the_scan_knows_the_checks_parent_side():

@@ -9,7 +9,7 @@ Where gloo and NCCL behave differently, a checker rank on CPU behaves as NCCL do
 
 DESIGN.md ("One grade: NCCL's rules on CPU") has the table: for each difference, what NCCL
 does (and where in torch's ProcessGroupNCCL), what gloo does, what the checker does, and
-the test that holds it (tests/unit/test_nccl_semantics.py, whose cases also run on NCCL in
+the test that holds it (tests/test_nccl_semantics.py, whose cases also run on NCCL in
 scripts/gpu_proof.sh).
 """
 from rtp_course.runtime.nccl.calls import RULE, Coalesced, NCCLRuleError, before, warm_up_ring

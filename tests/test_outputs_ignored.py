@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 OUTPUTS = ["grades.csv", "grading/gradebook.db", "slurm-jobs/rtp-check-7.out", "rtp-check-7.out",
            "rtp-check-7.json", "rtp-bench-7.out", "rtp-bench-7/bench.csv", "rtp-doctor-7.out",
            "rtp-train-7.out", "rtp-grade-7_0.out", "rtp-autograde-7_0.out", ".nbgrader.log"]

@@ -8,6 +8,9 @@ Before: a never-called function holding a ~2 KB bz2 constant decoded with codecs
 wrote anyone's review.csv."""
 import bz2
 import functools
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from rtp_course.instructor.review.fold import Folder, MAX_LEN
 from rtp_course.instructor.review.scan import scan_impl, scan_source
 from rtp_course.instructor.review.worker import LIMITS, Limits, fingerprint_files, scan_dirs, scan_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "import gc\n\n\ndef f():\n    return gc.get_objects()\n"     # introspection at line 5
 
 
@@ -157,3 +160,26 @@ def test_the_similarity_fingerprints_are_made_in_the_bounded_worker_too(tmp_path
     assert made[0] == fingerprints(honest) and len(made[0]) > 20, made
     assert made[2] == fingerprints((dirs["a"] / "rotation.py").read_text()), made
     assert fingerprint_files(files[:1], Limits(memory=1 << 20)) == [None]
+
+
+# ---- moved from tests/unit: they start the worker, or Python itself ---------------------------
+
+def test_scan_impl_reads_the_exercise_files(tmp_path):
+    (tmp_path / "comm.py").write_text("import torch\n")
+    (tmp_path / "rotation.py").write_text("import torch\nimport gc\nx = gc.get_objects()\n")
+    flags = scan_impl(tmp_path, ["comm", "rotation", "groups"])
+    assert [(f.file, f.line, f.code) for f in flags] == [("rotation.py", 3, "introspection")]
+    assert scan_impl(ROOT / "solutions", EXERCISES) == []
+
+
+def test_fingerprints_are_the_same_in_every_process():
+    """str's hash() is salted per process: the fingerprints must not use it."""
+    from rtp_course.instructor.review.similarity import fingerprints
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from rtp_course.instructor.review.similarity import fingerprints\n"
+            "print(sorted(fingerprints(open(%r).read()))[:20])"
+            % (str(ROOT), str(ROOT / "solutions" / "comm.py")))
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env=dict(os.environ, PYTHONHASHSEED=seed)).stdout for seed in ("1", "2")}
+    assert len(runs) == 1 and runs.pop().strip() == str(sorted(fingerprints(
+        (ROOT / "solutions" / "comm.py").read_text()))[:20])

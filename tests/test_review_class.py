@@ -13,6 +13,7 @@ from rtp_course.instructor.grade_outcome import CellGrade
 from grading_course import ROOT, make_course
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+sys.path.insert(0, str(ROOT / "tests" / "unit"))     # the disguises live with the similarity's tests
 import wrongs  # noqa: E402
 from test_review_similarity import disguise  # noqa: E402
 

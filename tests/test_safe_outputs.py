@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from rtp_course.instructor.safe_outputs import SafeOutputs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 MARK = "window.RTP_PWNED"
 SCRIPT = f"<script>{MARK} = 1</script>"
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
