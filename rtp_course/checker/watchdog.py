@@ -33,6 +33,7 @@ STARVED = 0.5            # a rank whose main thread waited this long per second 
 DISK_FILES = 10000       # a rank's files in the run's directory
 NEVER_SEEN = procstat.Usage(0.0, {}, 0.0)
 HUNG_IN_ALL = 8          # x the stall: a check's ranks blocked this long in all is a hang
+STACKS_WAIT = 0.3        # s for signalled ranks to write their stacks before they are read
 
 
 class Stuck(Exception):
@@ -115,16 +116,18 @@ class Watchdog:
     every rank has left check i-1; `on_change(statuses)` whenever a status changed;
     `parent_busy()` says the parent is computing something a rank waits for (its inputs):
     blocked ranks are not hung then; `began()` says some rank began to run the code under
-    test (from then on a group that does not start is that code's doing, not the machine's)."""
+    test (from then on a group that does not start is that code's doing, not the machine's).
+    `clock`: time.monotonic (a test's fake clock drives the watch without waiting)."""
 
     def __init__(self, rundir: Path, world_size: int, todo: list, budgets: B.Budgets,
                  tick=None, on_change=None, disk_mb: int = 512, parent_busy=None,
-                 began=None):
+                 began=None, clock=None):
         self.rundir, self.world_size, self.budgets = rundir, world_size, budgets
         self.order, self.by_id = [c.id for c in todo], {c.id: c for c in todo}
         self.imports = len({c.exercise for c in todo})
         self.tick, self.on_change, self.parent_busy = tick, on_change, parent_busy
         self.began = began or (lambda: False)     # the parent's record: code under test ran
+        self.clock = clock or time.monotonic
         self.disk_mb, self.disk_looked = disk_mb, 0.0
         self.reached = {r: -1 for r in range(world_size)}    # per rank: checks it has left
         self.usage = _Usage(world_size)
@@ -132,13 +135,13 @@ class Watchdog:
         self.sampled = 0.0
         # The group's place: -2 starting, -1 importing, then the check some rank is still in
         self.step = -2
-        self._enter_step(time.monotonic())
+        self._enter_step(self.clock())
 
     def _enter_step(self, now: float) -> None:
         self.since, self.cpu, self.blocked, self.hung, self.starved = now, 0.0, 0.0, 0.0, 0.0
 
     def __call__(self, processes) -> None:
-        now = time.monotonic()
+        now = self.clock()
         statuses = {r: read_json_bounded(self.rundir / f"status.{r}.json")
                     for r in range(self.world_size)}
         text = repr(sorted(statuses.items(), key=lambda kv: kv[0]))
@@ -190,7 +193,7 @@ class Watchdog:
         self.cpu = self.hung = 0.0
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.since
+        return self.clock() - self.since
 
     # --- what the ranks use ---------------------------------------------------------------
 
@@ -262,7 +265,7 @@ class Watchdog:
                     os.kill(p.pid, signal.SIGUSR1)
                 except OSError:
                     pass
-        time.sleep(0.3)
+        time.sleep(STACKS_WAIT)
         stacks = {}
         for q in range(self.world_size):
             path = self.rundir / f"stack.{q}.txt"

@@ -176,7 +176,7 @@ def watch_one_check(tmp_path, monkeypatch, proc, ticks, each):
     """Drive a Watchdog over two ranks in check 0 for `ticks` samples, `each(i)` run before
     each (it may rewrite statuses and add CPU); the Stuck it raised, or None."""
     clock = Clock()
-    monkeypatch.setattr(watchdog, "time", SimpleNamespace(monotonic=clock, sleep=lambda s: None))
+    monkeypatch.setattr(watchdog, "STACKS_WAIT", 0.0)
     check = SimpleNamespace(id="rotation.rotate", exercise="rotation", cpu_budget=30.0)
     for pid in (1, 2):
         proc.run(pid, pid)
@@ -186,7 +186,7 @@ def watch_one_check(tmp_path, monkeypatch, proc, ticks, each):
             f'{{"index": 0, "check": "rotation.rotate", "phase": "run", "call": {call}}}')
     for r in (0, 1):
         status(r, 0)
-    dog = watchdog.Watchdog(tmp_path, 2, [check], watchdog.B.Budgets())
+    dog = watchdog.Watchdog(tmp_path, 2, [check], watchdog.B.Budgets(), clock=clock)
     procs = [SimpleNamespace(pid=p, is_alive=lambda: False) for p in (1, 2)]
     try:
         for i in range(ticks):
