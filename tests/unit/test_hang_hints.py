@@ -48,3 +48,47 @@ def test_a_crash_after_a_work_let_go_unwaited_names_that_work(tmp_path):
                              RankFailed(1, "", exit_code=-signal.SIGSEGV), Check(), {})
     assert f"it let go of a work it never waited: {gone}, 2 times" in res.message, res.message
     assert "never overwrite a handle still in flight" in res.hint, res.hint
+
+
+# ---- what the ranks' statuses show of a hang ------------------------------------------------
+
+from rtp_course.checker.diagnosis import BLOCKING_SENDS, COMPUTING  # noqa: E402
+
+
+def blocked(call="wait() on isend", family="isend", peer=1, **more):
+    return {"check": C, "phase": "clockwise", "call": call, "family": family, "peer": peer,
+            **more}
+
+
+def test_ranks_blocked_outside_any_call_are_said_to_be_computing():
+    outside = {"check": C, "phase": "clockwise", "call": None}
+    assert hang_hint(C, {0: outside, 1: outside}) == COMPUTING
+    assert hang_hint(C, {0: outside, 1: None}) == ""       # a rank unknown: nothing is sure
+
+
+def test_every_rank_in_a_blocking_send_with_no_receive_posted_is_a_ring_of_sends():
+    sends = {r: blocked("dist.send", "send", (r + 1) % 3, sent_to={str((r + 1) % 3): 1})
+             for r in range(3)}
+    assert hang_hint(C, sends) == BLOCKING_SENDS
+    sends[2]["recv_from"] = {"1": 1}
+    assert hang_hint(C, sends) != BLOCKING_SENDS
+
+
+def test_ranks_that_finished_while_others_wait_in_a_collective_skipped_it():
+    done = {"check": C, "phase": "done"}
+    hint = hang_hint(C, {0: done, 1: blocked("all_reduce", "all_reduce", None)})
+    assert hint.startswith("rank(s) 0 finished this check while the others wait in all_reduce")
+
+
+def test_a_transfer_whose_peer_never_posted_its_half_names_the_direction():
+    receiving = blocked("wait() on irecv", "irecv", 0, recv_from={"0": 1})
+    elsewhere = blocked("wait() on isend", "isend", 2, sent_to={"2": 1})
+    hint = hang_hint(C, {0: elsewhere, 1: receiving})
+    assert hint.startswith("rank 1 waits to receive from rank 0, but rank 0 never posted a "
+                           "send to rank 1 in this check (its sends went to rank(s) 2)"), hint
+    assert hang_hint(C, {1: receiving, 0: dict(elsewhere, sent_to={"1": 1})}) == ""
+
+
+def test_statuses_of_another_check_say_nothing_of_this_one():
+    other = dict(blocked("dist.send", "send"), check="rotation.rotate_async")
+    assert hang_hint(C, {0: other, 1: other}) == ""
