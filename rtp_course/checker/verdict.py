@@ -398,8 +398,10 @@ def _values(check, base, world_size, outcomes, expected) -> Result | None:
             exp, o = expected[rank][key], outcomes[rank]
             if isinstance(exp, torch.Tensor):
                 if key not in o["records"]:
+                    said = o.get("values", {}).get(key)      # the check's word for why not
                     return Result(**base, status="failed", rank=rank, phase=phase, key=key,
-                                  message=f"{key}: nothing was recorded", hint=check.hint(key))
+                                  message=f"rank {rank}, {key} {said}" if isinstance(said, str)
+                                  else f"{key}: nothing was recorded", hint=check.hint(key))
                 ok, msg, details = compare_tensor(exp, o["records"][key], world_size,
                                                   check.tolerance, check.factors(world_size))
                 if not ok:

@@ -282,8 +282,7 @@ class FSDPCheck(Check):
         ctx.record("structure/this rank's shard of every unit, in order", h.shards_of(shards))
         with ctx.phase("full_state_dict"):
             full = fsdp.full_state_dict()
-        for k in keys:
-            ctx.record(f"full_state_dict/{k}", full.get(k) if isinstance(full, dict) else None)
+        h.record_state(ctx, "full_state_dict", keys, full)
         del full
         step = 0
         for opt_name, count in self.opt_steps:
@@ -303,9 +302,7 @@ class FSDPCheck(Check):
         ctx.record_value("memory/optimizer state bytes", memory.optimizer_state_bytes(opt))
         with ctx.phase("full_state_dict after the steps"):
             full = fsdp.full_state_dict()
-        for k in keys:
-            ctx.record(f"full_state_dict after the steps/{k}",
-                       full.get(k) if isinstance(full, dict) else None)
+        h.record_state(ctx, "full_state_dict after the steps", keys, full)
 
     def train_step(self, ctx, fsdp, opt, opt_name, step, before, buffers) -> bool:
         first = step == 1

@@ -249,6 +249,21 @@ def grads_of(parameters, none_is_zero: bool = False) -> torch.Tensor | None:
     return flat_of(p.grad if p.grad is not None else torch.zeros_like(p) for p in ps)
 
 
+def record_state(ctx, phase: str, keys, state) -> None:
+    """Record `state` (what full_state_dict() returned) under `phase`/<key> for each serial
+    key; a key the dict lacks is said to be missing (the verdict shows the value given in
+    place of its tensor), with the keys it has."""
+    for k in keys:
+        if isinstance(state, dict) and k not in state:
+            has = [repr(x)[:60] for x in list(state)[:4]]
+            more = f", ... {len(state)} keys" if len(state) > len(has) else ""
+            ctx.record_value(f"{phase}/{k}", f"is missing: the dict full_state_dict() returned "
+                                             f"has no such key (it has {', '.join(has)}{more})"
+                             if has else "is missing: full_state_dict() returned an empty dict")
+        else:
+            ctx.record(f"{phase}/{k}", state.get(k) if isinstance(state, dict) else None)
+
+
 def inner_parameters(opt) -> list:
     """The parameters of a ShardedOptimizer's `self.optimizer` (the stub's contract)."""
     inner = getattr(opt, "optimizer", None)
@@ -299,7 +314,7 @@ GATHER_ONCE = ("rule 'Communication': gather each unit once per pass: one all-ga
                "shard (all_gather_into_tensor, or all_gather into a list) in forward, one "
                "in backward; nothing else in forward")
 LAYOUT = ("rule 'Layout': rank r's shard is elements [r * S, (r + 1) * S) of the flat vector "
-          "padded with zeros at its END to N * S, S = ceil(P / N), r the GROUP rank; ")
+          "padded with zeros at its END to N * S, S = ceil(P / N), r the GROUP rank")
 # Where every storage alive in a rank is counted (a scan of the garbage collector's objects,
 # ~0.1 s a rank): a memory bug shows at any world size, and this one has uneven shards.
 MEMORY_SIZES = (2, 3)
@@ -332,12 +347,12 @@ ZERO_HINTS = {
                          "weakref.ref(self))",
     "gradient shard": "after step() each shard's .grad is ITS piece of the DDP gradient: "
                       "reduce-scatter the padded gradient (sum over ranks: rank r receives "
-                      "piece r), then divide by the world size. " + LAYOUT + PAD,
+                      "piece r), then divide by the world size. " + LAYOUT + ". " + PAD,
     "gradient shard#scaled": "after step() each shard's .grad is ITS piece of the DDP "
                              "gradient, the MEAN over the group's ranks: reduce-scatter the "
                              "padded gradient (a SUM over the ranks), then divide by the "
                              "group's size, once",
-    "/shard": LAYOUT + "self.optimizer's parameters, concatenated in order, are that shard of "
+    "/shard": LAYOUT + "; self.optimizer's parameters, concatenated in order, are that shard of "
                        "every parameter, and step() updates them. " + PAD,
     "step": "the shards were right but the parameters after step() are not: all-gather every "
             "updated shard (N * S elements) and copy its first numel elements into the "
@@ -374,7 +389,7 @@ HOOK_ORDER = ("register the post-accumulate-grad hook once, at construction, on 
 FSDP_HINTS = {
     "init/": "every rank starts from group rank 0's weights: broadcast each parameter and "
              "buffer from dist.get_global_rank(group, 0) before cutting the shards",
-    "structure/": LAYOUT + "each unit's flat vector is its parameters, flattened and "
+    "structure/": LAYOUT + "; each unit's flat vector is its parameters, flattened and "
                   "concatenated in unit.named_parameters() order, and fsdp.parameters() yields "
                   "the shards only, one unit after another. The units are the children that "
                   "hold parameters, and an nn.ModuleList or nn.Sequential child counts by ITS "
@@ -401,7 +416,7 @@ FSDP_HINTS = {
     "backward/gradient shard": "each shard's .grad is its piece of the DDP gradient: "
                                "reduce-scatter the unit's full gradient (full.grad, N * S "
                                "elements), divide by the world size, add it to the shard's "
-                               ".grad. " + LAYOUT,
+                               ".grad. " + LAYOUT + ".",
     "backward/gradient shard#scaled": "each shard's .grad is its piece of the DDP gradient, "
                                       "the MEAN over the group's ranks: reduce-scatter the "
                                       "unit's full gradient (a SUM over the ranks), divide by "
