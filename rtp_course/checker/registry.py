@@ -92,7 +92,9 @@ class Check:
                                 # check can tell float32 rounding on the way from its own noise
     hints: dict = {}            # key prefix -> hint shown when that key is wrong; the keys
                                 # "error/<phase>", "error", "deadlock": for an exception, a hang;
-                                # "<part>#scaled": for a tensor that is a multiple of the expected
+                                # "<part>#scaled": for a tensor that is a multiple of the expected;
+                                # "error#<form>", "error/<phase>#<form>": for an exception of that
+                                # kind (verdict.EXCEPTION_FORMS: none, hook, size)
 
     task: str = ""              # "E2.1"; default: the task whose function the name starts with
     owned: tuple = ()           # attribute paths of this check that build a module a rank owns

@@ -1,6 +1,7 @@
 """Judge what the ranks observed against what the serial model says. Runs in the parent only."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -429,9 +430,29 @@ def _lookalike(lookalikes, actual, world_size, tolerance, msg, details):
     return msg, details
 
 
+# What an exception's text names as its kind of cause, first match: a check's hints key
+# 'error/<phase>#<form>' or 'error#<form>' answers that kind alone (a None where a tensor was
+# expected, a hook torch refused, sizes that disagree), before its catch-all 'error/<phase>'.
+EXCEPTION_FORMS = (
+    ("none", re.compile(r"'NoneType'|NoneType object|got None|is None")),
+    ("hook", re.compile(r"register a hook|hook on a tensor")),
+    ("size", re.compile(r"(?i)size|shape|number of elements|numel")),
+)
+
+
+def exception_form(text: str) -> str:
+    """The EXCEPTION_FORMS kind the exception `text` names, "" if none."""
+    return next((form for form, pattern in EXCEPTION_FORMS if pattern.search(text)), "")
+
+
 def _check_error_hint(check, o) -> str:
-    """A check's own hint for an exception: hints["error/<phase>"], else hints["error"]."""
-    return check.hints.get(f"error/{o.get('phase')}") or check.hints.get("error", "")
+    """A check's own hint for an exception: for the kind of cause its text names
+    (exception_form), hints["error/<phase>#<form>"], else hints["error#<form>"]; else
+    hints["error/<phase>"], else hints["error"]."""
+    phase, form = o.get("phase"), exception_form(f"{o.get('type')}: {o.get('message')}")
+    return ((form and (check.hints.get(f"error/{phase}#{form}")
+                       or check.hints.get(f"error#{form}")))
+            or check.hints.get(f"error/{phase}") or check.hints.get("error", ""))
 
 
 def fallout(o) -> bool:

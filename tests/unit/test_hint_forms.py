@@ -31,3 +31,26 @@ def test_a_multiple_of_the_expected_tensor_gets_the_scaled_hint_others_the_check
     assert _hint_for("step1 sgd/gradient shard", expected, 2 * expected).startswith("SCALED")
     misplaced = expected.roll(3)
     assert _hint_for("step1 sgd/gradient shard", expected, misplaced).startswith("LAYOUT")
+
+
+class Raising(Check):
+    hints = {"error/step1": "STEP: the catch-all", "error": "ANY",
+             "error#none": "NONE: a frozen parameter's .grad", "error#size": "SIZE: S = ceil"}
+
+
+def _error_hint(type_, message, phase="step1"):
+    return verdict._check_error_hint(Raising(), {"type": type_, "message": message,
+                                                 "phase": phase})
+
+
+def test_an_exceptions_words_pick_the_hint_of_its_kind_else_the_phases():
+    assert _error_hint("AttributeError", "'NoneType' object has no attribute 'reshape'") \
+        .startswith("NONE")
+    assert _error_hint("RuntimeError", "shape '[41, 5]' is invalid for input of size 204") \
+        .startswith("SIZE")
+    assert _error_hint("RuntimeError", "Check failed: outputShape[0] * worldSize == "
+                                       "inputShape[0] (0 vs. 206)").startswith("SIZE")
+    assert _error_hint("RuntimeError", "cannot register a hook on a tensor that doesn't "
+                                       "require gradient").startswith("STEP")   # no #hook
+    assert _error_hint("ValueError", "something else").startswith("STEP")
+    assert _error_hint("ValueError", "something else", phase="init") == "ANY"

@@ -374,6 +374,26 @@ ZERO_STEP_ERROR = (
     "; else a shard size that is not S = ceil(numel / N): " + PAD)
 ZERO_HINTS.update({f"error/step{i} {o}": ZERO_STEP_ERROR for i in range(1, 5)
                    for o in ZERO_OPTIMIZERS})
+# The exception's own words pick one clause (verdict.exception_form): a None, a hook torch
+# refused, sizes that disagree.
+ZERO_HINTS["error#none"] = (
+    "an exception over a None: the check's model has a FROZEN parameter (requires_grad=False), "
+    "whose .grad stays None after backward: skip it (rule 'Frozen and unused': its shard gets "
+    "no gradient, .grad None, and the inner optimizer skips it), never read p.grad unchecked; "
+    "p.grad is None too inside a hook made with Tensor.register_hook, which fires BEFORE the "
+    "gradient is accumulated: use p.register_post_accumulate_grad_hook")
+ZERO_HINTS["error#hook"] = (
+    "rule 'Frozen and unused': a gradient hook can be registered only on a parameter that "
+    "requires grad, and the check's model has a FROZEN parameter (requires_grad=False): "
+    "register hooks only where p.requires_grad (its .grad stays None; step() skips it)")
+ZERO_HINTS["error#size"] = (
+    "sizes that disagree: rule 'Layout': rank r's shard of each parameter is elements "
+    "[r * S, (r + 1) * S) of p.reshape(-1) padded with zeros at its END to N * S, "
+    "S = ceil(numel / N) on every rank, N the GROUP's size (dist.get_world_size(group)) and r "
+    "the GROUP rank (dist.get_rank(group)): a shard index taken from the global rank cuts past "
+    "the padded end (an empty shard), a size other than S makes the N * S elements that "
+    "reduce_scatter_tensor and all_gather_into_tensor move disagree with the parameter's "
+    "numel. " + PAD)
 ZERO_HINTS["error/init"] = (
     "an exception at construction: broadcast every parameter (a frozen one too) from "
     "dist.get_global_rank(group, 0); a gradient hook can be registered only on a parameter "
