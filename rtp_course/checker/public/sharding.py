@@ -115,8 +115,10 @@ class ShardedOptimizerCheck(Check):
                     run = serial[opt_name]
                     for k in range(self.steps):
                         phase = f"step{k + 1} {opt_name}"
-                        e[f"{phase}/gradient shard"] = h.zero_shard(run["grads"][k], g, world)
-                        e[f"{phase}/shard"] = h.zero_shard(run["params"][k], g, world)
+                        e[f"{phase}/gradient shard"] = h.zero_expected(run["grads"][k], g, world,
+                                                                       self.dtype)
+                        e[f"{phase}/shard"] = h.zero_expected(run["params"][k], g, world,
+                                                              self.dtype)
                         e.update({f"{phase}/{n}": t for n, t in run["params"][k].items()})
                 if world_size in h.MEMORY_SIZES:
                     flat = world * shard_elems * elsize
@@ -361,8 +363,8 @@ class FSDPCheck(Check):
         sizes = [h.pieces(n, world) for n in h.unit_sizes(units, serial["init"])]
         shard_bytes, largest = sum(sizes) * elsize, max(sizes) * world * elsize
         e = {f"init/buffer {n}": serial["state0"][n] for n in serial["buffers"]}
-        e["structure/this rank's shard of every unit, in order"] = h.fsdp_shard(
-            serial["init"], units, g, world)
+        e["structure/this rank's shard of every unit, in order"] = h.fsdp_structure(
+            serial, g, world, self.dtype)
         e.update({f"full_state_dict/{k}": v for k, v in serial["state0"].items()})
         e["forward/output"] = serial["outputs"][rank]
         e["forward/units gathered while the previous unit computed"] = Bound(

@@ -13,6 +13,7 @@ from torch import nn
 
 from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.flyweight_harness import ComputeMarks  # noqa: F401 - checks'
+from rtp_course.checker.registry import Like
 from rtp_course.runtime import commlog
 from rtp_course.training import memory
 
@@ -43,11 +44,13 @@ def flat_of(tensors) -> torch.Tensor:
     return torch.cat([t.detach().reshape(-1) for t in tensors])
 
 
-def unit_names(model: nn.Module, prefix: str = "") -> list:
-    """[(unit name, [its parameters' names in the model])]: the stub's units."""
+def unit_names(model: nn.Module, prefix: str = "", nested: bool = True) -> list:
+    """[(unit name, [its parameters' names in the model])]: the stub's units; with
+    `nested=False`, a known mistake's: every child that holds parameters one unit, an
+    nn.ModuleList or nn.Sequential too."""
     found = []
     for name, child in model.named_children():
-        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+        if nested and isinstance(child, (nn.ModuleList, nn.Sequential)):
             found += unit_names(child, f"{prefix}{name}.")
         elif any(True for _ in child.parameters()):
             found.append((prefix + name, [f"{prefix}{name}.{n}" for n, _ in child.named_parameters()]))
@@ -159,6 +162,24 @@ def zero_shard(tensors: dict, rank: int, world: int) -> torch.Tensor:
     return torch.cat([cut(t.reshape(-1), rank, world) for t in tensors.values()])
 
 
+def zero_expected(tensors: dict, rank: int, world: int, dtype: str) -> Like:
+    """Rank `rank`'s ZeRO-1 shard of {name: tensor} in `dtype`, with what a known mistake
+    gives: shard `rank` of ONE flat vector of all the tensors (FSDP's cut of a unit)."""
+    want = getattr(torch, dtype)
+    return Like(zero_shard(tensors, rank, world).to(want),
+                ((cut(flat_of(tensors.values()), rank, world).to(want), FLAT_ALL, FLAT_ALL_HINT),))
+
+
+FLAT_ALL = "one flat vector of ALL the parameters cut in N (FSDP's cut of a unit)"
+FLAT_ALL_HINT = ("rule 'Layout': ZeRO-1 cuts EACH parameter on its own, not one flat vector of "
+                 "all of them: rank r's shard is shard r of every parameter (p.reshape(-1) padded "
+                 "with zeros to N * S, S = ceil(p.numel() / N) for that parameter), concatenated "
+                 "in the order of the parameters (the stub: \"ZeRO-1 cuts each PARAMETER p ... "
+                 "Rank r's shard is the concatenation, in the order of the parameters, of shard r "
+                 "of each\"); one flat shard per rank is fine if it is laid out so (rank r's "
+                 "pieces of every parameter together)")
+
+
 def fsdp_serial(check, members) -> dict:
     """Serial training of check.build() with DDP semantics: the first step's outputs, input
     gradients and activations per rank, its gradients, and the parameters after each of
@@ -169,7 +190,9 @@ def fsdp_serial(check, members) -> dict:
         out = {"init": {n: p.detach().clone() for n, p in model.named_parameters()},
                "state0": {k: v.detach().clone() for k, v in model.state_dict().items()},
                "buffers": [n for n, _ in model.named_buffers()],
-               "units": unit_names(model), "outputs": {}, "input grads": {}, "activations": {}}
+               "units": unit_names(model), "whole units": unit_names(model, nested=False),
+               "kinds": {n: type(m).__name__ for n, m in model.named_modules()},
+               "outputs": {}, "input grads": {}, "activations": {}}
         world = len(members)
         scale = element_size(check) / 8          # activations as the check's dtype holds them
         for q in members:               # step 1 on each rank's own batch: what it sees
@@ -226,6 +249,26 @@ def fsdp_shard(values: dict, units, rank: int, world: int) -> torch.Tensor:
     """Rank `rank`'s FSDP shard of {name: tensor}: shard `rank` of each unit's flat vector,
     one unit after another."""
     return torch.cat([cut(flat_of(values[n] for n in names), rank, world) for _, names in units])
+
+
+def fsdp_structure(serial: dict, rank: int, world: int, dtype: str):
+    """Rank `rank`'s shard of every unit after construction in `dtype`, with what a known
+    mistake gives where the model has an nn.ModuleList or nn.Sequential child: that child
+    taken as ONE unit (found K units where the rule finds M)."""
+    want = getattr(torch, dtype)
+    right = fsdp_shard(serial["init"], serial["units"], rank, world).to(want)
+    units, whole = serial["units"], serial["whole units"]
+    if [u for u, _ in whole] == [u for u, _ in units]:
+        return right
+    names = lambda found: ", ".join(repr(u) for u, _ in found)   # noqa: E731
+    containers = ", ".join(f"'{u}' (an nn.{serial['kinds'][u]})" for u, _ in whole
+                           if u not in dict(units))
+    cause = f"cutting {len(whole)} units ({names(whole)}: {containers} taken as ONE unit)"
+    hint = (f"found {len(whole)} units, expected {len(units)} ({names(units)}): the units are "
+            f"the children that hold parameters, and an nn.ModuleList or nn.Sequential child "
+            f"counts by ITS children, each a unit (look into such a child recursively): it is "
+            f"never called (its parent loops over it), so hooks on it never fire")
+    return Like(right, ((fsdp_shard(serial["init"], whole, rank, world).to(want), cause, hint),))
 
 
 def unit_sizes(units, values) -> list:

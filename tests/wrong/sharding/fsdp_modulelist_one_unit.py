@@ -2,7 +2,7 @@ r"""FSDP takes every child that holds parameters as a unit, an nn.ModuleList inc
 transformer's `layers` becomes one unit whose hooks never fire (a ModuleList is never called;
 its parent loops over it), so its blocks' parameters are gone when they compute.
 
-EXPECT: sharding\.FullyShardedDataParallel .*hint: .*an nn\.ModuleList or nn\.Sequential child counts by ITS children
+EXPECT: sharding\.FullyShardedDataParallel .*it equals what cutting 3 units .*'layers' \(an nn\.ModuleList\) taken as ONE unit.*hint: found 3 units, expected 5 .*an nn\.ModuleList or nn\.Sequential child counts by ITS children
 CLASS: nested
 WORLD_SIZES: 2
 ONLY: FullyShardedDataParallel
