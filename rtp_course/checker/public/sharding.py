@@ -195,6 +195,7 @@ class ShardedOptimizerSubgroups(ShardedOptimizerCheck):
 
 # ====================================================================== FSDP
 FORWARD_HELD = "forward/bytes held after forward besides shards and activations"
+GATHERED_AGAIN = "backward/bytes of this rank's shards all-gathered again"
 FSDP_HELD = "memory/bytes held besides shards, gradients, optimizer state and buffers"
 
 
@@ -340,6 +341,7 @@ class FSDPCheck(Check):
             h.untraced()
         del loss
         if first:
+            ctx.record_value(GATHERED_AGAIN, h.gathered_bytes(bwd))
             ctx.record_value("backward/units gathered while a unit computed",
                              h.overlapped_gathers(trace))
             if x.is_floating_point():
@@ -378,6 +380,14 @@ class FSDPCheck(Check):
                 what=f"the activations autograd saved ({serial['activations'][rank]} bytes) and "
                      f"at most two gathered units (the largest: {largest} bytes); all "
                      f"{len(units)} units gathered are {sum(sizes) * world * elsize}")
+        # rule 'Memory' at every world size, where no storage is counted too: forward keeps at
+        # most two gathered units, so backward gathers all the others again
+        kept = sum(sorted(sizes)[-2:]) * elsize
+        e[GATHERED_AGAIN] = Bound(
+            low=shard_bytes - kept if world > 1 and len(units) > 2 else float("-inf"),
+            what=f"forward keeps at most two gathered units, so backward all-gathers every other "
+                 f"unit again: this rank's shards of all {len(units)} units ({shard_bytes} bytes) "
+                 f"but the two largest ({kept})")
         e["backward/units gathered while a unit computed"] = Bound(
             low=1 if world > 1 and len(units) > 1 else float("-inf"),
             what="at least one unit's gather posted before a backward computes and waited after")

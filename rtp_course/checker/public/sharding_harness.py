@@ -332,6 +332,11 @@ def overlapped_gathers(trace) -> int:
     return count
 
 
+def gathered_bytes(phase: str) -> int:
+    """Bytes this rank gave to the all-gathers of `phase` (its shards), as commlog logged them."""
+    return sum(e.nbytes for e in commlog.events() if e.phase == phase and e.family == "all_gather")
+
+
 def held(before: dict, *allowed, roots=()) -> int:
     """Bytes of the storages alive now, not before, beyond what `allowed` spans; the tensors
     and storage objects reachable from `roots` (the model, the optimizer) count even where the
@@ -497,6 +502,14 @@ FSDP_HINTS = {
                                "all-gather (async_op=True) in a unit's backward pre-hook, before "
                                "its backward computes; wait() for it when that unit's backward "
                                "starts",
+    "backward/bytes of this rank's shards all-gathered again": (
+        "rule 'Memory': after forward a rank holds at most two gathered units, so backward "
+        "gathers the others AGAIN; a unit backward did not gather stayed gathered from "
+        "forward: free each unit's gathered storage in its forward hook "
+        "(full.untyped_storage().resize_(0): autograd holds views of it, so dropping your "
+        "references frees nothing) and gather it again in its full backward pre-hook, into "
+        "the same storage (a unit never freed is never gathered again, and nothing is "
+        "prefetched either)"),
     "forward/bytes held": "rule 'Memory': after forward the rank holds gathered units: free "
                           "each unit's gathered storage in its forward hook "
                           "(full.untyped_storage().resize_(0): autograd holds views of it, "
