@@ -43,6 +43,9 @@ class ShardedOptimizerCheck(Check):
     hints = h.ZERO_HINTS
     owned = ("build",)
     adam_eps = None               # None: torch.optim.Adam's default
+    optimizers = h.ZERO_OPTIMIZERS    # {name: (class, kwargs)}, a fresh model each
+    memory_sizes = h.MEMORY_SIZES     # world sizes where every storage alive is counted
+    free_frozen_shard = False     # the shard's values at a frozen parameter are not judged
     seed, data_seed, steps = 3, 500, 2
     in_features, out_features = 5, 3
 
@@ -57,18 +60,19 @@ class ShardedOptimizerCheck(Check):
 
     def run(self, ctx):
         group = self.groups(ctx)
-        scan = ctx.world_size in h.MEMORY_SIZES
+        scan = ctx.world_size in self.memory_sizes
         before = memory.live_storages() if scan else None
-        for opt_name, (cls, kwargs) in h.zero_optimizers(self).items():
+        for i, (opt_name, (cls, kwargs)) in enumerate(h.zero_optimizers(self).items()):
             model = owned_module(self, "build", self.seed, ctx.rank).to(device=ctx.device,
                                                                          dtype=ctx.dtype)
-            with ctx.phase("init" if opt_name == "sgd" else f"init {opt_name}"):
+            with ctx.phase(h.init_phase(i, opt_name)):
                 opt = ctx.impl.sharding.ShardedOptimizer(model.parameters(), cls, group=group,
                                                          **kwargs)
-            if opt_name == "sgd":
+            if i == 0:
                 for n, p in model.named_parameters():
                     ctx.record(f"init/{n}", p)
             mine = h.members_of(self, ctx.world_size, ctx.rank)
+            frozen = [not p.requires_grad for p in model.parameters()]
             for step in range(1, self.steps + 1):
                 x, y = (ctx.to(t) for t in h.own_batch(self, step, ctx.rank))
                 weight = h.loss_weight(step, mine, ctx.rank)
@@ -80,9 +84,11 @@ class ShardedOptimizerCheck(Check):
                 shards = h.inner_parameters(opt)
                 ctx.record(f"step{step} {opt_name}/gradient shard",
                            h.grads_of(shards, none_is_zero=True))
-                ctx.record(f"step{step} {opt_name}/shard", h.shards_of(shards))
-                for n, p in model.named_parameters():
-                    ctx.record(f"step{step} {opt_name}/{n}", p)
+                ctx.record(f"step{step} {opt_name}/shard", h.shards_of(shards) if not
+                           self.free_frozen_shard else h.frozen_zeroed(
+                               h.shards_of(shards), model.parameters(), frozen, len(mine)))
+                for (n, p), still in zip(model.named_parameters(), frozen):
+                    ctx.record(f"step{step} {opt_name}/{n}{h.FROZEN * still}", p)
         inner = getattr(opt, "optimizer", None)
         state = getattr(inner, "state", {})
         shards = h.inner_parameters(opt)
@@ -104,6 +110,7 @@ class ShardedOptimizerCheck(Check):
             world = len(members)
             elsize = h.element_size(self)
             shard_elems = sum(h.pieces(t.numel(), world) for t in serial["init"].values())
+            frozen = serial["frozen"]
             for g, rank in enumerate(members):
                 e = {f"init/{n}": t for n, t in serial["init"].items()}
                 e["memory/optimizer state bytes"] = Bound(
@@ -111,16 +118,19 @@ class ShardedOptimizerCheck(Check):
                     what=f"Adam's two moments of this rank's shard, {shard_elems} elements; a "
                          f"full optimizer would hold "
                          f"{2 * sum(t.numel() for t in serial['init'].values()) * elsize}")
-                for opt_name in h.ZERO_OPTIMIZERS:
+                for opt_name in h.zero_optimizers(self):
                     run = serial[opt_name]
                     for k in range(self.steps):
                         phase = f"step{k + 1} {opt_name}"
+                        after = run["params"][k]
                         e[f"{phase}/gradient shard"] = h.zero_expected(run["grads"][k], g, world,
                                                                        self.dtype)
-                        e[f"{phase}/shard"] = h.zero_expected(run["params"][k], g, world,
-                                                              self.dtype)
-                        e.update({f"{phase}/{n}": t for n, t in run["params"][k].items()})
-                if world_size in h.MEMORY_SIZES:
+                        e[f"{phase}/shard"] = h.zero_expected(
+                            {n: t * (n not in frozen) for n, t in after.items()}
+                            if self.free_frozen_shard else after, g, world, self.dtype)
+                        e.update({f"{phase}/{n}{h.FROZEN * (n in frozen)}": t
+                                  for n, t in after.items()})
+                if world_size in self.memory_sizes:
                     flat = world * shard_elems * elsize
                     mine = shard_elems * elsize
                     e[ZERO_HELD] = Bound(high=flat + mine + 1024, what=(
@@ -147,12 +157,12 @@ class ShardedOptimizerCheck(Check):
         shard = sum(h.pieces(t.numel(), world) for t in serial["init"].values()) * \
             h.element_size(self)
         rules = []
-        for init in ("init", "init adam"):
+        for init in (h.init_phase(i, o) for i, o in enumerate(h.zero_optimizers(self))):
             rules += [CommRule(init, "collective", Bound(1, n),
                                "the constructor broadcasts each parameter from group rank 0, "
                                "once (nothing else)", members=group),
                       CommRule(init, "p2p", 0, "the constructor broadcasts, nothing else")]
-        for opt_name in h.ZERO_OPTIMIZERS:
+        for opt_name in h.zero_optimizers(self):
             for step in range(1, self.steps + 1):
                 phase = f"step{step} {opt_name}"
                 rules += [

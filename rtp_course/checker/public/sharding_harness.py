@@ -25,6 +25,8 @@ PAIRS = ([0, 2], [1, 3])                  # two groups of ranks that are not con
 # (exactly): a rank must reduce-scatter a zero gradient all the same (rule 'Communication':
 # every rank makes the same collectives whatever its data), or the others wait for it.
 QUIET_STEP = 2
+# after a frozen parameter's name in the ZeRO-1 check's keys ('step1 sgd/2.bias (frozen: ...)')
+FROZEN = " (frozen: requires_grad=False)"
 
 
 def pieces(numel: int, world: int) -> int:
@@ -129,18 +131,25 @@ def _mean_loss_backward(model, check, step, members):
 
 
 def zero_optimizers(check) -> dict:
-    """{name: (optimizer class, kwargs)} the ZeRO-1 check trains with: Adam's eps the check's
-    (None: Adam's default, not passed)."""
+    """{name: (optimizer class, kwargs)} the ZeRO-1 check trains with (check.optimizers):
+    Adam's eps the check's (None: Adam's default, not passed)."""
     eps = getattr(check, "adam_eps", None)
     return {name: (cls, {**kwargs, **({"eps": eps} if name == "adam" and eps is not None else {})})
-            for name, (cls, kwargs) in ZERO_OPTIMIZERS.items()}
+            for name, (cls, kwargs) in getattr(check, "optimizers", ZERO_OPTIMIZERS).items()}
+
+
+def init_phase(index: int, opt_name: str) -> str:
+    """The phase of the ZeRO-1 check's constructor for its `index`-th optimizer."""
+    return "init" if index == 0 else f"init {opt_name}"
 
 
 def zero_serial(check, members) -> dict:
     """{opt: {"grads": [per step {name: grad}], "params": [per step {name: param}]},
     "init": {name: param}}: a fresh model per optimizer, as the ZeRO-1 check trains."""
     def compute():
-        out = {"init": {n: p.detach().clone() for n, p in _start(check, members).named_parameters()}}
+        start = _start(check, members)
+        out = {"init": {n: p.detach().clone() for n, p in start.named_parameters()},
+               "frozen": {n for n, p in start.named_parameters() if not p.requires_grad}}
         for opt_name, (cls, kwargs) in zero_optimizers(check).items():
             model = _start(check, members)
             opt = cls(model.parameters(), **kwargs)
@@ -160,6 +169,18 @@ def zero_serial(check, members) -> dict:
 def zero_shard(tensors: dict, rank: int, world: int) -> torch.Tensor:
     """Rank `rank`'s ZeRO-1 shard of {name: tensor}: shard `rank` of each, in order."""
     return torch.cat([cut(t.reshape(-1), rank, world) for t in tensors.values()])
+
+
+def frozen_zeroed(flat, params, frozen, world: int):
+    """A ZeRO-1 shard (`flat`, the shard of every parameter in order) with zeros where the
+    frozen parameters' shards lie (the stub lets one flat shard step a frozen part with gradient
+    0, which weight decay moves, if nothing goes back into the parameter); as it is if its size
+    is not the layout's."""
+    sizes = [pieces(p.numel(), world) for p in params]
+    if flat is None or flat.numel() != sum(sizes):
+        return flat
+    keep = torch.cat([torch.full((n,), not f, dtype=torch.bool) for n, f in zip(sizes, frozen)])
+    return flat.masked_fill(~keep.to(flat.device), 0)
 
 
 def zero_expected(tensors: dict, rank: int, world: int, dtype: str) -> Like:
@@ -402,6 +423,13 @@ ZERO_HINTS = {
                              "group's size, once",
     "/shard": LAYOUT + "; self.optimizer's parameters, concatenated in order, are that shard of "
                        "every parameter, and step() updates them. " + PAD,
+    FROZEN.strip(): "rule 'Frozen and unused': a parameter whose .grad is None (frozen) is "
+                    "never stepped and stays as it is: its shard gets no gradient (.grad None, "
+                    "not zeros) and the inner optimizer skips it. An optimizer with weight decay "
+                    "(AdamW, SGD(weight_decay=...)) moves a parameter stepped with a zero "
+                    "gradient: a frozen parameter's gradient taken as zeros, reduce-scattered, "
+                    "stepped and copied back changes it (one flat shard may step a frozen part "
+                    "with gradient 0 only if nothing is copied back into the parameter)",
     "step": "the shards were right but the parameters after step() are not: all-gather every "
             "updated shard (N * S elements) and copy its first numel elements into the "
             "parameter, in place (p.copy_(...)), on every rank",
