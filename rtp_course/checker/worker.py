@@ -25,7 +25,7 @@ from rtp_course.checker import channel, inputs, outcome_file, registry
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
-from rtp_course.runtime import commlog, devices, gpu_placement, nccl
+from rtp_course.runtime import asked, commlog, devices, gpu_placement, nccl
 from rtp_course.runtime.launcher import own_channel, rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
@@ -178,8 +178,11 @@ class Ctx:
         if tensor is None:
             self.records[key] = None
         else:  # a plain tensor even if the code under test returned a host tensor
-            with torch._C.DisableTorchFunctionSubclass():   # a GPU run copies it to the host
-                t = tensor.detach().to("cpu", copy=True)
+            # torch's detach, not the object's: the code may have given it a class whose own
+            # detach() answers with another tensor (runtime/asked); a GPU run copies to the host
+            with torch._C.DisableTorchFunction():
+                t = asked.detach(tensor) if asked.is_tensor(tensor) else tensor.detach()
+                t = t.to("cpu", copy=True)
                 self.records[key] = t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
 
     def record_value(self, key: str, value) -> None:

@@ -17,7 +17,7 @@ from rtp_course.checker.common import randn
 from rtp_course.checker.public.flyweight_harness import ComputeMarks, is_work, some_overlap
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.course import BY_MODULE, requirements, todo
-from rtp_course.runtime import commlog
+from rtp_course.runtime import asked, commlog
 
 # head_dim 5: sqrt(5) = 2.236 and 5 are no world size (1 to 4) and no length (3 and 4 tokens a
 # rank, 3N or 4N in all), so a scale left out is not read as a sum over the ranks (issue 47:
@@ -74,11 +74,11 @@ class BlockMarks(Marks):
                 self.matched += 1
             else:
                 trace.extend(("block", self.buffers[p]) for p in
-                             {t.untyped_storage().data_ptr() for t in flat} if p in self.buffers)
+                             {asked.storage_span(t)[0] for t in flat} if p in self.buffers)
         return Marks.__torch_dispatch__(self, func, types, args, kwargs)
 
     def _track(self, t, index):
-        address = t.untyped_storage().data_ptr()
+        address = asked.storage_span(t)[0]
         if address:
             self.buffers[address] = index
 

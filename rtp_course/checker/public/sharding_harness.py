@@ -14,7 +14,7 @@ from torch import nn
 from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.flyweight_harness import ComputeMarks  # noqa: F401 - checks'
 from rtp_course.checker.registry import Like
-from rtp_course.runtime import commlog
+from rtp_course.runtime import asked, commlog
 from rtp_course.training import memory
 
 ROWS = 3                                  # samples per rank and step
@@ -261,7 +261,8 @@ def _keep_activation(saved: dict):
     def pack(t):
         base = t if t._base is None else t._base
         if not (base.is_leaf and base.requires_grad):
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            ptr, nbytes = asked.storage_span(t)
+            saved[ptr] = nbytes
         return t
     return pack
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed.distributed_c10d as c10d
 
+from rtp_course.runtime import asked
 from rtp_course.runtime.commlog.api import P2P, RECEIVES  # noqa: F401 - part of this module's API
 
 
@@ -58,9 +59,10 @@ _ORIGINAL: dict = {}
 
 
 def _nbytes(position, keyword, args, kwargs) -> int:
-    """Bytes of what this rank contributes: the argument at `position` (or `keyword`)."""
+    """Bytes of what this rank contributes: the argument at `position` (or `keyword`), as
+    torch has them (runtime/asked: a subclass's own element_size() may lie)."""
     def size(t):
-        return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+        return asked.nbytes(t) if asked.is_tensor(t) else 0
     if position is None:
         return 0
     arg = args[position] if len(args) > position else kwargs.get(keyword) if keyword else None
@@ -75,9 +77,9 @@ def _given(position, keyword, args, kwargs) -> str:
     if position is None:
         return ""
     arg = args[position] if len(args) > position else kwargs.get(keyword) if keyword else None
-    if not isinstance(arg, torch.Tensor):
+    if not asked.is_tensor(arg):
         return ""
-    return f"{list(arg.shape)} {str(arg.dtype).removeprefix('torch.')}"
+    return f"{list(asked.shape(arg))} {str(asked.dtype(arg)).removeprefix('torch.')}"
 
 
 def _peer(family, args, kwargs):
@@ -122,13 +124,22 @@ def caller() -> str:
 
 
 def _track_recv(t: torch.Tensor) -> None:
-    n = t.numel() * t.element_size()
+    """Count a receive buffer's bytes as held until its memory is freed: torch's count (a
+    buffer's own element_size() may say 0 by now), for as long as its STORAGE lives, not the
+    buffer object (an alias, t.as_subclass(torch.Tensor) or a view, outlives it; torch keeps a
+    storage's Python object as long as the storage, so a finalizer on it runs when the memory
+    goes). A tensor without storage (a wrapper subclass) is followed as an object."""
+    n = asked.nbytes(t)
     STATE.live_recv += n
     STATE.peak_recv[STATE.phase] = max(STATE.peak_recv.get(STATE.phase, 0), STATE.live_recv)
 
     def freed(n=n):
         STATE.live_recv -= n
-    weakref.finalize(t, freed)
+    try:
+        held = asked.storage(t)
+    except Exception:  # noqa: BLE001 - no storage: the object is all there is to follow
+        held = t
+    weakref.finalize(held, freed)
 
 
 def _pending(e: Event) -> None:

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
+from rtp_course.runtime import asked
 from rtp_course.runtime.commlog import sentry
 from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, PG_OWN, RECEIVES
 from rtp_course.runtime.commlog.state import (STATE, Event, _given, _nbytes, _peer, _pending,
@@ -152,7 +153,7 @@ def _deliver_to_self(pairs) -> None:
         for op, family in ((send, "isend"), (recv, "irecv")):
             t = op.tensor
             group, members = _group_of(_ORIGINAL.get(family, c10d.isend), (t, me, op.group), {})
-            STATE.events.append(Event(family, STATE.phase, t.numel() * t.element_size(), me,
+            STATE.events.append(Event(family, STATE.phase, asked.nbytes(t), me,
                                       caller(), family, group=group, members=members,
                                       batch=STATE.local.batch))
             STATE.program.append(("post", len(STATE.events) - 1))
@@ -223,7 +224,7 @@ def _wrap_own_method(cls, name: str, family: str, position) -> None:
         if family not in P2P:
             nth = STATE.collectives[group] = STATE.collectives.get(group, 0) + 1
         STATE.events.append(Event(f"ProcessGroup.{name}", STATE.phase,
-                                  sum(t.numel() * t.element_size() for t in given), peer,
+                                  sum(asked.nbytes(t) for t in given), peer,
                                   where, family, group=group, members=members, nth=nth))
         index = len(STATE.events) - 1
         STATE.program.append(("post", index))

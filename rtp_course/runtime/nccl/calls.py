@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from rtp_course.runtime import asked
+
 RULE = "rule 'Device'"    # the course-wide rules every stub points to (rtp_course/course/rules.py)
 CONTIGUITY = "rule 'Contiguity'"
 
@@ -62,20 +64,22 @@ def _refuse_non_contiguous(kind, position, keyword, args, kwargs, where) -> None
     arg = args[position] if position is not None and len(args) > position else \
         kwargs.get(keyword) if keyword else None
     for t in arg if isinstance(arg, (list, tuple)) else [arg]:
-        if isinstance(t, torch.Tensor) and t.numel() > 1 and not _dense_as_nccl_wants(t):
+        if asked.is_tensor(t) and asked.numel(t) > 1 and not _dense_as_nccl_wants(t):
+            dtype = str(asked.dtype(t)).replace('torch.', '')
             raise NCCLRuleError(
-                f"{kind} was given a non-contiguous {list(t.shape)} "
-                f"{str(t.dtype).replace('torch.', '')} tensor (at {where}): {CONTIGUITY} (NCCL "
+                f"{kind} was given a non-contiguous {list(asked.shape(t))} "
+                f"{dtype} tensor (at {where}): {CONTIGUITY} (NCCL "
                 f"refuses a non-contiguous tensor, which gloo takes; communicate x.contiguous())")
 
 
 def _dense_as_nccl_wants(t: torch.Tensor) -> bool:
     """ProcessGroupNCCL's test: contiguous in the tensor's suggested memory format, so a
-    channels_last 4-D tensor (a convolution's weight or gradient) is accepted too."""
-    if t.is_contiguous():
+    channels_last 4-D tensor (a convolution's weight or gradient) is accepted too. Asked of
+    torch (runtime/asked), not of the object: a subclass's is_contiguous() may say True."""
+    if asked.is_contiguous(t):
         return True
-    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(t.dim())
-    return fmt is not None and t.is_contiguous(memory_format=fmt)
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(asked.dim(t))
+    return fmt is not None and asked.is_contiguous(t, memory_format=fmt)
 
 
 def _refuse_any_source(kind, args, kwargs, where) -> None:
