@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import json
 import os
+import sys
 import traceback
 from pathlib import Path
 
@@ -308,8 +309,14 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
         with placement:
             watch = _watch(job)
             registry.out_of_sight()     # the hidden checks: out of the module table
+            # a memory rule (training/memory.py): the storages the code's import makes, and
+            # those its modules hold, count as kept wherever a check begins
+            memory = sys.modules.get("rtp_course.training.memory")
+            before_import = memory.before_code_import(impl_pkg.__name__) if memory else None
             channel.enter()             # the parent's fact: the code under test runs now
             _import_exercises(checks, job, status)
+            if memory is not None:
+                memory.after_code_import(before_import)
             for i, cid in enumerate(job["check_ids"]):
                 outcome = _run_check(checks[cid], i, rank, world_size, device, job, status,
                                      meeting, files, watch)

@@ -10,9 +10,12 @@ Two halves:
   ZeRO, FSDP, TP and RTP) and ``human_bytes``.
 """
 from dataclasses import asdict, dataclass
+from itertools import compress, filterfalse
 
 import torch
 from torch import nn
+
+from rtp_course.runtime import asked
 
 
 def tensor_bytes(t) -> int:
@@ -38,7 +41,7 @@ def tensors_of(root):
         if id(obj) in seen or isinstance(obj, skip):
             continue
         seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
+        if issubclass(type(obj), torch.Tensor):    # its real type: no __class__ is asked
             yield obj
         elif isinstance(obj, dict):
             stack.extend(obj.values())
@@ -56,23 +59,33 @@ def storages_of(root) -> dict:
     return storages
 
 
-def live_storages(roots=()) -> dict:
+def live_storages(roots=(), arrays=True) -> dict:
     """{storage address: bytes} of every tensor and every storage object alive in this process,
     wherever it is kept: an attribute, a buffer, a global, a closure, a cache (the garbage
     collector tracks every tensor object and every torch.UntypedStorage / TypedStorage, which
     hold bytes with no tensor: `full.untyped_storage()` kept alone keeps all of `full`). What a
     rank holds, whatever holds it. Also every tensor and storage reachable from `roots`
     (`reachable_storages`): what an object holds even where the collector does not list it
-    (gc.freeze() takes objects out of gc.get_objects())."""
+    (gc.freeze() takes objects out of gc.get_objects()). And every numpy array alive, by the
+    memory it owns (full.numpy().copy() keeps a weight's bytes outside torch): the collector
+    does not track arrays, so they are found among what the objects it tracks refer to
+    (numpy_arrays). Sizes and addresses are torch's and numpy's own (runtime/asked): no
+    object's method is asked."""
     import gc
     storages = {}
     tensor, untyped, typed = torch.Tensor, torch.UntypedStorage, torch.TypedStorage
-    for obj in gc.get_objects():
-        cls = type(obj)     # not isinstance: no object's __class__ is asked
-        if issubclass(cls, tensor):
-            _add_storage(storages, obj)
-        elif issubclass(cls, (untyped, typed)):
-            _add_storage_object(storages, obj)
+    objects = gc.get_objects()
+    # their real types (not isinstance: no object's __class__ is asked), sorted out at C speed
+    kinds = set(map(type, objects))
+    tensors = {c for c in kinds if issubclass(c, tensor)}
+    storage_objects = {c for c in kinds if issubclass(c, (untyped, typed))}
+    for obj in compress(objects, map(tensors.__contains__, map(type, objects))):
+        _add_storage(storages, obj)
+    for obj in compress(objects, map(storage_objects.__contains__, map(type, objects))):
+        _add_storage_object(storages, obj)
+    for array in numpy_arrays(objects) if arrays else ():
+        _add_array(storages, array)
+    del objects
     for ptr, nbytes in reachable_storages(roots).items():
         storages[ptr] = max(storages.get(ptr, 0), nbytes)
     return storages
@@ -90,6 +103,7 @@ def reachable_storages(roots) -> dict:
     skip = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType, str, bytes,
             int, float, bool, type(None))
     tensor, untyped, typed = torch.Tensor, torch.UntypedStorage, torch.TypedStorage
+    ndarray = _ndarray()
     storages, seen, stack = {}, set(), [roots]
     while stack:
         obj = stack.pop()
@@ -101,6 +115,9 @@ def reachable_storages(roots) -> dict:
             _add_storage(storages, obj)
         elif issubclass(cls, (untyped, typed)):
             _add_storage_object(storages, obj)
+            continue
+        elif ndarray is not None and issubclass(cls, ndarray):
+            _add_array(storages, obj)
             continue
         if cls is types.FunctionType:     # its closure and defaults, not its module's globals
             stack.extend(obj.__closure__ or ())
@@ -126,32 +143,117 @@ def kept_bytes(before: dict, allowed, roots=()) -> int:
     gc.collect()                     # a cycle no longer referenced is not kept
     spans: dict = {}
     for t in tensors_of(allowed):
-        try:
-            ptr, size = t.untyped_storage().data_ptr(), t.element_size()
+        try:     # torch's answers (runtime/asked): a subclass's untyped_storage() may lie
+            ptr, size = asked.storage_span(t)[0], asked.element_size(t)
+            if ptr and asked.numel(t):
+                spans.setdefault(ptr, []).extend(_elements(t, size))
         except Exception:  # noqa: BLE001 - a tensor without storage (sparse, meta, a subclass)
             continue
-        if ptr and t.numel():
-            spans.setdefault(ptr, []).extend(_elements(t, size))
+    code = code_storages()       # the code's own, alive before or not
     kept = 0
     for ptr, nbytes in live_storages(roots).items():
-        if ptr not in before:
+        if before.get(ptr) != nbytes or ptr in code:
             kept += max(0, nbytes - _covered(spans.get(ptr, ())))
     return kept
+
+
+class _Code:
+    """The code under test, as the memory rule knows it (checker/worker.py tells it)."""
+    package: str | None = None   # its package's name in sys.modules
+    modules: list = []           # its modules, as imported before any check
+    imported: list = []          # weak references to the storages its import made
+
+
+def before_code_import(package: str) -> dict:
+    """Called before the code under test is imported: the torch storages alive then."""
+    _Code.package = package
+    return live_storages(arrays=False)
+
+
+def after_code_import(before: dict) -> None:
+    """Called once the code under test is imported: the storages its import made and kept
+    (a buffer allocated at import and filled later) count as kept wherever they are, though
+    alive when a check takes its `before`. Followed by weak reference (torch keeps a
+    storage's Python object as long as the storage): one freed since is not confused with
+    another at its address."""
+    import gc
+    import weakref
+    made = []
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor):
+            try:
+                ptr, _ = asked.storage_span(obj)
+                if ptr and ptr not in before:
+                    made.append(weakref.ref(asked.storage(obj)))
+            except Exception:  # noqa: BLE001 - a tensor without storage
+                continue
+    _Code.imported = made
+    _Code.modules = _code_modules()
+
+
+def _code_modules() -> list:
+    import sys
+    if _Code.package is None:
+        return []
+    prefix = _Code.package + "."
+    return [m for name, m in list(sys.modules.items())
+            if name == _Code.package or name.startswith(prefix)]
+
+
+def code_storages() -> dict:
+    """{storage address: bytes} the code under test holds of its own: what its import made
+    and still lives, and what its modules reach now (their globals, the classes they define,
+    the closures and defaults of their functions). Counted as kept by kept_bytes even where
+    alive before a check began: a buffer made at import, or kept in a global by an earlier
+    check, and filled with a full weight later."""
+    import types
+    storages = {}
+    for ref in _Code.imported:
+        s = ref()
+        if s is not None:
+            _add_storage_object(storages, s)
+    roots, seen = [], set()
+    for m in {id(m): m for m in _Code.modules + _code_modules()}.values():
+        namespace = _module_dict(m)
+        roots.append(namespace)
+        for value in list(namespace.values()):
+            if issubclass(type(value), type) and id(value) not in seen \
+                    and type.__dict__["__module__"].__get__(value) == _module_name(m):
+                seen.add(id(value))
+                roots.append(dict(type.__dict__["__dict__"].__get__(value)))
+            elif type(value) is types.FunctionType:
+                roots.append(value)
+    for ptr, nbytes in reachable_storages(roots).items():
+        storages[ptr] = max(storages.get(ptr, 0), nbytes)
+    return storages
+
+
+def _module_dict(m) -> dict:
+    import types
+    try:
+        return types.ModuleType.__dict__["__dict__"].__get__(m)
+    except Exception:  # noqa: BLE001 - not a module
+        return {}
+
+
+def _module_name(m) -> str | None:
+    return _module_dict(m).get("__name__")
 
 
 def _elements(t: torch.Tensor, size: int, most: int = 100_000) -> list:
     """The byte spans of a storage that `t`'s elements occupy: one per contiguous run (a
     column slice w[:, a:b] holds a run per row, not the gaps between them)."""
-    dims = [(n, st) for n, st in zip(t.shape, t.stride()) if n > 1]
+    shape, stride, start = asked.shape(t), asked.stride(t), asked.storage_offset(t)
+    dims = [(n, st) for n, st in zip(shape, stride) if n > 1]
     run = 1
     while dims and dims[-1][1] == run:      # the innermost dimensions laid out in one run
         run *= dims.pop()[0]
-    offsets = [t.storage_offset()]
+    offsets = [start]
     for n, st in dims:
         offsets = [o + i * st for o in offsets for i in range(n)]
         if len(offsets) > most:             # too many runs to list: its extent, first to last
-            last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-            return [(t.storage_offset() * size, (last + 1) * size)]
+            last = start + sum((n - 1) * st for n, st in zip(shape, stride))
+            return [(start * size, (last + 1) * size)]
     return [(o * size, (o + run) * size) for o in offsets]
 
 
@@ -166,11 +268,10 @@ def _covered(spans) -> int:
 
 
 def _add_storage_object(storages: dict, s) -> None:
-    """Add a torch.UntypedStorage, or the untyped storage of a TypedStorage."""
+    """Add a torch.UntypedStorage, or the untyped storage of a TypedStorage (asked of torch's
+    StorageBase: a subclass's nbytes() may lie)."""
     try:
-        if isinstance(s, torch.TypedStorage):
-            s = s._untyped_storage
-        ptr, size = s.data_ptr(), s.nbytes()
+        ptr, size = asked.storage_object_span(s)
     except Exception:  # noqa: BLE001 - a storage without data (meta) or a broken subclass
         return
     if ptr:
@@ -178,10 +279,71 @@ def _add_storage_object(storages: dict, s) -> None:
 
 
 def _add_storage(storages: dict, t: torch.Tensor) -> None:
+    """Add the storage of `t`, as torch has it (runtime/asked: the object's own
+    untyped_storage() may answer with an empty one)."""
     try:
-        storage = t.untyped_storage()
-        ptr, size = storage.data_ptr(), storage.nbytes()
+        ptr, size = asked.storage_span(t)
     except Exception:  # noqa: BLE001 - a tensor without storage (sparse, meta, a subclass)
+        return
+    if ptr:
+        storages[ptr] = max(storages.get(ptr, 0), size)
+
+
+def _ndarray():
+    """numpy's ndarray, if numpy was imported (nothing to count otherwise)."""
+    import sys
+    numpy = sys.modules.get("numpy")
+    return getattr(numpy, "ndarray", None)
+
+
+def numpy_arrays(objects) -> list:
+    """The numpy arrays that `objects` (the collector's) refer to, directly or through
+    containers the collector does not track (a tuple or dict of untracked objects only): an
+    array is never tracked itself, whatever holds it is (a cell, a list, an attribute's dict)."""
+    import gc
+    ndarray = _ndarray()
+    if ndarray is None:
+        return []
+    arrays, classes = {ndarray}, [ndarray]
+    while classes:                            # every subclass of ndarray, the code's own too
+        for c in type.__subclasses__(classes.pop()):
+            if c not in arrays:
+                arrays.add(c)
+                classes.append(c)
+    plain = {tuple, dict}                     # what the collector may leave untracked
+    wanted = arrays | plain
+    found, seen = [], set()
+    refs = gc.get_referents(*objects)
+    while refs:
+        refs = list(compress(refs, map(wanted.__contains__, map(type, refs))))
+        found.extend(compress(refs, map(arrays.__contains__, map(type, refs))))
+        untracked = {id(o): o for o in filterfalse(
+            gc.is_tracked, compress(refs, map(plain.__contains__, map(type, refs))))
+            if id(o) not in seen}
+        seen.update(untracked)
+        refs = gc.get_referents(*untracked.values())
+    return found
+
+
+def _add_array(storages: dict, a) -> None:
+    """Add the memory a numpy array holds: that of the array at the root of its chain of
+    views (numpy's own descriptors: a subclass's nbytes may lie). An array over a torch
+    tensor's memory (t.numpy()) is that tensor's storage, counted as such."""
+    import numpy
+    nd = numpy.ndarray
+    base_of, nbytes_of = nd.base.__get__, nd.nbytes.__get__
+    try:
+        root, base = a, base_of(a)
+        for _ in range(1000):
+            if not issubclass(type(base), nd):
+                break
+            root, base = base, base_of(base)
+        if issubclass(type(base), torch.Tensor):
+            _add_storage(storages, base)
+            return
+        ptr = nd.__array_interface__.__get__(root)["data"][0]
+        size = nbytes_of(root)
+    except Exception:  # noqa: BLE001 - an array numpy cannot describe
         return
     if ptr:
         storages[ptr] = max(storages.get(ptr, 0), size)
