@@ -24,17 +24,18 @@ import torch
 
 from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.context_parallel_harness import (
-    BLOCK_HINTS, CAUSAL, EMPTY_MERGE, EMPTY_ROW, EXERCISE, GATHER, GROUP, HINTS, LARGE,
-    MERGE_HINTS, NO_MAX, ONLY_COMPUTES, WRITTEN, ZIGZAG_HINTS, BlockMarks, Marks, RingCheck,
-    assemble, backward_rules, block_bytes, block_cases, blocks, blocks_overlapped,
-    forward_rules, held_bounds, inputs_as_given, merge_cases, naive_merge, naive_ring, nan_rows,
-    pair, partial, record_held, required_first, rows, scale_factors, serial_attention, upstream,
-    written, zigzag_positions)
+    BLOCK_HINTS, CAUSAL, EMPTY_MERGE, EMPTY_ROW, EXERCISE, FORWARD_KEPT, GATHER, GROUP, HINTS,
+    LARGE, MERGE_HINTS, NO_MAX, ONLY_COMPUTES, WRITTEN, ZIGZAG_HINTS, BlockMarks, Marks,
+    RingCheck, assemble, backward_rules, block_bytes, block_cases, blocks, blocks_overlapped,
+    forward_rules, held_bounds, inputs_as_given, kept_bound, merge_cases, naive_merge,
+    naive_ring, nan_rows, pair, partial, record_held, required_first, rows, scale_factors,
+    serial_attention, upstream, written, zigzag_positions)
 from rtp_course.checker.public.context_parallel_layer import AttentionLayer, Optimizer
 from rtp_course.checker.public.flyweight_harness import overlapped
 from rtp_course.checker.public.tensor_parallel_harness import raises
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 from rtp_course.runtime import commlog
+from rtp_course.training import memory
 
 BLOCKS_OVERLAP = "compute while each k/v block is in flight"
 KEPT = "step1 forward again/first call's attention output unchanged"   # a buffer kept
@@ -284,11 +285,14 @@ class RingAttentionBackward(RingCheck):
             fwd, bwd = f"{prefix}forward", f"{prefix}backward"
             given = inputs_as_given(q=q, k=k, v=v)
             base = commlog.STATE.live_recv
+            before = memory.live_storages()
             with ctx.phase(fwd):
                 out = cp.ring_attention(q, k, v, causal=causal, group=group)
             ctx.record_value(f"{fwd}/{WRITTEN}", written(given))
             ctx.record(f"{fwd}/output", out)
             record_held(ctx, fwd, base)
+            ctx.record_value(f"{fwd}/{FORWARD_KEPT}", memory.kept_bytes(
+                before, [out, ctx.records, ctx.values], roots=[out]))
             if not (isinstance(out, torch.Tensor) and out.shape == q.shape and out.requires_grad):
                 return     # the verdict reports the output; backward would only add noise
             grad = ctx.to(upstream(seed, ctx.rank, q.shape))
@@ -326,6 +330,7 @@ class RingAttentionBackward(RingCheck):
                     e[f"{prefix}forward/{WRITTEN}"] = "none"
                     e[f"{prefix}forward/output"] = rows(out, g, n, causal)
                     e.update(held_bounds(f"{prefix}forward", kv, False))
+                    e[f"{prefix}forward/{FORWARD_KEPT}"] = kept_bound(kv)
                     e.update(held_bounds(f"{prefix}backward", kv, True))
                     e[f"{prefix}backward/{WRITTEN}"] = "none"
                     if i == 0:

@@ -247,6 +247,19 @@ def record_held(ctx, phase: str, base: int) -> None:
                      commlog.STATE.live_recv - base)
 
 
+FORWARD_KEPT = "bytes kept after forward besides its output"
+
+
+def kept_bound(kv: int) -> Bound:
+    """Rule 'Memory' at the storage level (memory.kept_bytes): what forward may leave alive
+    besides its output, whatever holds it (the received-bytes count follows receive buffers,
+    not a copy of them): autograd's saved lse and small bookkeeping, less than half a block of
+    k and v (one received k or v, copied, is half a block)."""
+    return Bound(high=kv // 2 - 1, what=f"the saved lse and small bookkeeping, less than a "
+                                         f"received block of k or of v; a block of k and v is "
+                                         f"{kv} bytes")
+
+
 def block_bytes(length: int, dtype=torch.float64, shape=None) -> int:
     """Bytes of one rank's k and v blocks together."""
     b, h, d = shape or (BATCH, HEADS, HEAD_DIM)
@@ -340,6 +353,11 @@ HINTS = {
                                    "arriving one in forward (plus the arriving accumulators and "
                                    "the ones being added to in backward): drop each received "
                                    "block as soon as it is used, never keep them in a list",
+    FORWARD_KEPT: "rule 'Memory': after forward the rank holds memory it did not hold before, "
+                  "besides its output: a copy of a received block (k.clone(), a buffer it was "
+                  "copied into, a numpy array) counts as the block itself. Keep none for "
+                  "backward: it rotates the blocks again and recomputes the scores from the "
+                  "saved lse",
     "received bytes still held": "rule 'Memory': received blocks were still alive after the "
                                  "pass: drop each once used; keep none on the autograd context "
                                  "for backward (it rotates the blocks again and recomputes the "
