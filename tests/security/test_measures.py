@@ -163,7 +163,10 @@ BLOCKS_KEPT = {
                                               "received bytes still held after forward"),
     "through a buffer whose element_size() lies (rt3 06)": (
         {"context_parallel": _keeps_blocks("(k, v)"), "rotation": ROTATION_LIES},
-        "received bytes still held after forward"),
+        "bytes kept after forward besides its output"),
+    "through a lying buffer, counted as received": (
+        {"context_parallel": _keeps_blocks("(k, v)"), "rotation": ROTATION_LIES[:1] + [
+            ROTATION_LIES[2]]}, "received bytes still held after forward"),
     "as copies (rt3 11)": ({"context_parallel": _keeps_blocks("(k.clone(), v.clone())")},
                            "bytes kept after forward besides its output"),
     "as numpy copies": ({"context_parallel": _keeps_blocks("(k.detach().numpy().copy(), "

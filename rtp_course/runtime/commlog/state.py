@@ -124,22 +124,18 @@ def caller() -> str:
 
 
 def _track_recv(t: torch.Tensor) -> None:
-    """Count a receive buffer's bytes as held until its memory is freed: torch's count (a
-    buffer's own element_size() may say 0 by now), for as long as its STORAGE lives, not the
-    buffer object (an alias, t.as_subclass(torch.Tensor) or a view, outlives it; torch keeps a
-    storage's Python object as long as the storage, so a finalizer on it runs when the memory
-    goes). A tensor without storage (a wrapper subclass) is followed as an object."""
+    """Count a receive buffer's bytes as held while the buffer object lives: torch's count (a
+    buffer's own element_size() may say 0 by now). The object, not its storage: the
+    accumulator that comes home may become a gradient (autograd keeps its storage, not the
+    object), which is no received block kept. An alias or copy kept instead is what the
+    storage-level counts see (memory.kept_bytes: flyweight, ring attention's forward)."""
     n = asked.nbytes(t)
     STATE.live_recv += n
     STATE.peak_recv[STATE.phase] = max(STATE.peak_recv.get(STATE.phase, 0), STATE.live_recv)
 
     def freed(n=n):
         STATE.live_recv -= n
-    try:
-        held = asked.storage(t)
-    except Exception:  # noqa: BLE001 - no storage: the object is all there is to follow
-        held = t
-    weakref.finalize(held, freed)
+    weakref.finalize(t, freed)
 
 
 def _pending(e: Event) -> None:
