@@ -227,6 +227,7 @@ class Watchdog:
                             f"blocked for {self.blocked:.0f} s before any check): not graded, "
                             f"run it again", "busy")
         elif self.blocked >= stall:
+            self.hung = self.blocked    # a plain hang costs its stall, not the reset ones before it
             self._stuck(who, statuses, processes,
                         f"no rank moved for {self.blocked:.0f} s, each of them blocked", "hang")
         elif self.step >= 0 and self.hung >= HUNG_IN_ALL * stall:

@@ -123,6 +123,22 @@ def test_a_plain_hang_costs_the_hang_budget_the_time_blocked(rig):
     assert B.HANG_BUDGET - r.budgets.hang_left["rotation"] == pytest.approx(after)
 
 
+def test_a_plain_hang_after_stalls_that_were_reset_costs_only_its_own_stall(rig):
+    """The stalls a status change reset before the hang are not charged: the hang budget pays
+    what the hang cost, so that one function's hangs do not spend others' share of it."""
+    r = rig()
+    reset_until = round(3 * STALL / SAMPLE)
+
+    def posting(i):
+        if i < reset_until and i % round(STALL / 2 / SAMPLE) == 0:
+            r.in_check(0, call=f"wait() on irecv #{i}")
+    stuck, after = r.watch(6 * STALL, posting)
+    assert stuck.reason == "hang" and "no rank moved" in stuck.why, stuck
+    r.dog.charge(hung=True)
+    charged = B.HANG_BUDGET - r.budgets.hang_left["rotation"]
+    assert STALL <= charged <= STALL + 3 * SAMPLE, (charged, after)
+
+
 def test_ranks_waiting_while_the_parent_computes_their_inputs_are_not_hung(rig):
     busy = [True]
     r = rig(parent_busy=lambda: busy[0])
