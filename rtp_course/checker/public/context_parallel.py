@@ -206,7 +206,7 @@ class Zigzag(Check):
     cpu_budget = 20.0
     CHUNK = 3
     BALANCE = "zigzag_shard positions/unmasked (query, key) pairs of this rank's tokens"
-    RAISES = "raises/a length 2N does not divide raises"
+    RAISES = "raises/the exception zigzag_shard(x) raised where 2N does not divide x's length"
     hints = ZIGZAG_HINTS
 
     def full(self, world):

@@ -508,5 +508,9 @@ ZIGZAG_HINTS = {
     "zigzag_unshard": "zigzag_unshard is zigzag_shard's inverse: gather every rank's shard (rank "
                       "q's holds chunks q and 2N-1-q), then put each chunk at its place in "
                       "sequence order",
-    "raises": "rule 'Raises': zigzag_shard raises ValueError when 2N does not divide the length "
-              "along dim, before anything else"}
+    # the key's own words name zigzag_shard: the longest hint key found wins
+    "raises/the exception": "rule 'Raises': zigzag_shard raises ValueError, naming the length "
+                            "and 2N, when 2N does not divide the length along dim, before "
+                            "anything else: test x.shape[dim] % (2 * N) first (x.chunk(2N, dim) "
+                            "of such a length gives fewer or uneven chunks: an IndexError at "
+                            "chunk 2N-1-r, or shards of different sizes)"}

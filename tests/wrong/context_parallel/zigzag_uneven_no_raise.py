@@ -1,7 +1,7 @@
 r"""zigzag_shard cuts with torch.tensor_split, which accepts any length, and never raises: a
 length 2N does not divide gives ranks shards of different sizes.
 
-EXPECT: raises/a length 2N does not divide raises is 'nothing', expected 'ValueError'.*rule 'Raises'
+EXPECT: raises/the exception zigzag_shard\(x\) raised where 2N does not divide x's length is 'nothing', expected 'ValueError'.*rule 'Raises': zigzag_shard raises ValueError, naming the length and 2N
 CLASS: values
 WORLD_SIZES: 2
 ONLY: zigzag
