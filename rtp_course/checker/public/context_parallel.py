@@ -26,10 +26,10 @@ from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.context_parallel_harness import (
     BLOCK_HINTS, CAUSAL, EMPTY_MERGE, EMPTY_ROW, EXERCISE, FORWARD_KEPT, GATHER, GROUP, HINTS,
     LARGE, MERGE_HINTS, NO_MAX, ONLY_COMPUTES, WRITTEN, ZIGZAG_HINTS, BlockMarks, Marks,
-    RingCheck, assemble, backward_rules, block_bytes, block_cases, blocks, blocks_overlapped,
-    forward_rules, held_bounds, inputs_as_given, kept_bound, merge_cases, naive_merge,
-    naive_ring, nan_rows, pair, partial, record_held, required_first, rows, scale_factors,
-    serial_attention, upstream, written, zigzag_positions)
+    RingCheck, assemble, backward_lookalikes, backward_rules, block_bytes, block_cases, blocks,
+    blocks_overlapped, forward_lookalikes, forward_rules, held_bounds, inputs_as_given,
+    kept_bound, merge_cases, naive_merge, naive_ring, nan_rows, pair, partial, record_held,
+    required_first, rows, scale_factors, serial_attention, upstream, written, zigzag_positions)
 from rtp_course.checker.public.context_parallel_layer import AttentionLayer, Optimizer
 from rtp_course.checker.public.flyweight_harness import overlapped
 from rtp_course.checker.public.tensor_parallel_harness import raises
@@ -166,6 +166,9 @@ class RingAttention(RingCheck):
                                            [p[2] for p in parts])[0].to(out.dtype)
                         exp[r][f"{phase}/output"] = Like(exp[r][f"{phase}/output"], (
                             (wrong, NO_MAX, HINTS["large scores"]),))
+                    if self.causal and n > 1:   # a wrong block index, the cases exchanged
+                        exp[r][f"{phase}/output"] = Like(exp[r][f"{phase}/output"],
+                                                         forward_lookalikes(parts, g, out.dtype))
                     if self.measures and i == 0:
                         exp[r][f"{phase}/compute while the next block is in flight"] = True
                         exp[r].update(held_bounds(phase, self.kv_bytes(), False))
@@ -320,15 +323,18 @@ class RingAttentionBackward(RingCheck):
             for i, (prefix, (causal, length, seed)) in enumerate(self.CASES.items()):
                 parts = [self.case_blocks(seed, m, length) for m in members]
                 full = [assemble([p[j] for p in parts], causal) for j in range(3)]
-                grads = assemble([upstream(seed, m, p[0].shape) for m, p in zip(members, parts)],
-                                 causal)
-                out, serial_grads = serial_attention(*full, causal, grads)
+                douts = [upstream(seed, m, p[0].shape) for m, p in zip(members, parts)]
+                out, serial_grads = serial_attention(*full, causal, assemble(douts, causal))
                 out, (dq, dk, dv) = out.to(dtype), [d.to(dtype) for d in serial_grads]
                 kv = block_bytes(length, dtype, self.shape)
+                wrong = backward_lookalikes(parts, douts, causal, dtype)   # known mistakes
                 for g, r in enumerate(members):
                     e = exp[r]
                     e[f"{prefix}forward/{WRITTEN}"] = "none"
                     e[f"{prefix}forward/output"] = rows(out, g, n, causal)
+                    if causal and n > 1:
+                        e[f"{prefix}forward/output"] = Like(e[f"{prefix}forward/output"],
+                                                            forward_lookalikes(parts, g, dtype))
                     e.update(held_bounds(f"{prefix}forward", kv, False))
                     e[f"{prefix}forward/{FORWARD_KEPT}"] = kept_bound(kv)
                     e.update(held_bounds(f"{prefix}backward", kv, True))
@@ -336,7 +342,8 @@ class RingAttentionBackward(RingCheck):
                     if i == 0:
                         e[f"backward/{BLOCKS_OVERLAP}"] = True
                     for name, d in (("q", dq), ("k", dk), ("v", dv)):
-                        e[f"{prefix}backward/grad {name}"] = rows(d, g, n, causal)
+                        e[f"{prefix}backward/grad {name}"] = Like(rows(d, g, n, causal),
+                                                                  tuple(wrong[g][name]))
         return exp
 
     def rank_rules(self, members, g):

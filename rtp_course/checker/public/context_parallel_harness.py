@@ -381,6 +381,177 @@ CAUSAL = ("causal=True on the zig-zag layout: rank r holds chunks r and 2N-1-r; 
           "global. Whose block is in hand at forward step i: s = (r - i) % N")
 
 
+
+# ---------------------------------------------------------------- known mistakes of the ring
+# What a ring with a known mistake gives, serially, from every group rank's own blocks (`parts`:
+# [(q, k, v)] in group order): registry.Like lookalikes, so that the report names the mistake
+# ("it equals what ... gives") instead of the generic hint. Each mistake is parametrised by the
+# ring steps: at step i rank g HOLDS rank (g + held * i) % N's block (held -1: k and v rotate
+# clockwise, from r-1; +1: counterclockwise) and TAKES it for rank (g + believed * i) % N's (the
+# causal case follows the belief); in backward the accumulators come from rank g + acc.
+def merge(out_a, lse_a, out_b, lse_b):
+    """merge_blocks, serial: the attention over both blocks' keys (0 and -inf where none)."""
+    m = torch.maximum(lse_a, lse_b)
+    m = m.masked_fill(m == float("-inf"), 0.0)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = w_a + w_b
+    lse = m + torch.log(total)
+    total = total.masked_fill(total == 0, 1.0)
+    return (out_a * w_a.unsqueeze(-1) + out_b * w_b.unsqueeze(-1)) / total.unsqueeze(-1), lse
+
+
+def _case(s: int, r: int, swapped: bool = False) -> str:
+    """Which causal case rank r applies to rank s's block: own, early (s < r), late (s > r)."""
+    if s == r:
+        return "own"
+    return "early" if (s < r) != swapped else "late"
+
+
+def ring_forward(parts, g, held=-1, believed=-1, swapped=False):
+    """(out, lse) of group rank g's queries from a CAUSAL ring forward (zig-zag layout) at step i
+    holding rank (g + held * i) % N's block and taking it for (g + believed * i) % N's, with the
+    cases s < r and s > r exchanged where `swapped`. The defaults: the right forward."""
+    n, q = len(parts), parts[g][0]
+    length = q.shape[-2]
+    half = length // 2
+    out = torch.zeros_like(q)
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
+    for i in range(n):
+        _, k, v = parts[(g + held * i) % n]
+        case = _case((g + believed * i) % n, g, swapped)
+        if case == "own":
+            o, lo = partial(q, k, v, torch.ones(length, length, dtype=torch.bool).tril())
+        elif case == "early":
+            o, lo = partial(q, k[..., :half, :], v[..., :half, :])
+        else:
+            late, late_lse = partial(q[..., half:, :], k, v)
+            o = torch.cat([torch.zeros_like(q[..., :half, :]), late], dim=-2)
+            lo = torch.cat([torch.full_like(late_lse[..., :half], float("-inf")), late_lse], -1)
+        out, lse = merge(out, lse, o, lo)
+    return out, lse
+
+
+def _block_grads(q, k, v, dout, lse, delta, mask=None):
+    """One block's part of (dq, dk, dv), its probabilities recomputed from the final lse."""
+    scale = q.shape[-1] ** -0.5
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    p = torch.exp(scores - lse.unsqueeze(-1))
+    ds = p * (dout @ v.transpose(-2, -1) - delta.unsqueeze(-1))
+    return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, p.transpose(-2, -1) @ dout
+
+
+def ring_backward(parts, douts, causal, held=1, believed=1, acc=1):
+    """[(dq, dk, dv)] of every group rank from a ring backward whose step k holds rank
+    (g + held * k) % N's block, takes it for (g + believed * k) % N's, and adds its part to the
+    accumulators that came from rank g + acc (acc 1: COUNTERCLOCKWISE, from r+1), which go on to
+    g - acc; after N moves the ones arriving are dk and dv. Forward as ring_forward's right one
+    (or serial, non-causal). The defaults: the right backward."""
+    n = len(parts)
+    saved = []
+    for g, (q, _, _) in enumerate(parts):
+        if causal:
+            out, lse = ring_forward(parts, g)
+        else:
+            ks = torch.cat([p[1] for p in parts], -2)
+            vs = torch.cat([p[2] for p in parts], -2)
+            out, lse = partial(q, ks, vs)
+        saved.append((lse, (douts[g] * out).sum(-1)))
+    dq = [torch.zeros_like(p[0]) for p in parts]
+    sent = [None] * n          # the accumulators each rank sent at the last step
+    for step in range(n):
+        now = []
+        for g, (q, _, _) in enumerate(parts):
+            _, k, v = parts[(g + held * step) % n]
+            (lse, delta), dout = saved[g], douts[g]
+            half = q.shape[-2] // 2
+            dk_s, dv_s = torch.zeros_like(k), torch.zeros_like(v)
+            case = _case((g + believed * step) % n, g) if causal else "all"
+            if case in ("all", "own"):
+                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() \
+                    if causal else None
+                gq, gk, gv = _block_grads(q, k, v, dout, lse, delta, mask)
+                dq[g] += gq
+                dk_s, dv_s = dk_s + gk, dv_s + gv
+            elif case == "early":
+                gq, gk, gv = _block_grads(q, k[..., :half, :], v[..., :half, :], dout, lse, delta)
+                dq[g] += gq
+                dk_s[..., :half, :] += gk
+                dv_s[..., :half, :] += gv
+            else:
+                gq, gk, gv = _block_grads(q[..., half:, :], k, v, dout[..., half:, :],
+                                          lse[..., half:], delta[..., half:])
+                dq[g][..., half:, :] += gq
+                dk_s, dv_s = dk_s + gk, dv_s + gv
+            if step > 0:
+                came = sent[(g + acc) % n]
+                dk_s, dv_s = dk_s + came[0], dv_s + came[1]
+            now.append((dk_s, dv_s))
+        sent = now
+    return [(dq[g], *sent[(g + acc) % n]) for g in range(n)]
+
+
+FORWARD_INDEX_HINT = (
+    "the block in hand is the one that arrived: rotating CLOCKWISE, rank r receives from r-1, so "
+    "at forward step i it holds rank s = (r - i) % N's k and v; rotating COUNTERCLOCKWISE (from "
+    "r+1) it holds rank (r + i) % N's. Take s from the direction you rotate: the causal case "
+    "(s == r, s < r, s > r) follows it. With two ranks both formulas give the same rank, which "
+    "is why only 3 and 4 ranks fail")
+SWAPPED_HINT = (
+    "the two off-diagonal causal cases are exchanged. Rank s's block holds chunks s and 2N-1-s, "
+    "yours chunks r and 2N-1-r: for s < r, chunk s comes before both of yours and chunk 2N-1-s "
+    "after both, so EVERY query sees the block's FIRST half (k[..., :c, :], c = seq_local / 2) "
+    "and nothing of its second; for s > r, both of its chunks come after your chunk r and "
+    "before your chunk 2N-1-r, so only the SECOND half of your queries (q[..., c:, :]) sees "
+    "the whole block, and the first half sees none of it")
+# (held, believed, swapped, cause, hint). The block index of the other direction gives the
+# same output whichever way k and v rotate: step i's (block, case) pairs are step N-i's of the
+# other (r - i, r + i), so one cause names both
+FORWARD_MISTAKES = (
+    (-1, 1, False, "the block in hand at step i taken for rank (r + i) % N's while k and v "
+                   "rotate CLOCKWISE (it is (r - i) % N's), or for (r - i) % N's while they "
+                   "rotate COUNTERCLOCKWISE", FORWARD_INDEX_HINT),
+    (-1, -1, True, "the causal cases s < r and s > r exchanged (the block's first half for s > "
+                   "r, the second half of the queries for s < r)", SWAPPED_HINT))
+
+
+def forward_lookalikes(parts, g, dtype) -> tuple:
+    """Like's lookalikes of group rank g's causal forward output: FORWARD_MISTAKES."""
+    if len(parts) < 2:
+        return ()
+    return tuple((ring_forward(parts, g, held, believed, swapped)[0].to(dtype), cause, hint)
+                 for held, believed, swapped, cause, hint in FORWARD_MISTAKES)
+
+
+DIRECTIONS_HINT = (
+    "a block and its gradient accumulators travel the SAME way: k, v and the accumulators all "
+    "COUNTERCLOCKWISE (the stub's way: backward step k holds rank (r + k) % N's block, from rank "
+    "r+1, and the accumulators arriving from r+1 are that block's), or all CLOCKWISE (the block "
+    "in hand is then (r - k) % N's). With two ranks both directions reach the same neighbour, "
+    "which is why only 3 and 4 ranks fail")
+# (held, believed, acc): k and v one way, their accumulators the other. The values cannot tell
+# which way each went: without the causal cases all of these give the same gradients (rank g's
+# dk collects query rank h's part of block 2h - g, whichever way), so one cause names them
+BACKWARD_MISTAKES = ((-1, 1, 1), (-1, -1, 1), (1, 1, -1))
+OPPOSITE = ("k and v rotating in backward the opposite way to their gradient accumulators (one "
+            "CLOCKWISE, the other COUNTERCLOCKWISE)")
+
+
+def backward_lookalikes(parts, douts, causal, dtype) -> list:
+    """[{"q": ..., "k": ..., "v": ...}] of every group rank: Like's lookalikes of its gradients,
+    BACKWARD_MISTAKES."""
+    n = len(parts)
+    out = [{"q": [], "k": [], "v": []} for _ in range(n)]
+    if n < 3:       # with two ranks both directions reach the same neighbour
+        return out
+    for held, believed, acc in BACKWARD_MISTAKES if causal else BACKWARD_MISTAKES[:1]:
+        for g, grads in enumerate(ring_backward(parts, douts, causal, held, believed, acc)):
+            for name, d in zip("qkv", grads):
+                out[g][name].append((d.to(dtype), OPPOSITE, DIRECTIONS_HINT))
+    return out
+
+
 SCALE_HINT = ("the scores are q k^T / sqrt(d) (d = head_dim), and the gradients through them "
               "carry that scale too: dq = dS k / sqrt(d), dk = dS^T q / sqrt(d) (dv = P^T dout "
               "and dP = dout v^T have none); apply it once, where the scores are formed or at "
