@@ -97,7 +97,7 @@ _OWN = (
                               "parallelize_transformer_subgroup"),
           "rotation": ("ring_peers", "subgroup"), "flyweight": ("Linear_subgroup",),
           "groups": ("train_2d_bert",), "sharding": ("FullyShardedDataParallel_subgroups",),
-          "context_parallel": ("subgroup",)}),
+          "context_parallel": ("subgroup", "subgroup_causal")}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",
          {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",),

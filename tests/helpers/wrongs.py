@@ -73,7 +73,8 @@ CLASSES = {
                        "comm context_parallel data_parallel flyweight sharding tensor_parallel"),
     "kept-output": ("an output buffer kept for the next call: an earlier output changes",
                     "comm context_parallel flyweight rotation tensor_parallel"),
-    "non-consecutive": ("a group's ranks assumed consecutive", "data_parallel rotation"),
+    "non-consecutive": ("a group's ranks assumed consecutive",
+                        "context_parallel data_parallel rotation"),
     "module-settings": ("a module's settings beyond the defaults ignored (dilation, padding mode, "
                         "unbatched input, attn_mask, recv_dtype)", "flyweight rotation tensor_parallel"),
     "pretrained": ("a pretrained weight re-initialised (a padding row zeroed)",

@@ -29,7 +29,8 @@ from rtp_course.checker.public.context_parallel_harness import (
     RingCheck, assemble, backward_lookalikes, backward_rules, block_bytes, block_cases, blocks,
     blocks_overlapped, forward_lookalikes, forward_rules, held_bounds, inputs_as_given,
     kept_bound, merge_cases, naive_merge, naive_ring, nan_rows, pair, partial, record_held,
-    required_first, rows, scale_factors, serial_attention, upstream, written, zigzag_positions)
+    required_first, ring_forward, rows, scale_factors, serial_attention, upstream, written,
+    zigzag_positions)
 from rtp_course.checker.public.context_parallel_layer import AttentionLayer, Optimizer
 from rtp_course.checker.public.flyweight_harness import overlapped
 from rtp_course.checker.public.tensor_parallel_harness import raises
@@ -129,8 +130,11 @@ class RingAttention(RingCheck):
 
     def run(self, ctx):
         group = self.group(ctx)
-        if group is None:
-            return
+        if group is not None:
+            self.run_on(ctx, group)
+
+    def run_on(self, ctx, group):
+        """The check on this rank's group."""
         cp = ctx.impl.context_parallel
         for i, (phase, scale) in enumerate(self.phases.items()):
             q, k, v = (ctx.to(t) for t in self.blocks(self.seed, ctx.rank, scale))
@@ -257,6 +261,73 @@ class Zigzag(Check):
         return rules + [CommRule("zigzag_unshard", "collective", Bound(0, 1), GATHER),
                         CommRule("zigzag_unshard", "recv|irecv", Bound(0, n - 1), GATHER,
                                  nbytes=Bound(0, (n - 1) * shard))]
+
+
+class SubgroupCausal(RingAttentionCausal):
+    """ring_attention, causal=True, zigzag_shard and zigzag_unshard on groups whose ranks are not
+    consecutive: {0, 2} at world size 3 (rank 1 sits out), {0, 2} and {1, 3} at 4 (each group
+    its own sequence): r and N are the group's, in the causal cases as in the layout."""
+    name, task, world_sizes = "subgroup_causal", "E8.3", (3, 4)
+    phases, seed = {"subgroup causal forward": 1.0}, 350
+    CHUNK = 6    # 2N x 6 tokens: what the world's 2N (6 or 8) divides too, so that a shard cut
+                 # for the world is named by its shape, not by the ValueError
+    SHARD = "subgroup zigzag_shard/shard along dim 1"
+    WHOLE = "subgroup zigzag_unshard/the whole tensor"
+    hints = dict(HINTS, error=GROUP, **{
+        "subgroup causal forward": GROUP,
+        "subgroup zigzag": "rule 'Group': zigzag_shard and zigzag_unshard take r and N from the "
+                           "group (dist.get_rank(group), dist.get_world_size(group)), never from "
+                           "the world: on a group of 2 ranks the sequence is cut in 4 chunks "
+                           "whatever the world size, group rank r holds chunks r and 2N-1-r, and "
+                           "zigzag_unshard gathers on the group (group=group); the group's ranks "
+                           "need not be consecutive"})
+
+    def members(self, world_size):
+        return [[0, 2]] if world_size == 3 else [[0, 2], [1, 3]]
+
+    def full(self, n):
+        return randn(460, 2, 2 * n * self.CHUNK, 3)
+
+    def local(self, rank):
+        return randn(470, 2, 2 * self.CHUNK, 3, owner=rank)
+
+    def run_on(self, ctx, group):
+        super().run_on(ctx, group)
+        cp = ctx.impl.context_parallel
+        n = next(len(m) for m in self.members(ctx.world_size) if ctx.rank in m)
+        with ctx.phase("subgroup zigzag_shard"):
+            shard = cp.zigzag_shard(ctx.to(self.full(n)), 1, group=group)
+        ctx.record(self.SHARD, shard)
+        with ctx.phase("subgroup zigzag_unshard"):
+            whole = cp.zigzag_unshard(ctx.to(self.local(ctx.rank)), 1, group=group)
+        ctx.record(self.WHOLE, whole)
+
+    def expected(self, world_size):
+        exp = super().expected(world_size)
+        key = f"{next(iter(self.phases))}/output"
+        for members in self.groups(world_size):
+            n, c = len(members), self.CHUNK
+            parts = [self.blocks(self.seed, m) for m in members]
+            whole = assemble([self.local(m) for m in members], causal=True, dim=1)
+            for g, r in enumerate(members):
+                if r != g:      # r taken for the global rank: named first (with N = 2 it
+                    # may equal the cases exchanged, which ring_attention_causal would name)
+                    global_rank = ring_forward(parts, g, me=r)[0].to(getattr(torch, self.dtype))
+                    exp[r][key] = Like(exp[r][key].value, (
+                        (global_rank, "r = the global rank (dist.get_rank() without the group)",
+                         GROUP),) + exp[r][key].lookalikes)
+                exp[r][self.SHARD] = self.full(n)[:, zigzag_positions(g, n, 2 * c)]
+                exp[r][self.WHOLE] = whole
+        return exp
+
+    def rank_rules(self, members, g):
+        shard = self.local(0).numel() * 8
+        n = len(members)
+        return super().rank_rules(members, g) + [
+            CommRule("subgroup zigzag_shard", "*", 0, ONLY_COMPUTES.format("zigzag_shard")),
+            CommRule("subgroup zigzag_unshard", "collective", Bound(0, 1), GATHER),
+            CommRule("subgroup zigzag_unshard", "recv|irecv", Bound(0, n - 1), GATHER,
+                     nbytes=Bound(0, (n - 1) * shard))]
 
 
 # ---------------------------------------------------------------- E8.4: backward

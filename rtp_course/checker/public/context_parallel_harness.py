@@ -407,18 +407,21 @@ def _case(s: int, r: int, swapped: bool = False) -> str:
     return "early" if (s < r) != swapped else "late"
 
 
-def ring_forward(parts, g, held=-1, believed=-1, swapped=False):
+def ring_forward(parts, g, held=-1, believed=-1, swapped=False, me=None):
     """(out, lse) of group rank g's queries from a CAUSAL ring forward (zig-zag layout) at step i
-    holding rank (g + held * i) % N's block and taking it for (g + believed * i) % N's, with the
-    cases s < r and s > r exchanged where `swapped`. The defaults: the right forward."""
+    holding rank (g + held * i) % N's block and taking it for (me + believed * i) % N's, with the
+    cases s < r and s > r exchanged where `swapped`; `me`: the r it takes for its own (g; a
+    global rank where dist.get_rank() was called without the group). The defaults: the right
+    forward."""
     n, q = len(parts), parts[g][0]
+    me = g if me is None else me
     length = q.shape[-2]
     half = length // 2
     out = torch.zeros_like(q)
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype)
     for i in range(n):
         _, k, v = parts[(g + held * i) % n]
-        case = _case((g + believed * i) % n, g, swapped)
+        case = _case((me + believed * i) % n, me, swapped)
         if case == "own":
             o, lo = partial(q, k, v, torch.ones(length, length, dtype=torch.bool).tril())
         elif case == "early":
