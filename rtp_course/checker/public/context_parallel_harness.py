@@ -8,6 +8,7 @@ F.scaled_dot_product_attention on the whole sequence.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -389,6 +390,20 @@ CAUSAL = ("causal=True on the zig-zag layout: rank r holds chunks r and 2N-1-r; 
 # ring steps: at step i rank g HOLDS rank (g + held * i) % N's block (held -1: k and v rotate
 # clockwise, from r-1; +1: counterclockwise) and TAKES it for rank (g + believed * i) % N's (the
 # causal case follows the belief); in backward the accumulators come from rank g + acc.
+def one_thread(compute):
+    """`compute` on one torch thread: tiny ops, where a second thread only waits for a busy
+    core (the parent computes expected values while the ranks run)."""
+    @functools.wraps(compute)
+    def wrapped(*args, **kwargs):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return compute(*args, **kwargs)
+        finally:
+            torch.set_num_threads(threads)
+    return wrapped
+
+
 def merge(out_a, lse_a, out_b, lse_b):
     """merge_blocks, serial: the attention over both blocks' keys (0 and -inf where none)."""
     m = torch.maximum(lse_a, lse_b)
@@ -407,6 +422,7 @@ def _case(s: int, r: int, swapped: bool = False) -> str:
     return "early" if (s < r) != swapped else "late"
 
 
+@one_thread
 def ring_forward(parts, g, held=-1, believed=-1, swapped=False, me=None):
     """(out, lse) of group rank g's queries from a CAUSAL ring forward (zig-zag layout) at step i
     holding rank (g + held * i) % N's block and taking it for (me + believed * i) % N's, with the
@@ -445,6 +461,7 @@ def _block_grads(q, k, v, dout, lse, delta, mask=None):
     return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, p.transpose(-2, -1) @ dout
 
 
+@one_thread
 def ring_backward(parts, douts, causal, held=1, believed=1, acc=1):
     """[(dq, dk, dv)] of every group rank from a ring backward whose step k holds rank
     (g + held * k) % N's block, takes it for (g + believed * k) % N's, and adds its part to the
@@ -519,6 +536,7 @@ FORWARD_MISTAKES = (
                    "r, the second half of the queries for s < r)", SWAPPED_HINT))
 
 
+@one_thread
 def forward_lookalikes(parts, g, dtype) -> tuple:
     """Like's lookalikes of group rank g's causal forward output: FORWARD_MISTAKES."""
     if len(parts) < 2:
