@@ -326,7 +326,6 @@ def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules:
 def _exception(check, base, outcomes) -> Result | None:
     """A rank's own exception first: a peer's "connection closed", or a result file cut short
     when the launcher ended a rank in the middle of writing it, only follows it."""
-    from rtp_course.checker.diagnosis import exception_hint
     order = sorted(outcomes, key=lambda q: (fallout(outcomes[q]),
                                             outcomes[q].get("type") == "MalformedResult", q))
     for status in ("notimpl", "error"):
@@ -341,10 +340,30 @@ def _exception(check, base, outcomes) -> Result | None:
                     else f"rank {rank} raised {o['type']}: {o['message']}")
             return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
                           message=said, details={"where": o.get("where", "")},
-                          hint=o.get("hint") or _error_hint(o) or exception_hint(said, "sure")
-                          or _check_error_hint(check, o) or check.hint(o.get("phase") or "setup")
-                          or exception_hint(said, "likely"))
+                          hint=error_hint(check, o, said)[1])
     return None
+
+
+def _exception_hints():
+    """Where an exception's hint comes from, in the order they are asked: the first that has
+    one wins. A cause the exception makes sure of beats the check's own hints, which beat a
+    cause it only makes likely."""
+    from rtp_course.checker.diagnosis import exception_hint
+    return (("the rank's own", lambda check, o, said: o.get("hint")),
+            ("the error's kind", lambda check, o, said: _error_hint(o)),
+            ("a sure cause", lambda check, o, said: exception_hint(said, "sure")),
+            ("the check's, for this exception", lambda check, o, said: _check_error_hint(check, o)),
+            ("the check's, for the phase", lambda check, o, said: check.hint(o.get("phase") or "setup")),
+            ("a likely cause", lambda check, o, said: exception_hint(said, "likely")))
+
+
+def error_hint(check, o: dict, said: str) -> tuple[str, str]:
+    """(where it came from, the hint) for a rank's exception `o` that the report says as `said`."""
+    for source, pick in _exception_hints():
+        hint = pick(check, o, said)
+        if hint:
+            return source, hint
+    return "", ""
 
 
 def _before(expected: dict, phase: str, outcomes: dict) -> dict:
