@@ -275,6 +275,42 @@ def shape_and_len(params):
             f"torch.is_tensor({x})", f"{x}.__class__"]
 
 
+def onto_object(source, shared=False):
+    """Every function's parameters and locals moved onto an object, `x` read and written as
+    `_ns.x`: a namespace made per call with the parameters as keywords,
+    `_ns = types.SimpleNamespace(x=x, group=group)` (shared=False), or one module-level instance
+    of a class of the file's own that every function copies its parameters onto (`_G.x = x`,
+    shared=True). Names that a nested function, lambda or comprehension reads stay plain (a
+    namespace would change their scope). Runs as the original does."""
+    tree = ast.parse(source)
+    holder = "_G" if shared else "_ns"
+    nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+              ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    for fn in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        inner = {id(x) for sub in ast.walk(fn) if sub is not fn and isinstance(sub, nested) for x in ast.walk(sub)}
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        stored = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                  and id(n) not in inner}
+        seen_inside = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and id(n) in inner}
+        declared = {g for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for g in n.names}
+        moved = (set(params) | stored) - seen_inside - declared - {"self", "cls", "ctx"}
+        if not moved:
+            continue
+
+        class Move(ast.NodeTransformer):
+            def visit_Name(self, n):
+                if n.id in moved and id(n) not in inner:
+                    return ast.Attribute(ast.Name(holder, ast.Load()), n.id, n.ctx)
+                return n
+        doc = 1 if isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant) else 0
+        given = [p for p in params if p in moved]
+        start = [f"{holder}.{p} = {p}" for p in given] if shared else \
+            [f"{holder} = types.SimpleNamespace({', '.join(f'{p}={p}' for p in given)})"]
+        fn.body[doc:] = _parse(start) + [Move().visit(st) for st in fn.body[doc:]]
+    state = "class _State:\n    pass\n\n\n_G = _State()\n" if shared else ""
+    return "import types\n" + state + ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
 DISGUISES = {
     "renamed and reformatted": disguise,
     "identity-wrapped": identity_wrap,
@@ -297,6 +333,7 @@ DISGUISES = {
     "each statement in nullcontext": lambda s: wrap_each(s, "with nullcontext():"),
     "padded with calls of a no-op of its own": lambda s: "def _pad(*args):\n    pass\n" + pad_around(
         s, lambda p: [f"_pad({', '.join(p)})"]),
+    "locals moved onto a namespace per call": onto_object,
     "all at once": lambda s: disguise(dead_code(identity_wrap(annotate(strip(reorder(s)))))),
 }
 
@@ -332,6 +369,40 @@ def test_each_disguise_of_the_reference_is_a_near_copy(exercise, name):
     copy = DISGUISES[name](reference(exercise))
     score = similarity(reference_prints(exercise), fingerprints(copy, stub(exercise)))
     assert score >= 0.9, (name, score)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_copy_whose_locals_live_on_one_shared_object_is_a_near_copy(exercise):
+    """The red team moved every parameter and local of the comm reference onto a per-call
+    SimpleNamespace (`_s.x`: each name token became three): 0.165, no near-copy row. Names moved
+    onto an object are names again, whether the object is made per call (DISGUISES) or is one
+    module-level instance that every function writes onto."""
+    copy = onto_object(reference(exercise), shared=True)
+    assert "_G.group" in copy or "_G." in copy
+    score = similarity(reference_prints(exercise), fingerprints(copy, stub(exercise)))
+    assert score >= 0.85, score
+
+
+def test_names_moved_onto_an_object_are_names_again_and_module_calls_stay():
+    code = '''
+import types
+import torch.distributed as dist
+
+
+def mean(t, group=None):
+    _s = types.SimpleNamespace(t=t)
+    _s.group = group
+    _s.n = dist.get_world_size(_s.group)
+    dist.all_reduce(_s.t, group=_s.group)
+    return _s.t / _s.n
+'''
+    text = normalize(code)
+    assert "_s." not in text and "n = dist.get_world_size(group)" in text
+    assert "dist.all_reduce(t, group=group)" in text and "return t / n" in text
+    toks = tokens("class A:\n    def go(self, p):\n        self.total = p.grad\n        return self.total.add_(1)\n")
+    assert "grad" in toks and "add_" in toks and "total" not in toks
+    assert toks.count(".") == 2                     # `p.grad`, `.add_`; `self.total` is one name
+    assert "all_reduce" in tokens(code) and "distributed" in tokens(code)
 
 
 def test_an_identity_wrapped_copy_of_a_classmate_is_a_near_copy():

@@ -14,6 +14,9 @@ arguments or none, `torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`: `
 `pass`, `assert True`, and the blocks that run their body once as it is (`if True:`, `if 1 ==
 1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it.
 What takes the file's own data (`dist.all_reduce(t)`, `t.add_(1)`, `work.wait()`) stays.
+Names moved onto an object are moved back: a holder (a name bound once, to a call with no
+positional argument, `_s = SimpleNamespace(x=x)`, and otherwise only read as the root of an
+attribute) gives way to its attributes (`_s.x` is `x`, and `x = x` is gone).
 
 It then becomes a sequence of normalised tokens (`tokenize`): comments, line structure,
 trailing commas, grouping parentheses, docstrings and do-nothing statements (`pass`, a store
@@ -22,7 +25,10 @@ name the file defines (variables, parameters, functions, classes, the attributes
 becomes "V", every string "S" and number "N", every keyword argument's name "V"; keywords,
 builtins, operators, the attribute names of the APIs used (`.all_reduce`, `.grad`) and
 imported names, spelled in full whatever their alias (`dist.send` and a from-imported `send`
-are both `torch . distributed . send`), are kept: they carry the algorithm.
+are both `torch . distributed . send`), are kept: they carry the algorithm. A chain of the
+file's own names (`self.weight`, `_G.x`: a root that is no import, then attributes that the
+file assigns) is one "V", and a line that only gives a name another (`y = x`) is dropped, so
+that names moved onto an object that is not a holder (a module-level one) are names again.
 
 Each run of K tokens within one definition (so that reordering functions changes nothing) is
 hashed; winnowing keeps the smallest hash of every W consecutive ones, so any shared run of at
@@ -46,11 +52,11 @@ W = 5               # winnowing window: any shared run of W + K - 1 = 17 tokens 
 FLOOR = 20          # the smaller set counts as at least this many fingerprints (see similarity)
 # Score at or above which a pair is a near copy, calibrated in tests/unit/test_review_similarity.py:
 # the reference renamed, reformatted, reordered, identity-wrapped, padded with dead code or
-# no-op statements, its comments and docstrings changed scores 0.98-1.0 against itself; its
-# correct alternatives (tests/correct/: edits of it) 0.68-1.0, median 0.96; independent
-# implementations 0.04-0.21, the highest where the stub all but dictates the code (comm,
-# data_parallel; the tests' own comm, groups, rotation and data_parallel ones: 0.04-0.19, as
-# before the normalisation).
+# no-op statements, its locals moved onto a per-call namespace, its comments and docstrings
+# changed scores 0.97-1.0 against itself (0.88-1.0 with its locals on one module-level object);
+# its correct alternatives (tests/correct/: edits of it) 0.66-1.0, median 0.96; independent
+# implementations 0.03-0.21, the highest where the stub all but dictates the code (comm,
+# data_parallel; the tests' own comm, groups, rotation and data_parallel ones: 0.03-0.21).
 NEAR_COPY = 0.5
 
 _MOD = (1 << 61) - 1
@@ -110,6 +116,8 @@ def _normalized(source: str):
             tree = _Inline(identities).visit(tree)
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
+        tree = _Unhold(tree).visit(tree)    # `_s = SimpleNamespace(); _s.x = x; ... _s.x`: x
+        nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -219,6 +227,87 @@ class _Inline(ast.NodeTransformer):
     def visit_Call(self, node):
         self.generic_visit(node)
         return _replacement(node, self.identities) or node
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def _scope_nodes(body: list) -> list:
+    """The nodes of a scope's statements, less those inside the functions, classes and lambdas
+    they define (the def itself is in: it binds its name)."""
+    out, stack = [], list(reversed(body))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, _SCOPES):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return out
+
+
+def _holders(body: list, parameters: set) -> set:
+    """The names of a scope that only hold other names as attributes (`_s = SimpleNamespace()`,
+    `_f = _Frame(x=x)`, then only `_s.x` read and written): bound once, by an assignment of a
+    call with no positional argument, and otherwise only the root of an attribute."""
+    nodes = _scope_nodes(body)
+    made, bound, bare, rooted = {}, {}, {}, {}
+    for n in nodes:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and isinstance(n.value, ast.Call) and not n.value.args \
+                and all(k.arg is not None for k in n.value.keywords):
+            made[n.targets[0].id] = made.get(n.targets[0].id, 0) + 1
+        if isinstance(n, ast.Name):
+            table = bare if isinstance(n.ctx, ast.Load) else bound
+            table[n.id] = table.get(n.id, 0) + 1
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            rooted[n.value.id] = rooted.get(n.value.id, 0) + 1
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound[n.name] = 2
+        elif isinstance(n, ast.alias):
+            bound[n.asname or n.name.split(".")[0]] = 2
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            bound.update((name, 2) for name in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound[n.name] = 2
+    return {name for name, count in made.items() if count == 1 and bound.get(name) == 1
+            and name not in parameters and bare.get(name, 0) == rooted.get(name, 0)}
+
+
+class _Unhold(ast.NodeTransformer):
+    """Names moved onto a holder object moved back: in each scope whose `_holders` are known,
+    `_s.x` is `x`, `_s = Ns(a=e)` is `a = e`, and `x = x` is gone."""
+
+    def __init__(self, tree):
+        self.attrs, self.made = set(), set()
+        scopes = [(tree.body, set())] + [
+            (n.body, {a.arg for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
+                                      *(x for x in (n.args.vararg, n.args.kwarg) if x)]})
+            for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for body, parameters in scopes:
+            held = _holders(body, parameters)
+            if not held:
+                continue
+            for n in _scope_nodes(body):
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in held:
+                    self.attrs.add(id(n))
+                elif isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
+                        and n.targets[0].id in held:
+                    self.made.add(id(n))
+
+    def visit_Attribute(self, node):
+        if id(node) in self.attrs:
+            return ast.copy_location(ast.Name(node.attr, node.ctx), node)
+        return self.generic_visit(node)
+
+    def visit_Assign(self, node):
+        if id(node) in self.made:
+            return [ast.copy_location(ast.Assign([ast.Name(k.arg, ast.Store())], self.visit(k.value)), node)
+                    for k in node.value.keywords
+                    if not (isinstance(k.value, ast.Name) and k.value.id == k.arg)] or None
+        node = self.generic_visit(node)
+        if self.attrs and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Name) and node.targets[0].id == node.value.id:
+            return None                     # `_s.x = x`, now `x = x`
+        return node
 
 
 def _never_read(nodes) -> set:
@@ -578,7 +667,9 @@ def segments(source: str) -> list[list[str]]:
             out.append(_ungroup(segment))
             segment = []
         decorated = first == "@"
-        segment += _line_tokens(line, names)
+        said = _line_tokens(line, names)
+        if said != ["V", "=", "V"]:                 # `_s.x = x`: a name given another
+            segment += said
     if segment:
         out.append(_ungroup(segment))
     return out
@@ -616,18 +707,29 @@ def tokens(source: str) -> list[str]:
 
 
 def _line_tokens(line: list, names) -> list[str]:
-    out, depth = [], 0
+    """The normalised tokens of a logical line. A chain of names of the file's own (`_s.x`,
+    `self.weight`, `ctx.group`: a root that is not an import, then attributes the file assigns
+    or defines in a class) is one name, "V": moving a local onto an object (`x` becoming
+    `_s.x`) changes no token. An API's attribute (`p.grad`, `t.add_`) stays, and so does a
+    chain that starts from an import (`dist.all_reduce`)."""
+    out, depth, own = [], 0, False
     is_import = line[0][1] in ("import", "from")
     for i, (kind, text) in enumerate(line):
         prev = line[i - 1] if i else (None, "")
         nxt = line[i + 1][1] if i + 1 < len(line) else ""
+        if own and kind == tokenize.NAME and prev[1] == "." and text in names[1]:
+            out.pop()                               # the ".": `_s.x` is one name
+            continue
+        own = own and text == "."
         if kind == tokenize.STRING:
             if prev[0] != tokenize.STRING:          # "a" "b" is one string
                 out.append("S")
         elif kind == tokenize.NUMBER:
             out.append("N")
         elif kind == tokenize.NAME:
-            out += _name(text, prev[1], nxt, depth, is_import, names)
+            said = _name(text, prev[1], nxt, depth, is_import, names)
+            own = said == ["V"] and prev[1] != "." and not (depth and nxt == "=")
+            out += said
         elif text == "," and nxt in (")", "]", "}"):
             continue                                # a trailing comma is formatting
         else:
@@ -654,7 +756,7 @@ def _ungroup(toks: list) -> list:
 
 
 def _name(text, prev, nxt, depth, is_import, names) -> list[str]:
-    defined, attrs, aliases, _ = names
+    defined, attrs, aliases = names[:3]
     if is_import:
         return ["V"] if prev == "as" else [text]    # module paths are API; the alias is not
     if keyword.iskeyword(text):
