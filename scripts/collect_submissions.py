@@ -22,8 +22,10 @@ CSV of `student,time` rows, the time in ISO 8601), never a commit date (a studen
 those at will). Collecting again files that have not changed keeps the time of the first
 collection, so a repeated collection makes no one late. `nbgrader autograde` reads it from
 submitted/<student>/<assignment>/timestamp.txt into the gradebook.
-Modules that mention the reference solutions or the hidden checks are flagged: the
-grading machine has both, and autograde runs student code with your permissions.
+Modules that mention the reference solutions or the hidden checks are flagged (read as Python
+reads them: a `# coding:` line is honoured), and so is a module that declares an encoding
+other than UTF-8: the grading machine has both, and autograde runs student code with your
+permissions.
 """
 import argparse
 import csv
@@ -37,6 +39,7 @@ from pathlib import Path
 
 from rtp_course.course import EXERCISES
 from rtp_course.instructor import grading_dir as course_dir
+from rtp_course.instructor.review.source import finding as encoding_finding, python_text
 
 
 def now() -> str:
@@ -155,9 +158,13 @@ def collect(student_dir: Path, course: Path, assignment: str, handed_in: str | N
             except OSError as e:
                 refused(src, _why(e))
                 continue
-            if SUSPICIOUS.search((dest / "rtp_course" / src.name).read_text(errors="replace")):
+            data = (dest / "rtp_course" / src.name).read_bytes()
+            if any(SUSPICIOUS.search(text) for text in (python_text(data), data.decode("utf-8", "replace"))):
                 print(f"WARNING: {src} mentions the solutions or hidden checks: read it before "
                       f"trusting its grade", file=sys.stderr)
+            encoding = encoding_finding(data)
+            if encoding:
+                print(f"WARNING: {src}: {encoding}", file=sys.stderr)
         elif why == "missing":
             missing.append(f"rtp_course/{ex}.py")
         else:

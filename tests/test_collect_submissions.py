@@ -4,6 +4,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from grading_course import hidden_in_utf7
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("collect_submissions",
                                               ROOT / "scripts" / "collect_submissions.py")
@@ -173,3 +175,18 @@ def test_work_changed_since_its_grading_is_named_with_the_command_that_grades_it
     (subs / "finn" / "rtp_course" / "comm.py").write_text("# mine, fixed\n")
     assert collect_submissions.main([str(subs), "a1", "--course", str(course)]) == 0
     assert "    rtp-course regrade a1 --student finn\n" in capsys.readouterr().out
+
+
+def test_a_module_that_declares_another_encoding_is_read_as_python_reads_it(tmp_path, capsys):
+    """The warning's regex read UTF-8, so `from solutions import comm` hidden in a UTF-7
+    comment line (Python runs it) went unsaid. Read as Python reads it, it is said; and so is
+    the declaration itself."""
+    course, student = _course(tmp_path), tmp_path / "subs" / "erin"
+    (student / "rtp_course").mkdir(parents=True)
+    (student / "rtp_course" / "comm.py").write_bytes(hidden_in_utf7("x = 1", "from solutions import comm"))
+    (student / "rtp_course" / "rotation.py").write_text("# -*- coding: utf-8 -*-\nx = 1\n")
+    collect_submissions.collect(student, course, "a1")
+    said = capsys.readouterr().err
+    assert "comm.py mentions the solutions" in said, said
+    assert "comm.py: line 2 declares the source encoding 'utf-7'" in said, said
+    assert "rotation.py" not in said, said

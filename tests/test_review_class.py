@@ -10,7 +10,7 @@ from nbgrader.api import Comment, Gradebook
 
 from rtp_course.instructor import grade_code, review_class
 from rtp_course.instructor.grade_outcome import CellGrade
-from grading_course import ROOT, make_course
+from grading_course import ROOT, hidden_in_utf7, make_course
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))     # the disguises live with the similarity's tests
@@ -140,3 +140,24 @@ def test_regrading_one_student_keeps_anothers_tampering_row(tmp_path):
     review_class.write_csv(tmp_path, a, [], ["mallory"])      # graded again: her rows are new
     with open(tmp_path / review_class.NAME, newline="") as fh:
         assert not list(csv.DictReader(fh))
+
+
+def test_a_module_that_declares_utf7_is_reviewed_as_python_runs_it(tmp_path):
+    """The red team's comm.py declared `coding: utf-7` and hid the whole reference and an
+    `import ctypes` in one comment line of its UTF-8 reading: the scan and the similarity read
+    UTF-8 (the stub and a comment), Python ran the reference: 10/10, no flag, no row. The review
+    reads it as Python does, flags the declaration and what it hid, and finds the copy."""
+    hidden = "import ctypes as _native\n" + (ROOT / "solutions" / "comm.py").read_text()
+    students = {"ref": None, "stubs": {"comm": (ROOT / "rtp_course" / "comm.py").read_text()},
+                "seven": {"comm": hidden_in_utf7((ROOT / "rtp_course" / "comm.py").read_text(), hidden)}}
+    course, a = make_course(tmp_path, students)
+    cells = grade_code.graded_cells(course, a)
+    lines = []
+    rows = review_class.review(course, a, cells, _grades(cells, students), lines.append)
+    flags = {(r[0], r[4], r[6].rsplit("[", 1)[-1]) for r in rows if r[3] == "flag"}
+    assert ("seven", "comm.py:2", "source-encoding]") in flags, flags
+    assert any(s == "seven" and code == "native-code]" for s, _, code in flags), flags
+    assert {s for s, _, _ in flags} == {"seven"}
+    copies = {(r[0], r[2], r[4]) for r in rows if r[3] == "near-copy"}
+    assert ("seven", "comm", "reference") in copies, copies
+    assert any(ln.startswith("REVIEW  seven/") and "utf-7" in ln for ln in lines), lines

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rtp_course.course import EXERCISES
 from rtp_course.instructor import grade_outcome, grade_record
+from rtp_course.instructor.review.source import python_text
 from rtp_course.instructor.review.worker import fingerprint_files, scan_dirs
 
 NAME = "review.csv"
@@ -35,9 +36,10 @@ TOP = 20                 # closest pairs listed per exercise (near copies are al
 SHOWN = 3                # findings quoted in a student's line; the rest are in review.csv
 
 
-def _read(path: Path, limit: int = 2 << 20) -> str | None:
-    """A submitted file's text; None for anything but a regular file (a FIFO would block the
-    class's review, a link would read what the student does not own)."""
+def _read(path: Path, limit: int = 2 << 20, python: bool = False) -> str | None:
+    """A file's text (`python`: a module's, decoded as Python decodes it, review/source.py);
+    None for anything but a regular file (a FIFO would block the class's review, a link would
+    read what the student does not own)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
@@ -45,7 +47,8 @@ def _read(path: Path, limit: int = 2 << 20) -> str | None:
     with os.fdopen(fd, "rb") as fh:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return fh.read(limit).decode("utf-8", "replace")
+        data = fh.read(limit)
+    return python_text(data) if python else data.decode("utf-8", "replace")
 
 
 def class_files(course: Path, assignment: str, exercises) -> dict:
@@ -84,8 +87,9 @@ def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict,
     from rtp_course.instructor import solutions_dir
     ref_dir, given = solutions_dir(), course / "source" / assignment / "rtp_course"
     package = Path(rtp_course.__file__).resolve().parent
-    reference = {ex: _read(ref_dir / f"{ex}.py") for ex in exercises} if ref_dir else {}
-    stubs = {ex: _read(given / f"{ex}.py") or _read(package / f"{ex}.py") for ex in exercises}
+    reference = {ex: _read(ref_dir / f"{ex}.py", python=True) for ex in exercises} if ref_dir else {}
+    stubs = {ex: _read(given / f"{ex}.py", python=True) or _read(package / f"{ex}.py", python=True)
+             for ex in exercises}
     return ({k: v for k, v in reference.items() if v}, {k: v for k, v in stubs.items() if v})
 
 

@@ -62,7 +62,8 @@ def alembic_on_path():
 
 
 def submit(course: Path, assignment: str, student: str, edits) -> Path:
-    """The reference as `student`'s modules, with {module: source} replacing some."""
+    """The reference as `student`'s modules, with {module: source (text, or bytes as they are)}
+    replacing some."""
     impl = course / "submitted" / student / assignment / "rtp_course"
     if impl.exists():
         shutil.rmtree(impl)
@@ -70,6 +71,8 @@ def submit(course: Path, assignment: str, student: str, edits) -> Path:
     for module, source in (edits or {}).items():
         if source is None:
             (impl / f"{module}.py").unlink()
+        elif isinstance(source, bytes):
+            (impl / f"{module}.py").write_bytes(source)
         else:
             (impl / f"{module}.py").write_text(source)
     return impl
@@ -170,3 +173,16 @@ def hand_in(subs: Path, course: Path, assignment: str, module: str, handed: dict
         if source:
             assert ast.parse(source)
             (folder / "rtp_course" / f"{module}.py").write_text(source)
+
+
+def hidden_in_utf7(visible: str, hidden: str) -> bytes:
+    """A module that reads as `visible` and one comment line wherever it is read as UTF-8 (an
+    editor, a diff, a review that does not honour PEP 263), and that Python, honouring its
+    `# vim: set fileencoding=utf-7 :` line, runs as `visible` then `hidden`: in UTF-7 the `+AAo-`
+    of that comment are newlines."""
+    shown = visible.replace("+", "+-").encode("ascii")
+    tail = b"+AAo-".join(line.encode("utf-7") for line in hidden.split("\n"))
+    data = b"#!/usr/bin/env python3\n# vim: set fileencoding=utf-7 :\n" + shown + b"\n# notes +AAo-" + tail + b"\n"
+    assert data.decode("utf-7").endswith(visible + "\n# notes \n" + hidden + "\n")
+    assert b"\n" not in data.split(b"# notes ")[1].rstrip(b"\n")        # one line, as UTF-8
+    return data

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from rtp_course.course import EXERCISES
-from rtp_course.instructor.review.scan import Flag, scan_source
+from rtp_course.instructor.review.scan import Flag, scan_file, scan_impl, scan_source
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import wrongs  # noqa: E402  (tests/helpers/wrongs.py: builds tests/correct and tests/wrong entries)
+from grading_course import hidden_in_utf7  # noqa: E402
 
 
 def honest_sources():
@@ -548,3 +549,33 @@ def test_the_folding_is_bounded():
     assert scan_source("a = b + 'x'\nb = a + 'y'\n", "comm.py") == []
     doubling = "".join(f"v{i + 1} = v{i} + v{i}\n" for i in range(60))
     assert scan_source("v0 = 'ab'\n" + doubling, "comm.py") == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-7", "unicode_escape"])
+def test_a_file_is_scanned_as_python_decodes_it_and_its_encoding_declaration_flagged(tmp_path, encoding):
+    """A `# coding:` line other than UTF-8 made the scan read another file than the one Python
+    runs: `import ctypes` hidden in a comment (UTF-7's `+AAo-`, unicode_escape's `\\n` are
+    newlines to Python) was never seen. The scan decodes as Python does and flags the line."""
+    path = tmp_path / "comm.py"
+    if encoding == "utf-7":                 # on line 2, after a shebang
+        path.write_bytes(hidden_in_utf7("x = 1", "import ctypes"))
+        line = 2
+    else:
+        path.write_bytes(b"# -*- coding: unicode_escape -*-\nx = 1  # \\nimport ctypes\n")
+        line = 1
+    got = {(f.line, f.code) for f in scan_file(path)}
+    assert (line, "source-encoding") in got and any(code == "native-code" for _, code in got), got
+    utf8 = path.read_text(errors="replace").splitlines()
+    assert not any("ctypes" in ln.split("#")[0] for ln in utf8)        # as UTF-8: in a comment
+
+
+def test_honest_files_declare_no_other_encoding(tmp_path):
+    """The references and stubs, read from disk as the scan reads a submission: no flag; a
+    UTF-8 declaration or byte-order mark is no finding either."""
+    for name, source in honest_sources().items():
+        path = tmp_path / Path(name).name
+        path.write_text(source)
+        assert scan_file(path) == [], name
+    for data in (b"# -*- coding: utf-8 -*-\nx = 1\n", b"\xef\xbb\xbfx = 1\n", b"# coding=UTF8\nx = 1\n"):
+        path.write_bytes(data)
+        assert scan_file(path) == [], data

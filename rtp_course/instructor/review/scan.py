@@ -32,6 +32,7 @@ from rtp_course.instructor.review.rules import (  # noqa: F401 - GRADER_NAMES: t
     GRADER_NAMES, HIDDEN_MODULE, INTERCEPTORS, OUTSIDE, PATCH, PATH_FUNCS, PATH_METHODS, PATH_RE,
     PATH_ROOTS, PG_METHODS, REEXPORTED, UNPICKLE, judge_string, match as _match)
 from rtp_course.instructor.review.scopes import scopes
+from rtp_course.instructor.review.source import declared, finding as encoding_finding, python_text
 from rtp_course.instructor.review.shapes import class_of as _class_of, const_str as _const_str, \
     from_module as _from_module, leftmost_str as _leftmost_str, targets as _targets
 
@@ -82,14 +83,19 @@ def scan_source(source: str, filename: str) -> list[Flag]:
 
 
 def scan_file(path, filename: str | None = None) -> list[Flag]:
-    """scan_source of a file, read bounded (a link to a huge file is not read whole)."""
+    """scan_source of a file, read bounded (a link to a huge file is not read whole) and decoded
+    as Python decodes it (source.py: a `# coding: utf-7` line is honoured, and flagged)."""
     path = Path(path)
     filename = filename or path.name
     with open(path, "rb") as fh:
         data = fh.read(4 * MAX_BYTES + 1)           # UTF-8: at most 4 bytes a character
         if len(data) > 4 * MAX_BYTES:
             return [_too_big(filename, os.fstat(fh.fileno()).st_size)]
-    return scan_source(data.decode("utf-8", "replace"), filename)
+    flags = scan_source(python_text(data), filename)
+    why = encoding_finding(data)
+    if why:
+        flags.insert(0, Flag(filename, declared(data)[0], why, "source-encoding"))
+    return flags
 
 
 def scan_impl(impl_dir, exercises=EXERCISES, limits=None) -> list[Flag]:

@@ -250,6 +250,7 @@ def _fingerprint(files: list, limits: Limits, cpu_hard: int, say) -> None:
     """The worker's other job: each file's fingerprints, less its stub's (None: unreadable)."""
     import resource
     from rtp_course.instructor.review.similarity import fingerprints
+    from rtp_course.instructor.review.source import python_text
     for i, (path, base) in enumerate(files):
         use = resource.getrusage(resource.RUSAGE_SELF)
         soft = min(int(use.ru_utime + use.ru_stime) + 1 + limits.cpu_s, cpu_hard)
@@ -257,7 +258,7 @@ def _fingerprint(files: list, limits: Limits, cpu_hard: int, say) -> None:
         say(start=i)
         try:
             with open(path, "rb") as fh:
-                source = fh.read(2 << 20).decode("utf-8", "replace")
+                source = python_text(fh.read(2 << 20))      # as Python reads it (`# coding:`)
             answer = sorted(fingerprints(source, base))
         except (OSError, MemoryError, RecursionError, SyntaxError, ValueError):
             answer = None
