@@ -15,7 +15,7 @@ from grading_course import ROOT, hidden_in_utf7, make_course
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))     # the disguises live with the similarity's tests
 import wrongs  # noqa: E402
-from test_review_similarity import disguise  # noqa: E402
+from test_review_similarity import COMM, COMM_API, disguise  # noqa: E402
 
 CELLS = (("data_parallel", "dp-code", 10), ("comm", "comm-code", 10))
 HOSTILE = "\nimport sys as _s\n_caller = _s._getframe(1)\n"
@@ -161,3 +161,25 @@ def test_a_module_that_declares_utf7_is_reviewed_as_python_runs_it(tmp_path):
     copies = {(r[0], r[2], r[4]) for r in rows if r[3] == "near-copy"}
     assert ("seven", "comm", "reference") in copies, copies
     assert any(ln.startswith("REVIEW  seven/") and "utf-7" in ln for ln in lines), lines
+
+
+def test_a_copy_parked_in_a_sibling_module_is_a_near_copy_and_honest_classmates_are_not(tmp_path):
+    """The red team's comm.py only imported its functions from sharding.py, which held the
+    reference comm.py below the sharding stub: comm 10/10, no REVIEW line and no row, the review
+    comparing comm.py with comm.py only. The copy is found in sharding.py and said so; an honest
+    classmate (whose other modules are the reference's) and one who handed in stubs are not."""
+    stub = (ROOT / "rtp_course" / "sharding.py").read_text()
+    students = {"ref": None, "ann": {"comm": COMM}, "stubs": {"comm": (ROOT / "rtp_course" / "comm.py").read_text()},
+                "xmod": {"comm": f"from .sharding import {', '.join(COMM_API)}  # noqa: F401\n",
+                         "sharding": stub + "\n\n" + disguise((ROOT / "solutions" / "comm.py").read_text())}}
+    course, a = make_course(tmp_path, students)
+    cells = grade_code.graded_cells(course, a)
+    lines = []
+    rows = review_class.review(course, a, cells, _grades(cells, students), lines.append)
+    copies = {(r[0], r[4]): r for r in rows if r[3] == "near-copy"}
+    assert ("xmod", "reference") in copies, copies
+    assert "found in xmod's comm.py with sharding.py" in copies[("xmod", "reference")][6]
+    assert float(copies[("xmod", "reference")][5]) >= 0.9
+    assert not [k for k in copies if {"ann", "stubs"} & set(k)], copies
+    assert any(ln.startswith("REVIEW  xmod/") and "comm.py is a near copy of the reference" in ln for ln in lines)
+    assert not any(ln.startswith(("REVIEW  ann/", "REVIEW  stubs/")) for ln in lines), lines

@@ -7,7 +7,8 @@ whole class's files in one worker process bounded in CPU time, memory and wall t
 review/worker.py: a file whose scan runs out is flagged `scan-limit`, and the others are
 scanned all the same), and the class is compared, exercise by exercise, with the reference
 solutions and within itself (review/similarity.py: the stub the students were given is the
-base, so what it holds counts for nothing). Both only read the source.
+base, so what it holds counts for nothing; an exercise's copy is found in whichever module of
+the submission it sits, alone or with what the exercise imports). Both only read the source.
 
 review.csv, in the grading directory, has one row per finding:
 
@@ -28,7 +29,7 @@ from pathlib import Path
 from rtp_course.course import EXERCISES
 from rtp_course.instructor import grade_outcome, grade_record
 from rtp_course.instructor.review.source import python_text
-from rtp_course.instructor.review.worker import fingerprint_files, scan_dirs
+from rtp_course.instructor.review.worker import fingerprint_modules, scan_dirs
 
 NAME = "review.csv"
 HEADER = ("student", "assignment", "exercise", "kind", "where", "score", "reason")
@@ -67,17 +68,19 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def class_prints(course: Path, assignment: str, exercises, stubs: dict) -> dict:
-    """{student: {exercise: fingerprints}}, made in the review's bounded worker (a file that
-    runs out of it is left out here; its scan flags it)."""
-    files = class_files(course, assignment, exercises)
+def class_prints(course: Path, assignment: str, stubs: dict) -> tuple[dict, dict]:
+    """({student: {module: fingerprints}}, {student: {module: the modules it imports}}) of every
+    exercise module of each submission (a copy may sit in any of them), made in the review's
+    bounded worker (a file that runs out of it is left out here; its scan flags it)."""
+    files = class_files(course, assignment, EXERCISES)
     order = [(s, ex, path) for s, mine in files.items() for ex, path in mine.items()]
-    made = fingerprint_files([(str(path), stubs.get(ex)) for _, ex, path in order])
-    out: dict = {s: {} for s in files}
-    for (s, ex, _), prints in zip(order, made):
-        if prints is not None:
-            out[s][ex] = prints
-    return out
+    made = fingerprint_modules([(str(path), stubs.get(ex)) for _, ex, path in order])
+    prints: dict = {s: {} for s in files}
+    imports: dict = {s: {} for s in files}
+    for (s, ex, _), found in zip(order, made):
+        if found is not None:
+            prints[s][ex], imports[s][ex] = found
+    return prints, imports
 
 
 def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict, dict]:
@@ -89,14 +92,14 @@ def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict,
     package = Path(rtp_course.__file__).resolve().parent
     reference = {ex: _read(ref_dir / f"{ex}.py", python=True) for ex in exercises} if ref_dir else {}
     stubs = {ex: _read(given / f"{ex}.py", python=True) or _read(package / f"{ex}.py", python=True)
-             for ex in exercises}
+             for ex in EXERCISES}            # every module's: a copy may sit in any of them
     return ({k: v for k, v in reference.items() if v}, {k: v for k, v in stubs.items() if v})
 
 
 def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
     """The rows of review.csv for `assignment`: flags of `students`, pairs of the class."""
     from rtp_course.instructor.grade_code import impl_dir
-    from rtp_course.instructor.review.similarity import compare_prints, fingerprints
+    from rtp_course.instructor.review.similarity import compare_prints, fingerprints, imported
     rows = []
     scanned = scan_dirs({s: impl_dir(course, assignment, s) for s in students}, EXERCISES)
     for s in students:
@@ -105,9 +108,10 @@ def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
                          "", f"{flag.reason} [{flag.code}]"))
         rows.extend(_tampered(course, assignment, s))
     reference, stubs = reference_and_stubs(course, assignment, exercises)
-    prints = class_prints(course, assignment, exercises, stubs)
+    prints, imports = class_prints(course, assignment, stubs)
     pairs = compare_prints(prints, {ex: fingerprints(src, stubs.get(ex)) for ex, src in reference.items()},
-                           top=(len(prints) + 1) ** 2)
+                           top=(len(prints) + 1) ** 2, imports=imports, exercises=exercises,
+                           given={ex: imported(src, EXERCISES) for ex, src in stubs.items()})
     shown: dict = {}
     for p in pairs:                 # every near copy, and the closest other pairs for context
         if not p.near_copy and shown.setdefault(p.exercise, 0) >= TOP:
@@ -115,7 +119,8 @@ def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
         shown[p.exercise] = shown.get(p.exercise, 0) + (not p.near_copy)
         kind = "near-copy" if p.near_copy else "similarity"
         why = (f"a near copy of {'the reference solution' if p.b == 'reference' else p.b}'s "
-               f"{p.exercise}.py once names, comments and layout are set aside") if p.near_copy else ""
+               f"{p.exercise}.py once names, comments and layout are set aside"
+               + (f", found in {p.a}'s {p.where}" if p.where else "")) if p.near_copy else ""
         rows.append((p.a, assignment, p.exercise, kind, p.b, f"{p.score:.3f}", why))
     return rows
 

@@ -1044,6 +1044,63 @@ def test_compare_class_finds_students_who_copied_each_other():
     assert all(0 <= p.score <= 1 for p in pairs) and sum(p.near_copy for p in pairs) == 1
 
 
+def _with(base, **modules):
+    """A whole submission: every module the stub, less what `modules` replaces."""
+    return {**{ex: stub(ex) for ex in EXERCISES}, **base, **modules}
+
+
+COMM_API = ("Duplication", "AllReduce", "AllGather", "Split", "duplicate", "all_reduce", "all_gather", "split")
+
+
+def test_a_copy_parked_in_another_module_is_found_where_it_sits():
+    """The red team's comm.py was one line, `from .sharding import Duplication, ...`, and
+    sharding.py the stub with the reference comm.py pasted below it: comm 10/10 and no row, the
+    review comparing each exercise's module with the same exercise's only. The copy is found
+    in the module it sits in: imported (a relative import, or through rtp_course.<module>),
+    or parked in a module the exercise does not even import; a classmate's copy likewise."""
+    refs = {ex: reference(ex) for ex in EXERCISES}
+    stubs = {ex: stub(ex) for ex in EXERCISES}
+    comm = reference("comm")
+    names = ", ".join(COMM_API)
+    students = {
+        "ann": _with(refs, comm=COMM),                       # honest, the rest the reference's
+        "bob": _with(refs, comm=stub("comm"), rotation=ROTATION_B),
+        "idle": dict(stubs),
+        "mallory": _with({}, comm=f"from .sharding import {names}\n",
+                         sharding=stub("sharding") + "\n\n" + disguise(comm)),
+        "oscar": _with({}, comm=f"import rtp_course.groups as _g\n\n{names.replace(', ', ' = _g.')} = _g.split\n",
+                       groups=disguise(comm) + "\n\n" + stub("groups")),
+        "pat": _with({}, comm=f"from rtp_course.rotation import *  # noqa\n",
+                     rotation=stub("rotation") + "\n\n" + disguise(COMM)),     # ann's comm
+        "quinn": _with(refs, comm=stub("comm"), flyweight=stub("flyweight") + "\n\n" + disguise(comm)),
+    }
+    pairs = compare_class(students, {"comm": comm}, stubs, top=100, exercises=["comm"])
+    near = {(p.a, p.b): p.where for p in pairs if p.near_copy}
+    assert near[("mallory", "reference")] == "comm.py with sharding.py, which it imports", near
+    assert near[("oscar", "reference")].startswith("comm.py with ") and "groups.py" in near[("oscar", "reference")]
+    assert near[("pat", "ann")] == "comm.py with rotation.py, which it imports", near
+    assert near[("quinn", "reference")] == "flyweight.py", near                  # not imported at all
+    assert {frozenset(pair) for pair in near} >= {frozenset(("mallory", "oscar")), frozenset(("oscar", "quinn"))}
+    honest = {"ann", "bob", "idle", "reference"}
+    assert not [pair for pair in near if set(pair) <= honest], near
+    assert all(p.score >= 0.9 for p in pairs if p.near_copy and "reference" in (p.a, p.b)), pairs[:6]
+
+
+def test_the_sibling_modules_a_module_imports_are_read_from_its_imports():
+    assert similarity_imports("from .sharding import split\nfrom . import groups, rotation\n"
+                              "import rtp_course.flyweight\nfrom rtp_course import comm\n"
+                              "from rtp_course.context_parallel import *\nfrom .models import Bert\n"
+                              "import torch.distributed\n") == \
+        {"sharding", "groups", "rotation", "flyweight", "comm", "context_parallel"}
+    assert similarity_imports("def f(:") == set() and similarity_imports(reference("comm")) == set()
+    assert similarity_imports(stub("groups")) == {"data_parallel", "tensor_parallel"}
+
+
+def similarity_imports(source):
+    from rtp_course.instructor.review.similarity import imported
+    return imported(source, EXERCISES)
+
+
 def test_pair_rows():
     pair = Pair("ann", "reference", "comm", 0.91234, True)
     assert pair.as_row() == ["ann", "reference", "comm", "0.912", "yes"]

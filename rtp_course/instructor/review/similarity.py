@@ -81,6 +81,7 @@ class Pair:
     exercise: str
     score: float        # similarity() of their fingerprints, in [0, 1]
     near_copy: bool     # score >= NEAR_COPY
+    where: str = ""     # where a's copy sits when not in its exercise's module ("sharding.py")
 
     HEADER = ("a", "b", "exercise", "score", "near_copy")
 
@@ -847,11 +848,15 @@ def similarity(a: set, b: set) -> float:
 
 # ---- a class ----------------------------------------------------------------------------------
 
-def compare_class(submissions: dict, reference: dict, stubs: dict, top: int = 20) -> list[Pair]:
+def compare_class(submissions: dict, reference: dict, stubs: dict, top: int = 20,
+                  exercises=None) -> list[Pair]:
     """The closest pairs of each exercise: every student against "reference" and against every
     other student, each exercise's `top` best with a score above 0, then sorted by score (best
-    first). submissions: {student: {exercise: source}}; reference and stubs: {exercise: source}
-    (the stub is the base: what it holds is not counted).
+    first). submissions: {student: {module: source}}, every exercise module of a submission;
+    reference and stubs: {exercise: source} (the stub is the base: what it holds is not
+    counted); exercises: those compared (default: every one a submission or the reference has).
+
+    A copy is found in whichever of the submission's modules it sits (compare_prints).
 
     No fingerprint is dropped for being common in the class (MOSS's -m): a whole class copying
     one leaked file is what that would hide, and honest code that the stub all but dictates
@@ -859,28 +864,94 @@ def compare_class(submissions: dict, reference: dict, stubs: dict, top: int = 20
     memo: dict = {}                         # identical files (a shared copy) are fingerprinted once
     prints = {s: {ex: memo.get((ex, src)) or memo.setdefault((ex, src), fingerprints(src, stubs.get(ex)))
                   for ex, src in subs.items()} for s, subs in submissions.items()}
+    modules = {ex for subs in submissions.values() for ex in subs} | set(stubs) | set(reference)
+    imports = {s: {ex: imported(src, modules) for ex, src in subs.items()} for s, subs in submissions.items()}
     return compare_prints(prints, {ex: fingerprints(src, stubs.get(ex)) for ex, src in reference.items()},
-                          top)
+                          top, imports, exercises, {ex: imported(src, modules) for ex, src in stubs.items()})
 
 
-def compare_prints(prints: dict, reference: dict, top: int = 20) -> list[Pair]:
-    """compare_class on fingerprints already made: {student: {exercise: set}}, {exercise: set}
-    (the grader's review makes a class's in a bounded worker: review/worker.py)."""
-    exercises = sorted({ex for subs in prints.values() for ex in subs} | set(reference))
+def imported(source: str, modules) -> set[str]:
+    """Which of `modules` (the exercise modules, siblings in the rtp_course package) `source`
+    imports: `from .sharding import split`, `from . import sharding`, `import rtp_course.sharding`,
+    `from rtp_course import sharding`, `from rtp_course.sharding import *`. (A dynamic import is
+    the scan's: it flags importlib, __import__ and the like.)"""
+    if len(source) > MAX_SOURCE:
+        return set()
+    try:
+        nodes = ast.walk(ast.parse(source))
+        found = set()
+        for n in nodes:
+            if isinstance(n, ast.Import):
+                found |= {a.name.split(".")[1] for a in n.names if a.name.startswith("rtp_course.")}
+            elif isinstance(n, ast.ImportFrom) and (n.level == 1 or n.module and n.module.split(".")[0]
+                                                    == "rtp_course" and not n.level):
+                path = (n.module or "").split(".")[0 if n.level else 1:]
+                found |= {path[0]} if path and path[0] else {a.name for a in n.names}
+        return found & set(modules)
+    except Exception:                       # noqa: BLE001 - a crafted file ends no review
+        return set()
+
+
+def compare_prints(prints: dict, reference: dict, top: int = 20, imports=None, exercises=None,
+                   given=None) -> list[Pair]:
+    """compare_class on fingerprints already made: {student: {module: set}}, {exercise: set}
+    (the grader's review makes a class's in a bounded worker: review/worker.py); imports:
+    {student: {module: the modules it imports}}; exercises: those compared (default: all);
+    given: {module: the modules its stub imports}.
+
+    An exercise's code is its module with every sibling module it imports that its stub does
+    not (transitively: a comm.py of one line, `from .sharding import *`, runs sharding.py; the
+    stub's own imports, tensor_parallel's of comm, are exercises graded on their own). It is
+    compared with the other party's code where it may sit in a submission: that code, its
+    module alone, and each other module alone (a copy parked anywhere). The score is the best
+    of them; Pair.where names the place when it is not the exercise's module. A copy split
+    over modules that the exercise reaches other than by an import its stub lacks is not
+    pooled (the scan flags dynamic imports)."""
+    imports, given = imports or {}, given or {}
+    if exercises is None:
+        exercises = {ex for subs in prints.values() for ex in subs} | set(reference)
     pairs = []
-    for ex in exercises:
-        mine = {s: subs[ex] for s, subs in sorted(prints.items()) if ex in subs}
+    for ex in sorted(exercises):
+        places = {s: _places(ex, subs, imports.get(s, {}), given) for s, subs in sorted(prints.items())
+                  if ex in subs}
         found = []
         if ex in reference:
-            found += [_pair(s, "reference", ex, fp, reference[ex]) for s, fp in mine.items()]
-        found += [_pair(a, b, ex, mine[a], mine[b]) for a, b in combinations(mine, 2)]
+            found += [_found(s, "reference", ex, reference[ex], where) for s, where in places.items()]
+        for a, b in combinations(places, 2):
+            one, two = _found(a, b, ex, places[b][0][1], places[a]), _found(b, a, ex, places[a][0][1], places[b])
+            best = max(one, two, key=lambda p: (p.score, bool(p.where)))     # a tie: say where
+            found.append(best if best.where else Pair(a, b, ex, best.score, best.near_copy))
         pairs += sorted((p for p in found if p.score > 0), key=_order)[:top]
     return sorted(pairs, key=_order)
 
 
-def _pair(a: str, b: str, exercise: str, fa: set, fb: set) -> Pair:
-    score = round(similarity(fa, fb), 4)
-    return Pair(a, b, exercise, score, score >= NEAR_COPY)
+def _places(ex: str, modules: dict, imports: dict, given: dict) -> list:
+    """[(where, fingerprints)] where exercise `ex`'s code may sit in one submission, its code
+    first (where ""): its module with the siblings it imports beyond its stub's imports, then
+    its module alone (if that differs), then every other module alone."""
+    reached, todo = {ex}, [ex]
+    while todo:
+        module = todo.pop()
+        for sibling in set(imports.get(module, ())) - set(given.get(module, ())):
+            if sibling not in reached and sibling in modules:
+                reached.add(sibling)
+                todo.append(sibling)
+    if len(reached) == 1:
+        out = [("", modules[ex])]
+    else:
+        others = ", ".join(f"{m}.py" for m in sorted(reached - {ex}))
+        out = [("", set().union(*(modules[m] for m in reached))), (f"{ex}.py", modules[ex])]
+        out[0] = (f"{ex}.py with {others}, which it imports", out[0][1])
+    return out + [(f"{m}.py", fp) for m, fp in sorted(modules.items()) if m != ex and fp]
+
+
+def _found(holder: str, other: str, exercise: str, theirs: set, places: list) -> Pair:
+    """The pair of `holder` (its places) and `other` (`theirs`: its exercise's code)."""
+    if not theirs:
+        return Pair(holder, other, exercise, 0.0, False)
+    score, where = max(((round(similarity(theirs, fp), 4), where) for where, fp in places if fp),
+                       key=lambda found: found[0], default=(0.0, ""))       # a tie: the first place
+    return Pair(holder, other, exercise, score, score >= NEAR_COPY, where)
 
 
 def _order(p: Pair):

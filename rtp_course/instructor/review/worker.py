@@ -17,12 +17,12 @@ the files left, so one file never costs the others their flags. The worker only 
 nothing submitted is imported or run, there or here.
 
 The same worker, bounded the same way, computes each submitted file's similarity
-fingerprints (`fingerprint_files`), so that the class's comparison in the grader only
-intersects sets of numbers.
+fingerprints and the sibling modules it imports (`fingerprint_modules`), so that the class's
+comparison in the grader only intersects sets of numbers.
 
 The protocol is one JSON object a line on the worker's stdout: {"ready": true} once it has
 started, {"start": i} when it takes up file i, {"done": i, "answer": ...} when it is done
-(the file's flags, or its fingerprints).
+(the file's flags, or its fingerprints and imports).
 """
 from __future__ import annotations
 
@@ -80,7 +80,15 @@ def fingerprint_files(files: list, limits: Limits | None = None) -> list:
     """The similarity fingerprints (review/similarity.py) of each (path, stub's text or None)
     of `files`, in order, computed in a bounded worker: None for a file that ran out (its scan
     flags it) or could not be read."""
-    return _in_workers(files, limits or LIMITS, "prints", set, lambda name, why, started: None)
+    return [made and made[0] for made in fingerprint_modules(files, limits)]
+
+
+def fingerprint_modules(files: list, limits: Limits | None = None) -> list:
+    """(fingerprints, the exercise modules it imports) of each (path, stub's text or None) of
+    `files`, in order, made in a bounded worker; None as fingerprint_files says."""
+    return _in_workers(files, limits or LIMITS, "prints",
+                       lambda answer: (set(answer["prints"]), frozenset(answer["imports"])),
+                       lambda name, why, started: None)
 
 
 _TODO = object()
@@ -247,10 +255,14 @@ def main() -> None:
 
 
 def _fingerprint(files: list, limits: Limits, cpu_hard: int, say) -> None:
-    """The worker's other job: each file's fingerprints, less its stub's (None: unreadable)."""
+    """The worker's other job: each file's fingerprints, less its stub's, and the exercise
+    modules it imports (None: unreadable)."""
+    import hashlib
     import resource
-    from rtp_course.instructor.review.similarity import fingerprints
+    from rtp_course.course import EXERCISES
+    from rtp_course.instructor.review.similarity import fingerprints, imported
     from rtp_course.instructor.review.source import python_text
+    made: dict = {}                     # a file seen before (a stub, a shared copy): its answer
     for i, (path, base) in enumerate(files):
         use = resource.getrusage(resource.RUSAGE_SELF)
         soft = min(int(use.ru_utime + use.ru_stime) + 1 + limits.cpu_s, cpu_hard)
@@ -258,8 +270,13 @@ def _fingerprint(files: list, limits: Limits, cpu_hard: int, say) -> None:
         say(start=i)
         try:
             with open(path, "rb") as fh:
-                source = python_text(fh.read(2 << 20))      # as Python reads it (`# coding:`)
-            answer = sorted(fingerprints(source, base))
+                data = fh.read(2 << 20)
+            key = hashlib.blake2b(data + b"\0" + (base or "").encode(), digest_size=16).digest()
+            if key not in made:
+                source = python_text(data)                  # as Python reads it (`# coding:`)
+                made[key] = {"prints": sorted(fingerprints(source, base)),
+                             "imports": sorted(imported(source, EXERCISES))}
+            answer = made[key]
         except (OSError, MemoryError, RecursionError, SyntaxError, ValueError):
             answer = None
         say(done=i, answer=answer)
