@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rtp_course.course import EXERCISES
-from rtp_course.instructor.review.scan import Flag, scan_file, scan_impl, scan_source
+from rtp_course.instructor.review.scan import Flag, scan_file, scan_source
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
