@@ -106,7 +106,8 @@ _OWN = (
          "gradient; one that forward did not use gets none either, and nothing waits for it.",
          {"data_parallel": ("DataParallel_frozen_accumulated",),
           "tensor_parallel": ("parallelize_transformer_bert",), "flyweight": ("MnistCNN",),
-          "groups": ("train_2d_bert",), "sharding": ("ShardedOptimizer",)}),
+          "groups": ("train_2d_bert",),
+          "sharding": ("ShardedOptimizer", "ShardedOptimizer_weight_decay")}),
     Rule("Memory", "A rank keeps only its shards (and replicated parameters, and what its "
          "exercise's rule allows besides): no other tensor of the weights, wherever kept; in "
          "ring attention, no received key/value block beyond the one in hand and the one "

@@ -64,25 +64,3 @@ class FullyShardedDataParallelLM(pub.FSDPCheck):
 
     def loss(self, out, target):
         return lm_loss(out, target)
-
-
-# optimizers that move a parameter stepped with a zero gradient
-DECAYING = {"sgd_wd": (torch.optim.SGD, dict(lr=0.05, momentum=0.9, weight_decay=0.1)),
-            "adamw": (torch.optim.AdamW, dict(lr=0.01, weight_decay=0.1))}
-
-
-class ShardedOptimizerWeightDecay(pub.ShardedOptimizerCheck):
-    """The public ZeRO-1 check's model (its middle bias frozen) trained with weight decay,
-    which moves a parameter stepped with a zero gradient (SGD's wd * p, AdamW's decay) where
-    momentum and Adam from zero state do not: the frozen parameter must stay as it is (rule
-    'Frozen and unused': "it is never stepped"). Its shard's values are not judged (one flat
-    shard may step it with gradient 0 if nothing goes back into the parameter); its gradient
-    shard is, as in the public check. No storage counted (the public check does)."""
-    name, hidden = "ShardedOptimizer_weight_decay", True
-    world_sizes = (2, 3)
-    optimizers = DECAYING
-    memory_sizes = ()
-    free_frozen_shard = True
-    seed, data_seed = 13, 1300
-    hints = dict(pub.ShardedOptimizerCheck.hints, **{
-        f"error/step{i} {o}": h.ZERO_STEP_ERROR for i in (1, 2) for o in DECAYING})

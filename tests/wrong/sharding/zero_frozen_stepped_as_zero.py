@@ -4,7 +4,6 @@ was; weight decay moves it.
 
 EXPECT: sharding\.ShardedOptimizer_weight_decay .*step1 sgd_wd/2\.bias \(frozen: requires_grad=False\) max abs error.*hint: rule 'Frozen and unused': a parameter whose \.grad is None \(frozen\) is never stepped
 CLASS: frozen
-HIDDEN: yes
 WORLD_SIZES: 2
 ONLY: ShardedOptimizer ShardedOptimizer_weight_decay
 """
