@@ -1,4 +1,4 @@
-"""AllReduce also all-reduces in backward, through the process group's own method
+r"""AllReduce also all-reduces in backward, through the process group's own method
 (pg.allreduce, below torch.distributed's functions): recorded all the same.
 
 EXPECT: AllReduce.*backward.*ProcessGroup\.allreduce
