@@ -16,6 +16,7 @@ marked TODO(author); the tests that hold each part print at the end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import string
 import subprocess
@@ -213,10 +214,8 @@ def main(argv=None) -> int:
     subprocess.run([sys.executable, "-m", "jupytext", "--quiet", "--to", "ipynb", "-o",
                     str(ROOT / "notebooks" / f"{a.notebook}.ipynb"),
                     str(ROOT / "scripts" / "notebook_src" / f"{a.notebook}.py")], check=True)
-    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                    "sys.argv = sys.argv[1:]; import runpy; "
-                    "runpy.run_path(sys.argv[0] + '/scripts/new_exercise.py', run_name='points')",
-                    str(ROOT)], check=True)
+    importlib.reload(course)             # the table with its new row
+    write_points_table()
     print(f"{a.id} `{a.module}`: written\n  " + "\n  ".join(
         [f"notebooks/{a.notebook}.ipynb", *made, "rtp_course/course/__init__.py (its row)",
          "docs/INSTRUCTORS.md (the points table)"]))
@@ -237,7 +236,5 @@ Own rules go in rtp_course/course/rules.py (a row, or this exercise's cell in a 
 alternatives in tests/correct/{m}/, a demo in rtp_course/notebook/demos/ if the notebook runs one.
 """
 
-if __name__ == "points":           # run again in a fresh interpreter, which reads the new row
-    write_points_table()
-elif __name__ == "__main__":
+if __name__ == "__main__":
     sys.exit(main())
