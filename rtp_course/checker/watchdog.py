@@ -13,6 +13,10 @@ waiting to run). The group is stopped when the current check
 * used more CPU time than its budget allows: too slow, however busy the machine;
 * has run `BACKSTOP` wall seconds: not graded if its ranks were starved most of that time
   (the machine was too busy), too slow otherwise;
+* has every rank blocked in the checker's own steps around a check (its status says
+  `harness`: making the check's group, waiting for the others after it) for 3 x the stall:
+  not graded, never a hang, since no code under test holds them there (the rank's word can
+  only turn its own hang into "run it again", never into a pass);
 * or a rank wrote more than its disk cap in the run's directory.
 """
 from __future__ import annotations
@@ -132,6 +136,7 @@ class Watchdog:
         self.reached = {r: -1 for r in range(world_size)}    # per rank: checks it has left
         self.usage = _Usage(world_size)
         self.text = None
+        self.harness = False                  # every rank in the checker's own steps
         self.sampled = 0.0
         # The group's place: -2 starting, -1 importing, then the check some rank is still in
         self.step = -2
@@ -147,6 +152,8 @@ class Watchdog:
         text = repr(sorted(statuses.items(), key=lambda kv: kv[0]))
         if text != self.text:
             self.text, self.blocked = text, 0.0
+            self.harness = all(isinstance(st, dict) and st.get("harness") is True
+                               for st in statuses.values())
             self._advance(statuses, now)
             if self.on_change:
                 self.on_change(statuses)
@@ -203,7 +210,7 @@ class Watchdog:
         waiting_on_parent = self.parent_busy is not None and self.parent_busy()
         if blocked and not waiting_on_parent:
             self.blocked += dt
-            self.hung += dt
+            self.hung += 0.0 if self.harness else dt
         else:
             self.blocked = 0.0
         if starved:
@@ -226,6 +233,12 @@ class Watchdog:
                 self._stuck(who, statuses, processes, "the ranks did not start (they were "
                             f"blocked for {self.blocked:.0f} s before any check): not graded, "
                             f"run it again", "busy")
+        elif self.harness and 0 <= self.step < len(self.order):
+            if self.blocked >= 3 * stall:
+                self._stuck(who, statuses, processes, "not graded: the ranks were blocked "
+                            f"for {self.blocked:.0f} s in the checker's own steps around this "
+                            "check (no code of yours was running): the machine's load, not "
+                            "your code; run it again", "busy")
         elif self.blocked >= stall:
             self.hung = self.blocked    # a plain hang costs its stall, not the reset ones before it
             self._stuck(who, statuses, processes,

@@ -322,7 +322,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                                      meeting, files, watch)
                 results[cid].write(outcome_file.dumps(outcome))    # one write: whole or empty
                 results[cid].close()
-                status.update(phase="done", family=None,
+                status.update(phase="done", family=None, harness=True,
                               call="waiting for the other ranks to finish this check")
                 if not meeting.after_check(outcome["status"] == "ok"):
                     _exit(3)                 # peers are stuck inside a call this rank abandoned
@@ -357,9 +357,10 @@ def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, sta
     """One check on this rank: its outcome, as the parent will read it."""
     meeting.start(i)
     inputs.enter_check(check.id, i)       # its own data differs from check to check
+    # harness: the checker's own steps (the check's group, the watch), no code under test
     status.update(check=check.id, index=i, phase="setup", call=None, family=None,
                   sent_to={}, recv_from={}, unwaited_to={}, dropped_to={}, dropped=[],
-                  last_collective=None)
+                  last_collective=None, harness=True)
     groups_before = set(c10d._world.pg_map)
     group = _new_group(list(range(world_size)))
     dtype = getattr(torch, job.get("dtype") or check.dtype)
@@ -368,6 +369,7 @@ def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, sta
     if watch is not None:
         watch.begin()
     manual_seed(1234 + rank)   # code under test drawing random numbers stays repeatable
+    status.update(harness=False)
     outcome = {"status": "ok"}
     try:
         check.run(ctx)

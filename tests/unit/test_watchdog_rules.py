@@ -36,10 +36,10 @@ class Rig:
         dt, self.looked = (0.0 if self.looked is None else now - self.looked), now
         return dt, self.cpu * dt, self.blocked, self.starved
 
-    def status(self, rank, index, phase="run", call="wait() on irecv", check=None):
+    def status(self, rank, index, phase="run", call="wait() on irecv", check=None, **more):
         (self.rundir / f"status.{rank}.json").write_text(json.dumps(
             {"index": index, "check": check or self.checks[index].id, "phase": phase,
-             "call": call}))
+             "call": call, **more}))
 
     def in_check(self, index, **kw):
         for r in (0, 1):
@@ -164,6 +164,37 @@ def test_once_the_code_under_test_began_a_group_that_does_not_start_hangs(tmp_pa
     monkeypatch.setattr(watchdog, "STACKS_WAIT", 0.0)
     stuck, after = Rig(tmp_path, began=True).watch(5 * STALL)
     assert stuck.reason == "hang" and after <= STALL + 2 * SAMPLE, (stuck, after)
+
+
+def test_ranks_blocked_in_the_checkers_own_steps_are_busy_never_hung(rig):
+    """Every rank in the harness's steps around a check (making its group, waiting for the
+    others after it): no code under test holds them, so a stall is the machine's."""
+    r = rig()
+    r.in_check(0, phase="setup", call=None, harness=True)
+    stuck, after = r.watch(5 * STALL)
+    assert stuck.reason == "busy" and 3 * STALL <= after <= 3 * STALL + 2 * SAMPLE, (stuck, after)
+    assert stuck.why.startswith("not graded") and "run it again" in stuck.why, stuck.why
+    result = diagnose(r.checks[0], 2, r.rundir, stuck, {})
+    assert result.status == "busy" and not result.passed
+
+
+def test_one_rank_in_the_harness_and_one_blocked_in_a_call_is_a_hang(rig):
+    """Rank 0 waits after the check for rank 1, which is stuck in the code under test."""
+    r = rig()
+    r.status(0, 0, phase="done", call="waiting for the other ranks", harness=True)
+    r.status(1, 0, harness=False)
+    stuck, after = r.watch(3 * STALL)
+    assert stuck.reason == "hang" and after <= STALL + 2 * SAMPLE, (stuck, after)
+
+
+def test_time_in_the_harness_is_not_counted_towards_a_hang_in_all(rig):
+    """Stalls in the harness's steps, reset by status changes, never add up to a hang."""
+    r = rig()
+
+    def setting_up(i):
+        if i % round(STALL / 2 / SAMPLE) == 0:
+            r.in_check(0, phase="setup", call=f"new group #{i}", harness=True)
+    assert r.watch(2 * watchdog.HUNG_IN_ALL * STALL, setting_up)[0] is None
 
 
 def test_a_check_past_its_own_cpu_budget_is_too_slow(rig):
