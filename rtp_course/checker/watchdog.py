@@ -250,6 +250,10 @@ class Watchdog:
             self.hung = stall       # the exercise's hang budget pays what a plain hang costs
             self._stuck(who, statuses, processes, why, "hang")
         if self.cpu > limit:
+            if self.step == -2 and not self.began():
+                self._stuck(who, statuses, processes, "not graded: the checker's ranks used "
+                            f"over {limit:.0f} CPU-seconds to start, before any code of yours "
+                            "ran: the machine's doing, not your code; run it again", "busy")
             if self.step == -1:
                 why = f"importing the code under test used over {limit:.0f} CPU-seconds"
             else:

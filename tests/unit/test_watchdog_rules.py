@@ -160,6 +160,16 @@ def test_a_group_blocked_before_any_code_under_test_ran_is_busy_never_hung(tmp_p
     assert result.status == "busy" and result.status in NOT_GRADED and not result.passed
 
 
+def test_ranks_that_use_too_much_cpu_to_start_before_any_code_ran_are_busy(tmp_path, monkeypatch):
+    """The first check is not failed "too slow" for what the checker's own start used."""
+    monkeypatch.setattr(watchdog, "STACKS_WAIT", 0.0)
+    r = Rig(tmp_path, began=False)
+    r.blocked, r.cpu = False, 2.0
+    stuck, after = r.watch(2 * B.START_CPU)
+    assert stuck.reason == "busy" and stuck.why.startswith("not graded"), stuck
+    assert B.START_CPU / 2 <= after <= B.START_CPU / 2 + 2 * SAMPLE, after
+
+
 def test_once_the_code_under_test_began_a_group_that_does_not_start_hangs(tmp_path, monkeypatch):
     monkeypatch.setattr(watchdog, "STACKS_WAIT", 0.0)
     stuck, after = Rig(tmp_path, began=True).watch(5 * STALL)
