@@ -14,9 +14,10 @@ waiting to run). The group is stopped when the current check
 * has run `BACKSTOP` wall seconds: not graded if its ranks were starved most of that time
   (the machine was too busy), too slow otherwise;
 * has every rank blocked in the checker's own steps around a check (its status says
-  `harness`: making the check's group, waiting for the others after it) for 3 x the stall:
-  not graded, never a hang, since no code under test holds them there (the rank's word can
-  only turn its own hang into "run it again", never into a pass);
+  `harness`: making the check's group, waiting for the others after it): a hang after 3 x
+  the stall (slow connections under load get time; the rank's word only delays a verdict);
+* never while this process, which serves the ranks' store, waited for a CPU most of the
+  time (its own measurement, `_Own`): ranks waiting on it are not hung;
 * or a rank wrote more than its disk cap in the run's directory.
 """
 from __future__ import annotations
@@ -113,6 +114,22 @@ class _Usage:
         return cpu - credit
 
 
+class _Own:
+    """Whether this process waited for a CPU: it serves the ranks' store (launcher), so
+    ranks blocked while it could not run wait on it, not on each other."""
+
+    def __init__(self):
+        self.before = procstat.usage(os.getpid())
+
+    def starved(self, dt: float) -> bool:
+        now, before = procstat.usage(os.getpid()), self.before
+        self.before = now
+        if dt <= 0 or now is None or before is None:
+            return False
+        return max((w - before.waited.get(tid, 0.0) for tid, w in now.waited.items()),
+                   default=0.0) >= STARVED * dt
+
+
 class Watchdog:
     """Watches one launch of `todo` (its checks, in order) on `world_size` ranks.
 
@@ -135,6 +152,7 @@ class Watchdog:
         self.disk_mb, self.disk_looked = disk_mb, 0.0
         self.reached = {r: -1 for r in range(world_size)}    # per rank: checks it has left
         self.usage = _Usage(world_size)
+        self.own = _Own()
         self.text = None
         self.harness = False                  # every rank in the checker's own steps
         self.sampled = 0.0
@@ -208,9 +226,10 @@ class Watchdog:
         dt, used, blocked, starved = self.usage.sample(processes, now)
         self.cpu += used
         waiting_on_parent = self.parent_busy is not None and self.parent_busy()
+        waiting_on_parent |= self.own.starved(dt)
         if blocked and not waiting_on_parent:
             self.blocked += dt
-            self.hung += 0.0 if self.harness else dt
+            self.hung += dt
         else:
             self.blocked = 0.0
         if starved:
@@ -233,16 +252,12 @@ class Watchdog:
                 self._stuck(who, statuses, processes, "the ranks did not start (they were "
                             f"blocked for {self.blocked:.0f} s before any check): not graded, "
                             f"run it again", "busy")
-        elif self.harness and 0 <= self.step < len(self.order):
-            if self.blocked >= 3 * stall:
-                self._stuck(who, statuses, processes, "not graded: the ranks were blocked "
-                            f"for {self.blocked:.0f} s in the checker's own steps around this "
-                            "check (no code of yours was running): the machine's load, not "
-                            "your code; run it again", "busy")
-        elif self.blocked >= stall:
+        elif self.blocked >= stall * (3 if self.harness else 1):
             self.hung = self.blocked    # a plain hang costs its stall, not the reset ones before it
+            where = " in the checker's steps around the check" if self.harness else ""
             self._stuck(who, statuses, processes,
-                        f"no rank moved for {self.blocked:.0f} s, each of them blocked", "hang")
+                        f"no rank moved for {self.blocked:.0f} s, each of them blocked{where}",
+                        "hang")
         elif self.step >= 0 and self.hung >= HUNG_IN_ALL * stall:
             why = (f"the ranks were blocked for {self.hung:.0f} s in all during this check, "
                    f"each of them, though their calls kept changing (calls posted that never "
