@@ -116,7 +116,8 @@ class _Usage:
 
 class _Own:
     """Whether this process waited for a CPU: it serves the ranks' store (launcher), so
-    ranks blocked while it could not run wait on it, not on each other."""
+    ranks blocked while it could not run wait on it, not on each other. (Grading's private
+    network serves the store from a process in rank 0's tree: its waits are rank 0's.)"""
 
     def __init__(self):
         self.before = procstat.usage(os.getpid())
