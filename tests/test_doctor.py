@@ -6,6 +6,7 @@ import re
 import pytest
 
 from rtp_course.cli import doctor
+from rtp_course.course import material
 from rtp_course.runtime import devices
 
 
@@ -31,6 +32,7 @@ def test_the_probe_confines_through_the_checkers_entry_point(monkeypatch):
     assert doctor._confine_as_checker(1, "nccl", "/impl") == "confined"
     (rank, job, impl_dir), = calls
     assert (rank, impl_dir, job["backend"], job["confine"]) == (1, "/impl", "nccl", True)
+    assert job["closed"] == material.closed_to_code_under_test() != []   # as a graded rank's
 
     def first_thing(rank, backend, impl_dir):
         raise _Reached((rank, backend, impl_dir))

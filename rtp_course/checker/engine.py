@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rtp_course import course
 from rtp_course.checker import budgets as B
-from rtp_course.checker import diagnosis
+from rtp_course.checker import diagnosis, reference
 from rtp_course.checker.group import over_budget, run_world
 from rtp_course.checker.judging import Expectations
 from rtp_course.checker.registry import check_modules, load_checks
@@ -195,7 +195,6 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
     """Instructor edition: tell how the reference communicated where a check failed."""
     if edition() != "instructor":  # the student edition has no reference to compare with
         return
-    from rtp_course.instructor import reference
     ref_dir = reference.reference_dir()
     failed = [r for r in results if r.status == "failed" and r.phase and r.rank is not None]
     if ref_dir is None or str(ref_dir) == impl_dir or not failed:

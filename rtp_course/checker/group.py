@@ -18,6 +18,7 @@ from rtp_course.checker.outcome_file import read_json_bounded
 from rtp_course.checker.verdict import Result
 from rtp_course.checker.watchdog import Stuck, Watchdog
 from rtp_course.checker.worker import run_checks
+from rtp_course.course import material
 from rtp_course.runtime import output, reaper
 from rtp_course.runtime.launcher import LaunchError, RankFailed, RankHung, launch
 
@@ -34,6 +35,7 @@ def _job(rundir: Path, todo, impl_dir, modules, dtype, backend, confine: bool) -
         impl_dir = _neutral_copy(impl_dir, rundir)   # the grader keeps the class's work
     return dict(rundir=str(rundir), impl=impl_dir, modules=modules, backend=backend,
                 check_ids=[c.id for c in todo], dtype=dtype, confine=confine,
+                closed=material.closed_to_code_under_test() if confine else [],
                 file_cap_mb=int(env("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                 memory_cap_mb=int(env("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                 disk_cap_mb=int(env("RTP_COURSE_RANK_DISK_MB", 0)) or None)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtp_course import course
+from rtp_course.course import material
 
 PUBLIC_PACKAGE = "rtp_course.checker.public"
 # What only the parent may call: the expected values and rules, and the serial runs behind them.
@@ -155,13 +156,7 @@ class Check:
 
 def hidden_dir() -> Path | None:
     """The hidden checks, where the instructor edition says they are (None in the student edition)."""
-    if course.edition() != "instructor":
-        return None
-    try:
-        from rtp_course.instructor import hidden_checks_dir
-    except ImportError:
-        return None
-    return hidden_checks_dir()
+    return material.hidden_checks_dir()
 
 
 def check_modules(exercises, hidden: bool) -> list[str]:

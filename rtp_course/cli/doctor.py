@@ -75,9 +75,11 @@ def _confine_as_checker(rank: int, backend: str, impl_dir: str) -> str:
     """Confine this rank through the checker's own entry point, with the job a grading rank
     gets (worker.run_checks calls it when job["confine"] is true); the report's line."""
     from rtp_course.confinement import rank as confinement
+    from rtp_course.course import material
     env = os.environ.get
     job = dict(rundir=str(Path(tempfile.gettempdir()).parent), impl=impl_dir, modules=[],
                backend=backend, check_ids=[], dtype=None, confine=True,
+               closed=material.closed_to_code_under_test(),
                file_cap_mb=int(env("RTP_COURSE_RANK_FILE_MB", 0)) or None,
                memory_cap_mb=int(env("RTP_COURSE_RANK_MEMORY_MB", 0)) or None,
                disk_cap_mb=int(env("RTP_COURSE_RANK_DISK_MB", 0)) or None)

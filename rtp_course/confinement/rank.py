@@ -39,9 +39,11 @@ def confine(rank: int, job: dict, impl_dir: str) -> str:
     package = Path(rtp_course.__file__).resolve().parent
     # The checks' own files were loaded before this: the code under test cannot load them
     # again (a class loaded afresh would have its parent side back). The hidden checks and
-    # the reference (unless it is the code under test) are outside what is granted.
+    # the reference (unless it is the code under test) are outside what is granted: the
+    # parent names them in the job (job["closed"], course/material.py), as only it knows them.
     closed = [package / "checker" / "public",
-              *(d for d in _instructor_dirs() if d.resolve() != Path(impl_dir).resolve())]
+              *(Path(d) for d in job.get("closed", ())
+                if Path(d).resolve() != Path(impl_dir).resolve())]
     read = [str(package), impl_dir]
     uid = launch.ENTERED["uid"]                 # a root grader's: the uid to drop to
     mounts = reveal.own_mounts()
@@ -125,15 +127,6 @@ def _scrub_environment() -> None:
     for key in [k for k in os.environ if k not in forkserver.rank_environment(os.environ)
                 and k not in KEPT_ENV]:
         del os.environ[key]
-
-
-def _instructor_dirs() -> list:
-    from rtp_course.checker.registry import hidden_dir
-    try:
-        from rtp_course.instructor import solutions_dir
-    except ImportError:             # the student edition
-        solutions_dir = lambda: None  # noqa: E731
-    return [d for d in (hidden_dir(), solutions_dir()) if d is not None]
 
 
 def _cap_resources(job: dict, tasks: int | None) -> None:

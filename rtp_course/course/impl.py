@@ -16,6 +16,7 @@ import types
 from pathlib import Path
 
 from rtp_course.course import EXERCISES
+from rtp_course.course.material import solutions_dir
 PACKAGE = "rtp_impl"
 
 
@@ -30,11 +31,7 @@ def resolve(path: str | Path) -> Path:
         if str(path) == "rtp_course":
             p = Path(__file__).resolve().parents[1]  # rtp_course/
         else:
-            try:
-                from rtp_course.instructor import solutions_dir
-            except ImportError:
-                solutions_dir = None
-            p = solutions_dir() if solutions_dir else None
+            p = solutions_dir()
             if p is None:
                 raise ImplError("no reference solutions here: they ship only with the instructor "
                                 "edition; check your own code with --impl rtp_course")

@@ -1,4 +1,5 @@
-"""Compare a failing implementation with the reference solution (instructor edition only).
+"""Compare a failing implementation with the reference solution, where this edition has it
+(the instructor's: course/material.py says where; the student edition has none).
 
 Values are always judged against the serial model. When a check fails and
 `solutions/` is installed, the same check is run once on the reference (the
@@ -15,7 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import rtp_course
-from rtp_course.instructor import solutions_dir
+from rtp_course.checker.registry import hidden_dir
+from rtp_course.course.material import solutions_dir
 
 
 def reference_dir() -> Path | None:
@@ -35,7 +37,6 @@ def cache_key(check, ws: int, dtype) -> str:
         h.update(path.read_bytes())
     hidden = check.__class__.__module__
     if hidden.startswith("rtp_hidden_checks."):
-        from rtp_course.checker.registry import hidden_dir
         h.update((hidden_dir() / f"{hidden.split('.')[-1]}.py").read_bytes())
     return h.hexdigest()[:24]
 
