@@ -34,16 +34,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rtp_course.runtime import cgroup, devices, forkserver, output, reaper
-from rtp_course.runtime.rank import _worker, own_channel, rank_device  # noqa: F401 - API
+from rtp_course.runtime import cgroup, forkserver, output, reaper
+# The API: what a launch needs, in one place (backends.py, rank.py, torchrun.py hold them).
+from rtp_course.runtime.backends import BACKENDS, LaunchError, default_backend, validate  # noqa: F401
+from rtp_course.runtime.rank import _worker, own_channel, rank_device  # noqa: F401
+from rtp_course.runtime.torchrun import init_from_env  # noqa: F401
 
-BACKENDS = ("gloo", "nccl")
 # torch logs "Terminating process ... via SIGTERM" for every rank we end; the report says it better.
 logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
-
-
-class LaunchError(RuntimeError):
-    """A launch that could not start or did not finish; the message says why."""
 
 
 class RankFailed(LaunchError):
@@ -79,26 +77,6 @@ class WorkerInfo:
     channels: list | None = None    # one socket per rank to the parent (each keeps its own)
     isolation: object = None        # enter(rank, info, keep) -> store port inside, or None
     nccl_rules: bool = True         # gloo calls behave as NCCL's (runtime/nccl)
-
-
-def default_backend(world_size: int = 1) -> str:
-    """NCCL when every rank can have its own GPU, gloo otherwise (counted without initialising
-    CUDA: this process forks ranks)."""
-    return "nccl" if devices.gpu_count() >= world_size else "gloo"
-
-
-def validate(world_size, backend: str) -> None:
-    if not isinstance(world_size, int) or world_size < 1:
-        raise LaunchError(f"world_size must be a positive integer, got {world_size!r}")
-    if backend not in BACKENDS:
-        raise LaunchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    if backend == "nccl":
-        gpus = devices.gpu_count()
-        if world_size > gpus:
-            raise LaunchError(f"NCCL needs one GPU per rank: {world_size} rank(s) asked for, "
-                              f"{gpus} GPU(s) visible (CUDA_VISIBLE_DEVICES="
-                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); ask for one GPU "
-                              f"per rank (Slurm: --gpus-per-task=1), or run on CPU with gloo")
 
 
 def stderr_tail(rundir: Path, rank: int, lines: int = 4) -> str:
@@ -326,11 +304,3 @@ def died_how(code: int | None) -> str:
 # A peer's end as the others see it: gloo's pairs, or the store its rank 0 served.
 _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
               "Connection was likely closed")
-
-
-
-
-def init_from_env(backend: str | None = None, timeout: float = 600.0):
-    """Join a torchrun or srun job's process group: runtime/torchrun.py."""
-    from rtp_course.runtime import torchrun
-    return torchrun.init_from_env(backend, timeout)

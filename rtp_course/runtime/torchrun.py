@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from rtp_course.runtime import devices
 from rtp_course.runtime import rank as _rank
-from rtp_course.runtime.launcher import BACKENDS, LaunchError
+from rtp_course.runtime.backends import BACKENDS, LaunchError
 from rtp_course.runtime.rank import device_for
 
 
