@@ -173,7 +173,8 @@ class Ctx:
         NCCL connects a pair at its first transfer and blocks the host until the peer takes
         part, so a check that holds one rank back would see the others block in a call that
         only posts. Gloo connected its pairs when the group was made: nothing changes."""
-        nccl.warm_up_ring(group or self.group, self.device)
+        with commlog.unlogged():
+            nccl.warm_up_ring(group or self.group, self.device)
 
     def record(self, key: str, tensor) -> None:
         if tensor is None:
