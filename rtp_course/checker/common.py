@@ -70,7 +70,7 @@ def owned_module(check, builder: str, seed: int, owner, dtype=DTYPE) -> nn.Modul
     key of `owner` (a global rank or a set of them): what `seeded` makes, for a module that
     is a rank's own. `builder` must be listed in the check class's `owned`. A rank holds no
     key: it builds the module's shape and gets its values from the parent, which builds it
-    the same way (checker.inputs.Provider)."""
+    the same way (checker/provider.py)."""
     build = check
     for name in builder.split("."):
         build = getattr(build, name)

@@ -13,8 +13,9 @@ import tempfile
 from pathlib import Path
 
 from rtp_course.checker import budgets as B
-from rtp_course.checker import channel, diagnosis, inputs, judging
+from rtp_course.checker import channel, diagnosis, judging
 from rtp_course.checker.outcome_file import read_json_bounded
+from rtp_course.checker.provider import Provider
 from rtp_course.checker.verdict import Result
 from rtp_course.checker.watchdog import Stuck, Watchdog
 from rtp_course.checker.worker import run_checks
@@ -112,7 +113,7 @@ def _force_busy(results: list) -> None:
 def _launch(todo, ws, rundir, impl_dir, modules, dtype, budgets, backend, tick, expect,
             confine, base):
     job = _job(rundir, todo, impl_dir, modules, dtype, backend, confine)
-    provider = inputs.Provider(ws, todo, expect.urgent if expect else judging.now)
+    provider = Provider(ws, todo, expect.urgent if expect else judging.now)
     server = channel.Server(ws, provider).start()
     judged: dict = {}
     watchdog = Watchdog(rundir, ws, todo, budgets, tick and (lambda i: tick(base + i)),

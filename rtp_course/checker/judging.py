@@ -3,7 +3,7 @@
 * `Expectations`: every check's expected values and rules, computed in one thread of the
   parent while the ranks run (serial torch only, never student code: the parent is idle
   then, and a check is judged as soon as its results are in). The same thread builds the
-  modules a rank asks for as its own inputs (checker.inputs.Provider), ahead of the
+  modules a rank asks for as its own inputs (checker/provider.py), ahead of the
   expected values: both seed torch's global generator, and a rank waits for its module.
 * `judge_check` compares one check's outcomes (never raises: what a rank wrote cannot crash
   the grader); `judging` judges each check as soon as every rank has written its result.

@@ -1,9 +1,10 @@
-"""checker.inputs: who can draw whose data."""
+"""checker.inputs and checker.provider: who can draw whose data."""
 import pytest
 import torch
 
 from rtp_course.checker import channel, inputs
 from rtp_course.checker.common import randn
+from rtp_course.checker.provider import MAX_ELEMENTS, MAX_SERVED, Provider
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def test_a_rank_gets_over_its_channel_what_the_parent_draws_for_it_and_nothing_e
     (checker/channel.py), which serves a rank only the data of sets it belongs to."""
     from launch_targets import draw_own_inputs
     from rtp_course.runtime.launcher import launch
-    server = channel.Server(2, inputs.Provider(2, [_Check()], urgent=None)).start()
+    server = channel.Server(2, Provider(2, [_Check()], urgent=None)).start()
     try:
         got = launch(draw_own_inputs, 2, args=(_Check.id,), channels=server, timeout=60)
     finally:
@@ -41,7 +42,7 @@ def test_a_rank_gets_over_its_channel_what_the_parent_draws_for_it_and_nothing_e
 
 def test_the_parent_refuses_a_rank_the_data_of_another(fresh_parent):
     """What a rank asks is the rank's word: the parent checks whose channel asks."""
-    provider = inputs.Provider(4, [_Check()], urgent=None)
+    provider = Provider(4, [_Check()], urgent=None)
     with pytest.raises(ValueError, match="a rank gets only its own"):
         provider.serve(1, {"what": "randn", "seed": 5, "shape": [2], "owner": [2],
                            "dtype": "float64"}, 0)
@@ -54,10 +55,10 @@ def test_a_rank_over_its_quota_is_refused_before_anything_is_drawn(fresh_parent,
     """A rank that asks again and again after its quota costs the parent no draw: the
     request is charged before the tensor is made, and a refused one is not charged."""
     from rtp_course.checker import common
-    provider = inputs.Provider(2, [_Check()], urgent=None)
-    biggest = {"what": "randn", "seed": 1, "shape": [inputs.MAX_ELEMENTS], "owner": [0],
+    provider = Provider(2, [_Check()], urgent=None)
+    biggest = {"what": "randn", "seed": 1, "shape": [MAX_ELEMENTS], "owner": [0],
                "dtype": "float32"}
-    fits = inputs.MAX_SERVED // (inputs.MAX_ELEMENTS * 4)
+    fits = MAX_SERVED // (MAX_ELEMENTS * 4)
     for _ in range(fits):
         provider.serve(0, biggest, 0)
     drawn = []
@@ -68,7 +69,7 @@ def test_a_rank_over_its_quota_is_refused_before_anything_is_drawn(fresh_parent,
         with pytest.raises(ValueError, match="asked for more than 256 MB of inputs"):
             provider.serve(0, request, 0)
     assert drawn == [], "a refused request was drawn first"
-    assert provider.served[0] == fits * inputs.MAX_ELEMENTS * 4
+    assert provider.served[0] == fits * MAX_ELEMENTS * 4
     provider.serve(1, {**biggest, "owner": [1]}, 0)     # another rank's quota is its own
 
 
