@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rtp_course.course import EXERCISES
 from rtp_course.instructor.review.fold import Folder, MAX_LEN
-from rtp_course.instructor.review.scan import scan_impl, scan_source
-from rtp_course.instructor.review.worker import LIMITS, Limits, fingerprint_files, scan_dirs, scan_files
+from rtp_course.instructor.review.scan import scan_source
+from rtp_course.instructor.review.worker import (LIMITS, Limits, fingerprint_files, scan_dirs,
+                                                 scan_files, scan_impl)
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "import gc\n\n\ndef f():\n    return gc.get_objects()\n"     # introspection at line 5

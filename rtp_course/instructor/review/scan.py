@@ -25,7 +25,6 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rtp_course.course import EXERCISES
 from rtp_course.instructor.review.fold import Folder
 from rtp_course.instructor.review.rules import (  # noqa: F401 - GRADER_NAMES: the tests'
     ASSIGN_OK, ATTRS, C10D_C, ENV_MUTATORS, ENVIRON, GLOBALS_MUTATORS, GRADER, GRADER_CLASSES,
@@ -59,7 +58,7 @@ class Flag:
 def scan_source(source: str, filename: str) -> list[Flag]:
     """The flags of one exercise module's source, by line; [] when it does not parse (the
     checker reports a syntax error itself). In this process, unbounded but for the file's size
-    and the folding's own bounds: a submission is scanned by scan_impl (worker.py), in a
+    and the folding's own bounds: a submission is scanned by worker.scan_impl, in a
     process of its own with CPU-time, memory and wall-time limits."""
     if len(source) > MAX_BYTES:
         return [_too_big(filename, len(source))]
@@ -96,14 +95,6 @@ def scan_file(path, filename: str | None = None) -> list[Flag]:
     if why:
         flags.insert(0, Flag(filename, declared(data)[0], why, "source-encoding"))
     return flags
-
-
-def scan_impl(impl_dir, exercises=EXERCISES, limits=None) -> list[Flag]:
-    """The flags of `<impl_dir>/<exercise>.py` for each exercise (a missing file: none), scanned
-    in a bounded worker process (worker.py: a file whose scan runs out of time or memory is
-    flagged "scan-limit", and the other files are scanned all the same)."""
-    from rtp_course.instructor.review.worker import scan_dirs
-    return scan_dirs({0: impl_dir}, exercises, limits)[0]
 
 
 def out_of(filename: str, what: str) -> Flag:

@@ -37,6 +37,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rtp_course.course import EXERCISES
+from rtp_course.instructor.review.scan import Flag, out_of, scan_file
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -67,9 +70,15 @@ def scan_dirs(dirs: dict, exercises, limits: Limits | None = None) -> dict:
     return out
 
 
+def scan_impl(impl_dir, exercises=EXERCISES, limits: Limits | None = None) -> list:
+    """The flags of `<impl_dir>/<exercise>.py` for each exercise (a missing file: none): a
+    file whose scan runs out of time or memory is flagged "scan-limit", and the other files
+    are scanned all the same."""
+    return scan_dirs({0: impl_dir}, exercises, limits)[0]
+
+
 def scan_files(files: list, limits: Limits | None = None) -> list:
     """The flags of each (path, shown name) of `files`, in order, scanned in a bounded worker."""
-    from rtp_course.instructor.review.scan import Flag, out_of
     return _in_workers(files, limits or LIMITS, "scan",
                        lambda flags: [Flag(**f) for f in flags],
                        lambda name, why, started: [out_of(name, why) if started
@@ -115,7 +124,6 @@ def _in_workers(files: list, limits: Limits, mode: str, result, ran_out) -> list
 
 
 def _not_scanned(name: str, how: str):
-    from rtp_course.instructor.review.scan import Flag
     return Flag(name, 1, f"the file could not be scanned: the scan's worker process did not start "
                          f"({how}): read the file", "scan-limit")
 
@@ -227,7 +235,6 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_hard, cpu_hard))
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)                       # nothing else reaches the protocol's pipe
-    from rtp_course.instructor.review.scan import Flag, out_of, scan_file
 
     def say(**msg):
         out.write(json.dumps(msg) + "\n")
