@@ -225,7 +225,7 @@ def main(argv=None) -> int:
 def next_step(course: Path, assignment: str) -> str:
     """The commands that grade `assignment`: its notebooks, then its code if a cell grades code
     (a quiz has none: `rtp-course grade` has nothing to do there, and says so)."""
-    from rtp_course.instructor.grade_code import graded_cells
+    from rtp_course.instructor.assignment import graded_cells
     try:
         code = f" && rtp-course grade {assignment}" if graded_cells(course, assignment) else ""
     except Exception:               # a source notebook nbformat cannot read: nbgrader will say

@@ -123,7 +123,7 @@ def test_a_table_edited_alone_is_detected_before_grading(tmp_path, monkeypatch, 
     monkeypatch.setattr("rtp_course.instructor.manifest.verify", lambda c: 1)
     from rtp_course.cli import build_parser
     args = build_parser(["grade"]).parse_args(["grade", a])
-    assert grade_code.cli_grade(args) == 2
+    assert term.cli_grade(args) == 2
     assert "rtp-course points --write" in capsys.readouterr().err
 
 

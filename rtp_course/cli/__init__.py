@@ -196,7 +196,7 @@ def _grade_command(sub) -> None:
     g.add_argument("--timeout-scale", type=float, default=1.0, metavar="X",
                    help="multiply every CPU budget, the time that makes a hang and the wall-clock "
                         "guard of a submission, as for `check` (a slow machine)")
-    g.set_defaults(func=_delegate("rtp_course.instructor.grade_code", "cli_grade"))
+    g.set_defaults(func=_delegate("rtp_course.instructor.term", "cli_grade"))
 
 
 def _array_options(group, time: str) -> None:
@@ -223,7 +223,7 @@ def _term_commands(sub) -> None:
     cl = a.add_argument_group("a class on Slurm: one array task per student")
     cl.add_argument("--slurm", action="store_true", help="autograde as a Slurm job array, then merge")
     _array_options(cl, "00:30:00")
-    a.set_defaults(func=_delegate("rtp_course.instructor.autograde", "cli_autograde"))
+    a.set_defaults(func=_delegate("rtp_course.instructor.term", "cli_autograde"))
 
     rg = sub.add_parser("regrade", help="grade these students again, notebooks and code together "
                                         "(instructor edition)")

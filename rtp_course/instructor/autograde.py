@@ -8,7 +8,8 @@ ends, this process copies what autograde wrote for that student into the gradebo
 student at a time: the submission's timestamp, each grade's autograded score and whether it
 needs a manual grade, each answer's automatic comment, each notebook's late penalty. The
 runs meet nowhere else: autograded/<student>/ is each student's own. `--slurm` runs them as
-a job array (autograde_slurm.py), merged the same way.
+a job array (autograde_slurm.py), merged the same way; the command (term.cli_autograde)
+chooses.
 
 Each run's log goes to logs/autograde/<assignment>/<student>.log in the grading directory.
 """
@@ -223,29 +224,3 @@ def students_of(course: Path, assignment: str, only=None) -> list[str]:
         raise ValueError(f"no submission of {assignment} by {', '.join(unknown)} in "
                          f"{course / 'submitted'}")
     return [s for s in found if not only or s in only]
-
-
-def cli_autograde(args) -> int:
-    from rtp_course.instructor import grading_dir
-    course = grading_dir()
-    failed = {}
-    try:
-        for a in args.assignments:
-            students = students_of(course, a, args.student)
-            if not (course / "gradebook.db").exists():
-                raise ValueError(f"no gradebook in {course}: run `nbgrader generate_assignment "
-                                 f"{a}` first")
-            if args.slurm:
-                from rtp_course.instructor import autograde_slurm
-                got = autograde_slurm.run(course, a, students, args)
-            else:
-                got = autograde(course, a, students, args.jobs or default_jobs(), args.force)
-            failed.update({f"{s}/{a}": why for s, why in got.items() if why})
-    except ValueError as e:
-        print(f"rtp-course autograde: {e}", file=sys.stderr)
-        return 2
-    if failed:
-        print(f"rtp-course autograde: {len(failed)} not autograded: {', '.join(failed)}",
-              file=sys.stderr)
-        return 1
-    return 0

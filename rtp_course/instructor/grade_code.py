@@ -17,12 +17,11 @@ guard (`GUARD_S`); a failure while grading one never stops the next. A check the
 too busy to finish is graded again after the others (grade_outcome.ROUNDS). The checks'
 report for each student and exercise is written next to the gradebook, in
 checks/<student>/<assignment>/<exercise>.txt, and what the instructor should look at
-(code that reaches into the grader, near copies) in review.csv.
+(code that reaches into the grader, near copies) in review.csv. The command itself
+(term.cli_grade) chooses between this machine and Slurm (grade_slurm.py).
 """
 from __future__ import annotations
 
-import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,40 +29,15 @@ from rtp_course.course import EXERCISES
 from rtp_course.instructor import grade_outcome, grade_pool, grade_record
 from rtp_course.instructor.grade_outcome import ROUNDS, CellGrade
 # The names other modules and tests import from here.
+from rtp_course.instructor.assignment import GradedCell, graded_cells, impl_dir  # noqa: F401
 from rtp_course.instructor.grade_pool import cores_for, default_jobs, grading_pool  # noqa: F401
 from rtp_course.instructor.grade_record import FEEDBACK_WIDTH, record, student_view  # noqa: F401
 
-GRADE_CALL = re.compile(r"""grade\(\s*["'](\w+)["']""")
 # Wall seconds one submission's grading may take in one round (x --timeout-scale). The
 # checker's CPU budgets bound a submission's checks (checker/budgets.py: 300 CPU-s for a
 # run, at most 150 s on 2 cores); this catches what they cannot (a grader stuck outside the
 # checks, a machine so loaded that nothing moves) and reports "not graded" instead of hanging.
 GUARD_S = 180.0
-
-
-@dataclass(frozen=True)
-class GradedCell:
-    notebook: str           # notebook name without .ipynb
-    grade_id: str
-    exercise: str
-    points: float
-
-
-def graded_cells(course: Path, assignment: str) -> list[GradedCell]:
-    """The cells of the assignment's source notebooks that call grade(<exercise>)."""
-    import nbformat
-    cells = []
-    for nb_path in sorted((course / "source" / assignment).glob("*.ipynb")):
-        for cell in nbformat.read(nb_path, as_version=4).cells:
-            meta = cell.metadata.get("nbgrader", {})
-            m = GRADE_CALL.search(cell.source) if meta.get("grade") else None
-            if m and m.group(1) in EXERCISES:
-                cells.append(GradedCell(nb_path.stem, meta["grade_id"], m.group(1), float(meta["points"])))
-    return cells
-
-
-def impl_dir(course: Path, assignment: str, student: str) -> Path:
-    return course / "submitted" / student / assignment / "rtp_course"
 
 
 def run_checks(impl: str, exercises: list, world_sizes=None, timeout_scale: float = 1.0,
@@ -228,43 +202,3 @@ def grade_assignment(course: Path, assignment: str, students=None, jobs: int = 1
     graded = grade_class(course, assignment, cells, chosen, jobs, world_sizes, timeout_scale, log)
     review_class.review(course, assignment, cells, graded, log)
     return graded
-
-
-def cli_grade(args) -> int:
-    from rtp_course.instructor import grading_dir, review_class
-    from rtp_course.instructor.manifest import AlteredGrader, verify
-    from rtp_course.instructor.points import PointsChanged, verify_points
-    from rtp_course.cluster.job import SlurmError
-    course = grading_dir()
-    scale = getattr(args, "timeout_scale", 1.0) or 1.0
-    try:
-        verify(course)
-        if args.array_task is not None:          # inside a task of `--slurm`'s job array
-            from rtp_course.instructor import grade_slurm
-            grade_slurm.run_task(course, args.assignments[0], args.students_file, args.array_task,
-                                 args.world_size)
-            return 0
-        verify_points(course, args.assignments)  # (the array's submitter did, for its tasks)
-        unfinished = []
-        for assignment in args.assignments:
-            if args.slurm or args.merge:
-                from rtp_course.instructor import grade_slurm
-                grade_slurm.cli(args, course, assignment)
-                if args.merge or not args.no_wait:
-                    review_class.review(course, assignment, graded_cells(course, assignment), None)
-                continue
-            graded = grade_assignment(course, assignment, students=args.student,
-                                      jobs=args.jobs or default_jobs(), world_sizes=args.world_size,
-                                      timeout_scale=scale)
-            unfinished += [f"{s}/{assignment}" for s in graded.grades if not graded.final(s)]
-    except SlurmError as e:
-        print(f"rtp-course grade: {e}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError, AlteredGrader, PointsChanged) as e:
-        print(f"rtp-course grade: {e}", file=sys.stderr)
-        return 2
-    if unfinished:
-        print(f"rtp-course grade: {len(unfinished)} submission(s) not fully graded (above): "
-              f"{', '.join(unfinished)}; grade them again with --student", file=sys.stderr)
-        return 1
-    return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from rtp_course.cluster.job import SlurmError, run_slurm_command
 from rtp_course.cluster.slurm import sbatch
 from rtp_course.instructor import grade_code
+from rtp_course.instructor.assignment import graded_cells
 
 POINTS = "points.json"
 JOB_ID = "job_id"               # the last array submitted for the assignment (slurm/<assignment>/)
@@ -38,7 +39,7 @@ def run_task(course: Path, assignment: str, students_file: Path, index: int, wor
     if not 0 <= index < len(students):
         raise ValueError(f"array task {index}: {students_file} lists {len(students)} students")
     student = students[index]
-    cells = grade_code.graded_cells(course, assignment)
+    cells = graded_cells(course, assignment)
     points = grade_code.grade_student(course, assignment, student, cells, world_sizes)
     path = points_file(course, student, assignment)
     path.write_text(json.dumps(points))
@@ -132,7 +133,7 @@ def still_running(course: Path, assignment: str) -> tuple[str, dict]:
 def merge(course: Path, assignment: str, students, log=print) -> dict:
     """Write the points the tasks left into the gradebook and the feedback; {student: points}.
     A student whose task Slurm still runs is said to be running, not to have failed."""
-    cells = grade_code.graded_cells(course, assignment)
+    cells = graded_cells(course, assignment)
     job_id, running = still_running(course, assignment)
     out = {}
     for student in students:

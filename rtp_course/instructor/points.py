@@ -37,7 +37,7 @@ def total() -> int:
 def disagreements(course: Path, assignments) -> list[str]:
     """Where the grading directory's source notebooks (and gradebook) give an exercise other
     points than the course table."""
-    from rtp_course.instructor.grade_code import graded_cells
+    from rtp_course.instructor.assignment import graded_cells
     out = []
     gradebook = _gradebook_max(course)
     for a in assignments:

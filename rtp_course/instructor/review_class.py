@@ -98,7 +98,7 @@ def reference_and_stubs(course: Path, assignment: str, exercises) -> tuple[dict,
 
 def findings(course: Path, assignment: str, exercises, students) -> list[tuple]:
     """The rows of review.csv for `assignment`: flags of `students`, pairs of the class."""
-    from rtp_course.instructor.grade_code import impl_dir
+    from rtp_course.instructor.assignment import impl_dir
     from rtp_course.instructor.review.similarity import compare_prints, fingerprints, imported
     rows = []
     scanned = scan_dirs({s: impl_dir(course, assignment, s) for s in students}, EXERCISES)

@@ -1,5 +1,11 @@
 """One command per intention of the instructor's term, each safe to repeat.
 
+    rtp-course autograde ASSIGNMENT                  nbgrader autograde, spread over the cores
+                                                     (autograde.py) or a Slurm array
+                                                     (autograde_slurm.py)
+    rtp-course grade ASSIGNMENT                      the points for code (grade_code.py), here
+                                                     or on Slurm (grade_slurm.py), then the
+                                                     class's review (review_class.py)
     rtp-course regrade ASSIGNMENT --student ID ...   notebooks and code of these students again
     rtp-course export [--to FILE] [--provisional]    the grades CSV, refused while code points
                                                      are missing, were overwritten since, or are
@@ -10,6 +16,10 @@
 while it runs, grading.py says why), so it must always be followed by `rtp-course grade`:
 `regrade` does both, and `export` checks, cell by cell, that the gradebook holds the points
 `rtp-course grade` recorded (code.json) before nbgrader writes the CSV.
+
+The commands sit here, above the modules that do the work, so that a module's Slurm
+variant (autograde_slurm.py, grade_slurm.py) builds on the local one without the local one
+importing it back.
 """
 from __future__ import annotations
 
@@ -26,7 +36,7 @@ def code_problems(course: Path) -> tuple[list[str], dict]:
     """(problems, provisional) of the gradebook's code points, over every assignment it has;
     provisional: {(student, assignment): [what each provisional mark leaves out]}."""
     from nbgrader.api import MissingEntry
-    from rtp_course.instructor.grade_code import graded_cells
+    from rtp_course.instructor.assignment import graded_cells
     from rtp_course.instructor.grade_outcome import STATUS, read_status
     from rtp_course.instructor import REPOSITORY, late
     from rtp_course.instructor.grade_record import checks_dir, gradebook
@@ -125,9 +135,10 @@ def regrade(course: Path, assignment: str, students, jobs: int, world_sizes=None
             timeout_scale: float = 1.0, log=print) -> int:
     """autograde --force, then the code points, for `students`: never one without the other."""
     from rtp_course.instructor import autograde, grade_code
+    from rtp_course.instructor.assignment import graded_cells
     failed = autograde.autograde(course, assignment, students, jobs, force=True, log=log)
     again = [s for s in students if not failed.get(s)]
-    if not grade_code.graded_cells(course, assignment):
+    if not graded_cells(course, assignment):
         return 1 if any(failed.values()) else 0          # a quiz: its notebook is everything
     graded = grade_code.grade_assignment(course, assignment, again, jobs, world_sizes,
                                          timeout_scale, log) if again else None
@@ -160,3 +171,71 @@ def cli_export(args) -> int:
         return 2
     return export(course, Path(args.to) if args.to else course / "grades.csv", args.force,
                   provisional_ok=getattr(args, "provisional", False))
+
+
+def cli_autograde(args) -> int:
+    from rtp_course.instructor import autograde, grading_dir
+    course = grading_dir()
+    failed = {}
+    try:
+        for a in args.assignments:
+            students = autograde.students_of(course, a, args.student)
+            if not (course / "gradebook.db").exists():
+                raise ValueError(f"no gradebook in {course}: run `nbgrader generate_assignment "
+                                 f"{a}` first")
+            if args.slurm:
+                from rtp_course.instructor import autograde_slurm
+                got = autograde_slurm.run(course, a, students, args)
+            else:
+                got = autograde.autograde(course, a, students, args.jobs or autograde.default_jobs(),
+                                         args.force)
+            failed.update({f"{s}/{a}": why for s, why in got.items() if why})
+    except ValueError as e:
+        print(f"rtp-course autograde: {e}", file=sys.stderr)
+        return 2
+    if failed:
+        print(f"rtp-course autograde: {len(failed)} not autograded: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cli_grade(args) -> int:
+    from rtp_course.instructor import grade_code, grading_dir, review_class
+    from rtp_course.instructor.assignment import graded_cells
+    from rtp_course.instructor.manifest import AlteredGrader, verify
+    from rtp_course.instructor.points import PointsChanged, verify_points
+    from rtp_course.cluster.job import SlurmError
+    course = grading_dir()
+    scale = getattr(args, "timeout_scale", 1.0) or 1.0
+    try:
+        verify(course)
+        if args.array_task is not None:          # inside a task of `--slurm`'s job array
+            from rtp_course.instructor import grade_slurm
+            grade_slurm.run_task(course, args.assignments[0], args.students_file, args.array_task,
+                                 args.world_size)
+            return 0
+        verify_points(course, args.assignments)  # (the array's submitter did, for its tasks)
+        unfinished = []
+        for assignment in args.assignments:
+            if args.slurm or args.merge:
+                from rtp_course.instructor import grade_slurm
+                grade_slurm.cli(args, course, assignment)
+                if args.merge or not args.no_wait:
+                    review_class.review(course, assignment, graded_cells(course, assignment), None)
+                continue
+            graded = grade_code.grade_assignment(
+                course, assignment, students=args.student, jobs=args.jobs or grade_code.default_jobs(),
+                world_sizes=args.world_size, timeout_scale=scale)
+            unfinished += [f"{s}/{assignment}" for s in graded.grades if not graded.final(s)]
+    except SlurmError as e:
+        print(f"rtp-course grade: {e}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError, AlteredGrader, PointsChanged) as e:
+        print(f"rtp-course grade: {e}", file=sys.stderr)
+        return 2
+    if unfinished:
+        print(f"rtp-course grade: {len(unfinished)} submission(s) not fully graded (above): "
+              f"{', '.join(unfinished)}; grade them again with --student", file=sys.stderr)
+        return 1
+    return 0
