@@ -31,7 +31,7 @@ def server_dir(tmp_path):
     where = tmp_path / "warm"
     where.mkdir(mode=0o700)
     yield where
-    for pid in subprocess.run(["pgrep", "-f", f"rtp_course.cli.warm {where}"], capture_output=True,
+    for pid in subprocess.run(["pgrep", "-f", f"rtp_course.cli.warm_server {where}"], capture_output=True,
                               text=True).stdout.split():   # stop the servers this test started
         try:
             os.kill(int(pid), signal.SIGTERM)

@@ -18,6 +18,7 @@ Exit status 0 only if every part works.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -190,15 +191,14 @@ def _reference(sizes: list[int], backend: str) -> str:
 
 
 def _benchmark(backend: str) -> str:
-    from rtp_course.cli import build_parser
     from rtp_course.course.impl import resolve
     from rtp_course.training import bench
     strategies = ["ddp"]
     with contextlib.suppress(Exception):
         resolve("solutions")
         strategies.append("rtp")
-    args = build_parser(["bench"]).parse_args(
-        ["bench", "--world-size", "2", "--steps", "1", "--warmup", "1", "--strategies",
+    args = bench.add_bench_arguments(argparse.ArgumentParser(prog="rtp-course bench")).parse_args(
+        ["--world-size", "2", "--steps", "1", "--warmup", "1", "--strategies",
          *strategies, "--backend", backend, "--timeout", "300",
          *(["--impl", "solutions"] if "rtp" in strategies else [])])
     rows, _ = bench.run_bench(args)

@@ -196,7 +196,7 @@ def _recv_exactly(conn, n: int) -> bytes:
 
 
 def _start_server(where: Path, fp: str, after: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm", str(where), fp,
+    return subprocess.Popen([sys.executable, "-m", "rtp_course.cli.warm_server", str(where), fp,
                              str(Path(rtp_course.__file__).resolve().parent), str(after)],
                             start_new_session=True, stdin=subprocess.DEVNULL, pass_fds=(after,),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -204,7 +204,9 @@ def _start_server(where: Path, fp: str, after: int) -> subprocess.Popen:
 
 # ---- the server --------------------------------------------------------------------------------
 
-def serve(where: Path, fp: str, package: str, after: int) -> None:
+def serve(where: Path, fp: str, package: str, after: int, run) -> None:
+    """Serve `rtp-course check` until IDLE: `run` is the command line's main (argv -> exit
+    status), handed down by cli/warm_server.py, the server's process."""
     if str(Path(rtp_course.__file__).resolve().parent) != package:
         sys.exit(3)       # `-m` put another rtp_course first on the path: not the command's
     while os.read(after, 1):                     # until the command that started it exits
@@ -259,7 +261,7 @@ def serve(where: Path, fp: str, package: str, after: int) -> None:
             if os.fork() == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 listener.close()
-                os._exit(_serve_one(conn))
+                os._exit(_serve_one(conn, run))
             conn.close()
     finally:
         sock_path.unlink(missing_ok=True)   # ours: no other server holds the lock
@@ -287,7 +289,7 @@ def _reap() -> None:
             return
 
 
-def _serve_one(conn) -> int:
+def _serve_one(conn, run) -> int:
     """The run's child: becomes the command (its fds, directory, environment) and checks."""
     try:
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)   # the fds come with the first bytes
@@ -306,7 +308,7 @@ def _serve_one(conn) -> int:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        code = _check(request["argv"], conn)
+        code = _check(request["argv"], conn, run)
     except BaseException as e:  # noqa: BLE001 - tell the command, never hang it
         print(f"rtp-course check (warm server): {type(e).__name__}: {e}", file=sys.stderr)
         code = 2
@@ -320,8 +322,7 @@ def _serve_one(conn) -> int:
                   # removes the run's temporary directories when this process is gone
 
 
-def _check(argv, conn) -> int:
-    from rtp_course import cli
+def _check(argv, conn, run) -> int:
     from rtp_course.runtime import forkserver
     os.environ["RTP_COURSE_WARM"] = "0"      # this run is the check itself
     from rtp_course.checker import inputs, judging
@@ -331,7 +332,7 @@ def _check(argv, conn) -> int:
         forkserver.start()
     threading.Thread(target=_end_with_the_command, args=(conn,), daemon=True).start()  # after the fork
     try:
-        return cli.main(argv)
+        return run(argv)
     except SystemExit as e:            # argparse: its message is already on the user's stderr
         return e.code if isinstance(e.code, int) else 1
 
@@ -350,7 +351,3 @@ def _end_with_the_command(conn) -> None:
         except OSError:
             pass
     os._exit(130)
-
-
-if __name__ == "__main__":
-    serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4]))
