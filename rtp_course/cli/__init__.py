@@ -123,7 +123,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="DDP / FSDP / TP / RTP: memory by category and step time")
     if wanted == ["bench"]:
         _bench_args(b)
-    b.set_defaults(func=_delegate("rtp_course.training.bench", "cli_bench"))
+    b.set_defaults(func=_delegate("rtp_course.cli.bench", "cli_bench"))
 
     _grade_command(sub)
 

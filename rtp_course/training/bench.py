@@ -18,8 +18,8 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
     DDP with their range (--sequential: each timed alone, as above);
   * the global-batch loss on a fixed evaluation batch before and after training:
     equal across strategies (up to rounding), since they train the same model.
-Output: a table (stdout and bench.txt), bench.csv (every rank) and bench.png under --out;
---json FILE: every figure, for scripts.
+Output (written by the command, cli/bench.py): a table (stdout and bench.txt), bench.csv
+(every rank) and bench.png under --out; --json FILE: every figure, for scripts.
 
 `--preset gpu` is a model that keeps a data-centre GPU busy for a step (PRESETS: the
 transformer LM of the RTP benchmarks at hidden size 1024, sequence 512, bf16, ~370M
@@ -32,7 +32,6 @@ import csv
 import gc
 import os
 import statistics
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -304,11 +303,13 @@ def run_bench(args) -> tuple[list[dict], dict]:
     return [row for rows in zip(*per_rank) for row in rows], info
 
 
-def _rank0(rows):
+def rank0(rows):
+    """Rank 0's rows: the tables and the figure show rank 0's memory."""
     return [r for r in rows if r["rank"] == 0]
 
 
-def _slowest(rows, strategy):
+def slowest_step(rows, strategy):
+    """A strategy's step time on its slowest rank (None: not timed)."""
     times = [r["step_time_s"] for r in rows if r["strategy"] == strategy and r.get("step_time_s")]
     return max(times) if times else None
 
@@ -335,7 +336,7 @@ def report(rows, info) -> str:
     head += ["step ms", "vs DDP (range)", "loss start", "loss end"]
     paired = info.get("timing") or {}
     table = [head]
-    for r in _rank0(rows):
+    for r in rank0(rows):
         if r["status"] != "ok":
             table.append([strategies.LABELS[r["strategy"]], r["status"]])
             continue
@@ -344,7 +345,7 @@ def report(rows, info) -> str:
         cells += [human_bytes(r["cuda_max_allocated"])] if gpu else []
         cells += [human_bytes(r.get("device_used") or 0)] if device_seen else []
         t = paired.get(r["strategy"], {})
-        ms = 1000 * t["median_s"] if t else 1000 * _slowest(rows, r["strategy"])
+        ms = 1000 * t["median_s"] if t else 1000 * slowest_step(rows, r["strategy"])
         ratio = (f"{t['ratio']:.2f} ({t['ratio_low']:.2f}-{t['ratio_high']:.2f})"
                  if "ratio" in t else "-")
         cells += [f"{ms:.1f}", ratio, f"{r['loss_start']:.4f}", f"{r['loss_end']:.4f}"]
@@ -362,13 +363,13 @@ def report(rows, info) -> str:
               for s in dict.fromkeys(r["strategy"] for r in rows)]
     if device_seen:
         bases = ", ".join(f"{strategies.LABELS[r['strategy']]} {human_bytes(r['device_base'])}"
-                          for r in _rank0(rows) if r.get("device_base") is not None)
+                          for r in rank0(rows) if r.get("device_base") is not None)
         lines.append("  " + DEVICE_HOW.format(base=bases or "not measured"))
     lines += ["loss: global-batch loss on a fixed evaluation batch before and after training. "
               "DDP, FSDP, RTP, mini-DDP: each rank feeds its own slice (the loss is the mean over "
               "ranks); TP: every rank feeds the whole global batch. Same weights, same samples "
               "per step: the same model, up to float rounding.", "", PAPER]
-    ours = {r["strategy"]: r["total"] for r in _rank0(rows) if r["status"] == "ok"}
+    ours = {r["strategy"]: r["total"] for r in rank0(rows) if r["status"] == "ok"}
     if "ddp" in ours:
         ratio = lambda s, v: f"{strategies.LABELS[s]} {v:.2f}"
         lines.append("  per-rank total relative to DDP -- paper (8 GPUs): "
@@ -398,57 +399,3 @@ def write_json(rows, info, path):
            "warmup": info["warmup"], "steps": info["steps"], "interleaved": info.get("interleaved"),
            "step_time": info.get("timing", {}), "rows": rows, "wall_s": info["wall_s"]}
     Path(path).write_text(json.dumps(doc, indent=2, default=str))
-
-
-def figure(rows, info, path):
-    """Stacked bars of rank 0's memory by category, and the step time, per strategy."""
-    import matplotlib
-    if "matplotlib.pyplot" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from rtp_course.notebook.plots import memory_bars
-    ok = [r for r in _rank0(rows) if r["status"] == "ok"]
-    labels = [strategies.LABELS[r["strategy"]] for r in ok]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(4 + 2.2 * len(ok), 4.6),
-                                      gridspec_kw=dict(width_ratios=[3, 2]))
-    memory_bars({lab: {c: r[c] for c in CATEGORIES} for lab, r in zip(labels, ok)}, ax=left,
-                categories=CATEGORIES, title=f"memory per rank (rank 0 of {info['world_size']})")
-    if any(r.get("cuda_max_allocated") for r in ok):
-        left.scatter(labels, [r["cuda_max_allocated"] for r in ok], marker="_", s=900,
-                     color="black", label="cuda max allocated", zorder=3)
-        left.legend(fontsize=8)
-    paired = info.get("timing") or {}
-    right.bar(labels, [1000 * (paired[r["strategy"]]["median_s"] if r["strategy"] in paired
-                               else _slowest(rows, r["strategy"])) for r in ok], color="#4C72B0")
-    right.set_ylabel("ms per step (median, slowest rank)")
-    right.set_title(f"step time, {info['backend']}")
-    fig.suptitle(f"{info['task'].model}: {info['num_params'] / 1e6:.2f} M parameters, "
-                 f"{info['world_size']} ranks", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def cli_bench(args) -> int:
-    """`rtp-course bench`: 0 when every strategy ran, 1 if one failed or was skipped."""
-    try:
-        rows, info = run_bench(args)
-    except launcher.RankFailed as e:
-        print(f"rtp-course bench: {todo.from_traceback(e.traceback) or e}", file=sys.stderr)
-        return 1
-    except (launcher.LaunchError, ValueError) as e:
-        print(f"rtp-course bench: {e}", file=sys.stderr)
-        return 1
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    text = report(rows, info)
-    print(text)
-    (out / "bench.txt").write_text(text + "\n")
-    write_csv(rows, out / "bench.csv")
-    if any(r["status"] == "ok" for r in rows):
-        figure(rows, info, out / "bench.png")
-    if args.json:
-        write_json(rows, info, args.json)
-    print(f"wrote {out / 'bench.csv'}, {out / 'bench.png'}, {out / 'bench.txt'}"
-          + (f", {args.json}" if args.json else ""))
-    return 0 if all(r["status"] == "ok" for r in rows) else 1
