@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from rtp_course.checker import report
 from rtp_course.checker.engine import DEFAULT_WORLD_SIZES, run
-from rtp_course.checker.verdict import NOT_GRADED, Result
+from rtp_course.checker.types import NOT_GRADED, Result
 from rtp_course.runtime.quiet import torch_warnings
 
 

@@ -18,6 +18,7 @@ stopped. If its ranks were starved (waiting for a CPU) most of that time, it is 
 """
 from __future__ import annotations
 
+from rtp_course.checker.types import SHARED, StopReason
 from rtp_course.course import EXERCISES
 
 STALL = 6.0              # s with every rank blocked (on no CPU and waiting for none): a hang
@@ -52,11 +53,11 @@ class Budgets:
         self.backstop = max(BACKSTOP * scale, 4 * (timeout or 0))
         self.used: dict = {}       # check id -> (CPU-s, hung s) it spent, world sizes added up
 
-    def limit(self, check) -> tuple[float, str]:
+    def limit(self, check) -> tuple[float, StopReason]:
         """(CPU-s the check may still use, which budget that is)."""
         own = self.timeout or check.cpu_budget * self.scale
-        return min((own, "own"), (self.left.get(check.exercise, own), "exercise"),
-                   (self.run_left, "run"), key=lambda x: x[0])
+        return min((own, StopReason.OWN), (self.left.get(check.exercise, own), StopReason.EXERCISE),
+                   (self.run_left, StopReason.RUN), key=lambda x: x[0])
 
     def stall_for(self, check) -> float:
         """Seconds of blocking that make a hang: never more than the exercise's hang budget."""
@@ -74,13 +75,13 @@ class Budgets:
     def charge_run(self, cpu: float) -> None:
         self.run_left -= cpu
 
-    def spent(self, check) -> str | None:
-        """Why no more of the check's exercise runs ('hang', 'exercise', 'run'), or None."""
+    def spent(self, check) -> StopReason | None:
+        """Why no more of the check's exercise runs (its hang, exercise or run budget), or None."""
         if self.hang_left.get(check.exercise, 1) <= 0:
-            return "hang"
+            return StopReason.HANG
         if self.left.get(check.exercise, 1) <= 0:
-            return "exercise"
-        return "run" if self.run_left <= 0 else None
+            return StopReason.EXERCISE
+        return StopReason.RUN if self.run_left <= 0 else None
 
     def spenders(self, exercise: str = "", hung: bool = False) -> str:
         """'ring_reduce_scatter (40 CPU-s), rotate (21 CPU-s)': the checks (of `exercise`, or of
@@ -93,20 +94,21 @@ class Budgets:
 
     def why(self, reason: str, exercise: str = "", used: float = 0.0, limit: float = 0.0) -> str:
         """The sentence a report gives for a budget that stopped a check."""
-        if reason in ("hang", "exercise", "run"):
+        if reason in (StopReason.HANG, *SHARED):
             return self._shared(reason, exercise)
         return (f"too slow: its ranks used {used:.1f} CPU-seconds, and this check allows "
                 f"{limit:.0f}")
 
     def _shared(self, reason: str, exercise: str) -> str:
-        if reason == "hang":
+        if reason == StopReason.HANG:
             spent = (f"checks of {exercise} hung for {HANG_BUDGET * self.scale:.0f} s in all "
                      f"(an exercise's hang budget)")
-        elif reason == "exercise":
+        elif reason == StopReason.EXERCISE:
             spent = (f"checks of {exercise} used the {EXERCISE_CPU * self.scale:.0f} CPU-seconds "
                      f"an exercise's checks may use in all")
         else:
             spent = (f"checks of this run used the {RUN_CPU * self.scale:.0f} CPU-seconds a run's "
                      f"checks may use in all")
-        who = self.spenders("" if reason == "run" else exercise, hung=reason == "hang")
+        who = self.spenders("" if reason == StopReason.RUN else exercise,
+                            hung=reason == StopReason.HANG)
         return f"{spent}{f', most of it {who}' if who else ''}"

@@ -15,6 +15,7 @@ import re
 from dataclasses import replace
 
 from rtp_course.checker.registry import Bound
+from rtp_course.checker.types import Outcome, RankStatus, Verdict
 from rtp_course.runtime import nccl
 from rtp_course.runtime.commlog import P2P
 
@@ -115,12 +116,12 @@ NCCL_ORDER = (f"{nccl.RULE}: on NCCL, a rank's operations on a process group run
               "every handle it returns")
 
 
-def _programs(outcomes: dict) -> dict | None:
+def _programs(outcomes: dict[int, Outcome]) -> dict | None:
     """{rank: (steps, {op id: op})} of commlog's programs, or None if a rank recorded none."""
     programs = {}
     for r, o in outcomes.items():
-        prog = o.get("program")
-        if not isinstance(prog, dict):
+        prog = o.program
+        if prog is None:
             return None              # an older record, or a rank that recorded none
         ops = {op["id"]: op for op in prog.get("ops", []) if isinstance(op, dict)}
         programs[r] = ([tuple(step) for step in prog.get("steps", [])], ops)
@@ -133,7 +134,7 @@ SIZES = ("a receive must hold exactly what its send sends (NCCL needs the same c
          "not of your own)")
 
 
-def sizes_differ(outcomes: dict) -> dict | None:
+def sizes_differ(outcomes: dict[int, Outcome]) -> dict | None:
     """A failed result's fields when a send and the receive it meets hold different sizes: the
     cause of whatever the ranks then computed or raised."""
     programs = _programs(outcomes)
@@ -144,16 +145,16 @@ def sizes_differ(outcomes: dict) -> dict | None:
     if found is None:
         return None
     send, recv, rank = found["send"], found["recv"], found["receiver"]
-    events = outcomes[rank].get("events", [])
+    events = outcomes[rank].events
     phase = events[recv["id"]]["phase"] if recv["id"] < len(events) else ""
-    return dict(status="failed", rank=rank, phase=phase, key=f"{phase}/communication",
+    return dict(status=Verdict.FAILED, rank=rank, phase=phase, key=f"{phase}/communication",
                 message=f"rank {found['sender']}'s {send['family']} at {send['where']} sends "
                         f"{send['nbytes']} bytes to rank {rank}, whose {recv['family']} at "
                         f"{recv['where']} receives into a buffer of {recv['nbytes']} bytes",
                 hint=SIZES)
 
 
-def nccl_order(outcomes: dict) -> dict | None:
+def nccl_order(outcomes: dict[int, Outcome]) -> dict | None:
     """A failed result's fields when the ranks' calls, which gloo completed, would hang on
     NCCL's streams (runtime/nccl/order.py); None when they would complete."""
     programs = _programs(outcomes)
@@ -166,10 +167,10 @@ def nccl_order(outcomes: dict) -> dict | None:
     if found is None:
         return None
     rank = next(r for r, w in sorted(found["waiting"].items()) if w)
-    events = outcomes[rank].get("events", [])
+    events = outcomes[rank].events
     op_id = found["waiting"][rank][0]["id"]
     phase = events[op_id]["phase"] if op_id < len(events) else ""
-    return dict(status="failed", rank=rank, phase=phase, key=f"{phase}/communication",
+    return dict(status=Verdict.FAILED, rank=rank, phase=phase, key=f"{phase}/communication",
                 message=f"on NCCL (a GPU run) these calls would never finish: "
                         f"{nccl.describe(found)}", hint=NCCL_ORDER)
 
@@ -196,19 +197,19 @@ TRANSPORT_WORDS = ("socket", "Socket", "[c10d]", "gloo", "Connection", "Broken p
 def transport_said(result) -> bool:
     """Whether a failure is the transport's word for what the ranks did (a peer gone, a size
     it did not expect), not a cause the check named itself (a rule it quotes)."""
-    return result.status == "error" and any(w in result.message for w in TRANSPORT_WORDS) \
+    return result.status == Verdict.ERROR and any(w in result.message for w in TRANSPORT_WORDS) \
         and "rule '" not in (result.hint or "")
 
 
-def _collectives(outcome, status) -> dict:
+def _collectives(outcome: Outcome | None, status: RankStatus | None) -> dict:
     """{(group, n): call} of one rank: its n-th collective on each group, from its record,
     and the last one it called (its status: a rank that died in it wrote no record)."""
     calls = {}
-    for e in (outcome or {}).get("events") or []:
-        if isinstance(e, dict) and e.get("nth") and e.get("group") != "?":  # "?": group unknown
+    for e in outcome.events if outcome is not None else ():
+        if e.get("nth") and e.get("group") != "?":  # "?": group unknown
             calls[(e.get("group"), e["nth"])] = e
-    now = status.get("last_collective") if isinstance(status, dict) else None
-    if isinstance(now, dict) and now.get("nth") and now.get("group") != "?":
+    now = status.last_collective if status is not None else None
+    if now is not None and now.get("nth") and now.get("group") != "?":
         calls.setdefault((now.get("group"), now["nth"]), now)
     return calls
 
@@ -243,7 +244,8 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def collectives_differ(outcomes: dict, statuses: dict | None = None) -> dict | None:
+def collectives_differ(outcomes: dict[int, Outcome],
+                       statuses: dict[int, RankStatus] | None = None) -> dict | None:
     """A failed result's fields when two ranks' n-th collectives on one group are not the same
     call (another operation, dtype, or shape where every rank gives the same): named with both
     calls. Only said of a run that failed anyway (a crash, an error, a hang): it explains it."""
@@ -257,7 +259,7 @@ def collectives_differ(outcomes: dict, statuses: dict | None = None) -> dict | N
         for (ra, a), (rb, b) in zip(having, having[1:]):
             if _differ(a, b):
                 phase = str(b.get("phase") or a.get("phase") or "")
-                return dict(status="failed", rank=rb, phase=phase, key=f"{phase}/communication",
+                return dict(status=Verdict.FAILED, rank=rb, phase=phase, key=f"{phase}/communication",
                             message=f"the ranks' collective calls do not match: "
                                     f"{_call(ra, f'{_ordinal(key[1])} collective on the group', a)}"
                                     f"; {_call(rb, _ordinal(key[1]), b)}",

@@ -12,8 +12,10 @@ ended, or what the ranks were blocked in often says more precisely what happened
 * a crash: what the rank printed last, else how it died.
 
 `diagnose()` turns the watchdog's or the launcher's stop into the Result of the check
-during which the group ended; `blame_earlier_tasks()` points a later check at an earlier
-failing one it depends on.
+during which the group ended, and `after_exception()` says what a rank's exception left
+behind when a rank raised before the group ended (both are called by judging.judge, the one
+entry point); `blame_earlier_tasks()` points a later check at an earlier failing one it
+depends on. Statuses and outcomes come parsed (checker/types.py).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ import signal
 from rtp_course import course
 from rtp_course.checker import budgets as B
 from rtp_course.checker.communication import TRANSPORT_WORDS, collectives_differ, transport_said
-from rtp_course.checker.outcome_file import read_json_bounded
-from rtp_course.checker.verdict import NOT_GRADED, Result, judge
+from rtp_course.checker.types import (NOT_GRADED, SHARED, TOO_SLOW, Outcome, RankStatus, Result,
+                                      StopReason, Verdict, read_statuses)
 from rtp_course.checker.watchdog import Stuck
 from rtp_course.runtime.launcher import RankFailed, RankHung, died_how, stderr_tail
 
@@ -153,8 +155,8 @@ BLOCKING_SENDS = ("every rank is blocked in a blocking dist.send, and no rank ha
 RECEIVES, SENDS = ("recv", "irecv"), ("send", "isend")
 
 
-def _left_out(done: list, blocked: dict) -> str:
-    calls = sorted({str(st.get("family") or st.get("call", "")).split(" ")[0]
+def _left_out(done: list, blocked: dict[int, RankStatus]) -> str:
+    calls = sorted({(st.family or st.call or "").split(" ")[0]
                     for st in blocked.values()})
     return (f"rank(s) {', '.join(map(str, done))} finished this check while the others wait in "
             f"{', '.join(calls)}: a collective that the finished ranks never called. Either they "
@@ -165,22 +167,18 @@ def _left_out(done: list, blocked: dict) -> str:
             f"collective)")
 
 
-def _count(status: dict, what: str, peer: int) -> int:
-    return int((status.get(what) or {}).get(str(peer), 0))
-
-
-def _unmatched(r: int, st: dict, mine: dict) -> str:
+def _unmatched(r: int, st: RankStatus, mine: dict[int, RankStatus]) -> str:
     """Why rank r's blocked transfer has no partner, if its peer's status shows it."""
-    peer_rank = st.get("peer")
-    receiving = st.get("family") in RECEIVES
-    if not (receiving or st.get("family") in SENDS) or not isinstance(peer_rank, int):
+    peer_rank = st.peer
+    receiving = st.family in RECEIVES
+    if not (receiving or st.family in SENDS) or peer_rank is None:
         return ""
     peer = mine.get(peer_rank)
     if peer is None:
         return ""
     half, theirs = ("send", "sent_to") if receiving else ("receive", "recv_from")
-    if not _count(peer, theirs, r):
-        others = sorted(k for k in (peer.get(theirs) or {}) if k != str(r))
+    if not peer.count(theirs, r):
+        others = sorted(k for k in getattr(peer, theirs) if k != str(r))
         went = (f"its {half}s {'went to' if receiving else 'came from'} rank(s) "
                 f"{', '.join(others)}" if others else f"it posted no {half} at all")
         verb = "receive from" if receiving else "have its send received by"
@@ -188,7 +186,7 @@ def _unmatched(r: int, st: dict, mine: dict) -> str:
                 f"a {half} {'to' if receiving else 'from'} rank {r} in this check ({went}): every "
                 f"transfer needs its other half on the peer. Check the direction of each peer, "
                 f"and that both the isend and the irecv are posted")
-    if receiving and _count(peer, "dropped_to", r) and peer.get("family") not in SENDS:
+    if receiving and peer.count("dropped_to", r) and peer.family not in SENDS:
         return (f"rank {r} waits to receive from rank {peer_rank}, which posted the send but "
                 f"never waited on its work (and is no longer waiting for it): a send whose "
                 f"work is dropped unwaited may never be delivered (gloo). wait() on EVERY work "
@@ -200,23 +198,22 @@ COMPUTING = ("no rank was inside a communication call: each was blocked somewher
              "sleep, a lock, a read of input?). Code under test only computes and communicates")
 
 
-def hang_hint(check_id: str, statuses: dict) -> str:
+def hang_hint(check_id: str, statuses: dict[int, RankStatus]) -> str:
     """A hint when the ranks' statuses show the cause of the hang; empty if they do not."""
-    statuses = {r: st if isinstance(st, dict) else {} for r, st in statuses.items()}
-    mine = {r: st for r, st in statuses.items() if st and st.get("check") == check_id}
-    blocked = {r: st for r, st in mine.items() if st.get("call") and st.get("phase") != "done"}
-    running = [st for st in mine.values() if st.get("phase") != "done"]
+    mine = {r: st for r, st in statuses.items() if st.check == check_id}
+    blocked = {r: st for r, st in mine.items() if st.call and not st.done}
+    running = [st for st in mine.values() if not st.done]
     if running and not blocked and len(mine) == len(statuses):
         return COMPUTING
-    done = sorted(r for r, st in mine.items() if st.get("phase") == "done")
+    done = sorted(r for r, st in mine.items() if st.done)
     # dist.new_group is collective over the whole job, whatever its ranks: ranks waiting in it
     # while others finished made the calls in another order or number (the check's own hint)
-    if done and blocked and all(st.get("family") not in RECEIVES + SENDS
-                                and not str(st.get("call", "")).startswith("dist.new_group")
+    if done and blocked and all(st.family not in RECEIVES + SENDS
+                                and not st.call.startswith("dist.new_group")
                                 for st in blocked.values()):
         return _left_out(done, blocked)
     if blocked and len(blocked) == len(mine) and all(
-            st.get("family") == "send" and not st.get("recv_from") for st in blocked.values()):
+            st.family == "send" and not st.recv_from for st in blocked.values()):
         return BLOCKING_SENDS
     for r, st in sorted(blocked.items()):
         why = _unmatched(r, st, mine)
@@ -268,30 +265,30 @@ def crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
     return "the process was killed from outside or by the system (out of memory?)"
 
 
-def where_ranks_were(check, statuses: dict, world_size: int) -> tuple[str, int | None]:
+def where_ranks_were(check, statuses: dict[int, RankStatus],
+                     world_size: int) -> tuple[str, int | None]:
     """('rank 0 waited in ...; rank 1 ...', the first rank still in the check)."""
     lines, first, harness_first = [], None, False
     for r in range(world_size):
-        st = statuses.get(r) if isinstance(statuses.get(r), dict) else {}
-        if st.get("check") != check.id:
+        st = statuses.get(r, RankStatus())
+        if st.check != check.id:
             lines.append(f"rank {r} never started this check")
             continue
-        if st.get("phase") == "done":
+        if st.done:
             lines.append(f"rank {r} finished the check and waited for the others")
             continue
-        call = st.get("call")
-        if first is None or (st.get("family") != "harness" and harness_first):
-            first, harness_first = r, st.get("family") == "harness"
-        where = f"waited in {call}" if call else "was outside any communication call"
-        lines.append(f"rank {r} {where} during phase '{st.get('phase')}'")
+        if first is None or (st.family != "harness" and harness_first):
+            first, harness_first = r, st.family == "harness"
+        where = f"waited in {st.call}" if st.call else "was outside any communication call"
+        lines.append(f"rank {r} {where} during phase '{st.phase}'")
     return "; ".join(lines), first
 
 
-def _harness_hint(check, statuses: dict) -> str:
+def _harness_hint(check, statuses: dict[int, RankStatus]) -> str:
     """The check's own hint when a rank waited in the check's own meeting (ctx.wait_flags)."""
     for st in statuses.values():
-        if isinstance(st, dict) and st.get("family") == "harness" and st.get("hint_key"):
-            return check.hint(str(st["hint_key"]))
+        if st.family == "harness" and st.hint_key:
+            return check.hint(st.hint_key)
     return ""
 
 
@@ -306,106 +303,113 @@ def import_hang_message(module: str, failure: Stuck, impl_dir: str) -> str:
             f"a blocking call at import time? Every check of {module} fails")
 
 
-def diagnose(check, ws: int, rundir, failure, partial: dict) -> Result:
-    """The check during which the group ended early; `partial`: the outcomes its ranks wrote."""
-    for status in ("notimpl", "error"):  # the rank that failed first explains the rest
-        if any(o["status"] == status for o in partial.values()):
-            res = judge(check, ws, partial, {}, [])
-            statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
-            differ = collectives_differ(partial, _in_check(statuses, check)) \
-                if transport_said(res) else None
-            if differ is not None:          # why the transport failed a rank, or its peer
-                return Result(exercise=check.exercise, check=check.name, world_size=ws,
-                              **{**differ, "status": "error"},
-                              details={"transport": res.message})
-            stuck = [q for q in range(ws) if q not in partial]
-            if stuck:
-                res.message += f" (rank(s) {stuck} were left waiting for it)"
-            return res
+def after_exception(check, ws: int, rundir, res: Result, partial: dict[int, Outcome]) -> Result:
+    """A rank raised before the group ended (its verdict `res`, judged from the outcomes
+    `partial` the ranks wrote): why the transport failed it, where the ranks' collectives
+    differ, and the ranks it left waiting."""
+    differ = collectives_differ(partial, _in_check(read_statuses(rundir, ws), check)) \
+        if transport_said(res) else None
+    if differ is not None:          # why the transport failed a rank, or its peer
+        return Result(exercise=check.exercise, check=check.name, world_size=ws,
+                      **{**differ, "status": Verdict.ERROR},
+                      details={"transport": res.message})
+    stuck = [q for q in range(ws) if q not in partial]
+    if stuck:
+        res.message += f" (rank(s) {stuck} were left waiting for it)"
+    return res
+
+
+def diagnose(check, ws: int, rundir, failure, partial: dict[int, Outcome]) -> Result:
+    """The check during which the group ended early, no rank having written an exception
+    (judging.judge says those first: after_exception); `partial`: the outcomes its ranks
+    wrote."""
     base = dict(exercise=check.exercise, check=check.name, world_size=ws)
     if isinstance(failure, Stuck):
         return _stopped(check, base, ws, failure, partial)
     if isinstance(failure, RankFailed):
         return _crashed(base, ws, rundir, failure, check, partial)
     if isinstance(failure, RankHung):
-        return Result(**base, status="deadlock", message=str(failure).splitlines()[0],
+        return Result(**base, status=Verdict.DEADLOCK, message=str(failure).splitlines()[0],
                       details={"stacks": failure.stacks})
-    return Result(**base, status="error", message="the worker group ended without a result")
+    return Result(**base, status=Verdict.ERROR,
+                  message="the worker group ended without a result")
 
 
 def _stopped(check, base: dict, ws: int, failure: Stuck, partial: dict | None = None) -> Result:
     """What the watchdog stopped: a hang, a budget, a busy machine, a disk flood."""
     details = {"stacks": failure.stacks}
     where, rank = where_ranks_were(check, failure.statuses, ws)
-    phases = [st.get("phase") for st in failure.statuses.values()
-              if isinstance(st, dict) and st.get("check") == check.id and st.get("phase") != "done"]
+    phases = [st.phase for st in failure.statuses.values()
+              if st.check == check.id and not st.done]
     base["phase"] = str(phases[0])[:200] if phases else ""
-    if failure.reason == "disk":
-        return Result(**base, status="error", message=failure.why, rank=failure.rank,
+    if failure.reason == StopReason.DISK:
+        return Result(**base, status=Verdict.ERROR, message=failure.why, rank=failure.rank,
                       hint=DISK_HINT)
-    if failure.reason == "busy":
-        return Result(**base, status="busy", message=f"{failure.why} (at {failure.elapsed:.0f} "
-                      f"s it had used {failure.cpu:.1f} CPU-seconds)", details=details)
-    if failure.reason in ("exercise", "run"):      # a budget others spent: not this check's verdict
-        return Result(**base, status="notrun", details=details,
+    if failure.reason == StopReason.BUSY:
+        return Result(**base, status=Verdict.BUSY, message=f"{failure.why} (at "
+                      f"{failure.elapsed:.0f} s it had used {failure.cpu:.1f} CPU-seconds)",
+                      details=details)
+    if failure.reason in SHARED:      # a budget others spent: not this check's verdict
+        return Result(**base, status=Verdict.NOTRUN, details=details,
                       message=f"not run to the end: {failure.why}")
-    if failure.reason in ("own", "slow", "import"):
+    if failure.reason in TOO_SLOW:
         details["stopped"] = failure.reason
-        return Result(**base, status="failed", hint=B.SLOW_HINT, details=details,
+        return Result(**base, status=Verdict.FAILED, hint=B.SLOW_HINT, details=details,
                       message=f"{failure.why}: this check was stopped after {failure.elapsed:.0f} "
                               f"s; at that moment {where}")
     st = failure.statuses.get(rank) if rank is not None else None
-    base["phase"] = st.get("phase", "") if isinstance(st, dict) else ""
+    base["phase"] = (st.phase or "") if st is not None else ""
     differ = collectives_differ(partial or {}, _in_check(failure.statuses, check))
     if differ is not None:
-        return Result(**{**base, "phase": differ["phase"] or base["phase"]}, status="deadlock",
-                      rank=differ["rank"], details=details, hint=differ["hint"],
+        return Result(**{**base, "phase": differ["phase"] or base["phase"]},
+                      status=Verdict.DEADLOCK, rank=differ["rank"], details=details,
+                      hint=differ["hint"],
                       message=f"deadlock: {failure.why}; {differ['message']}")
-    return Result(**base, status="deadlock", rank=rank, details=details,
+    return Result(**base, status=Verdict.DEADLOCK, rank=rank, details=details,
                   message=f"deadlock: {failure.why}; {where}",
                   hint=_harness_hint(check, failure.statuses)
                   or hang_hint(check.id, failure.statuses)
                   or check.hints.get("deadlock") or STUCK_HINT)
 
 
-def _in_check(statuses: dict, check) -> dict:
+def _in_check(statuses: dict[int, RankStatus], check) -> dict[int, RankStatus]:
     """The statuses of the ranks still in `check` (a rank's word: it only names calls)."""
-    return {r: st for r, st in statuses.items()
-            if isinstance(st, dict) and st.get("check") == check.id}
+    return {r: st for r, st in statuses.items() if st.check == check.id}
 
 
 def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
              partial: dict | None = None) -> Result:
-    statuses = {r: read_json_bounded(rundir / f"status.{r}.json") for r in range(ws)}
-    st = statuses.get(failure.rank) if isinstance(statuses.get(failure.rank), dict) else {}
+    statuses = read_statuses(rundir, ws)
+    st = statuses.get(failure.rank, RankStatus())
+    phase = st.phase or ""
     if failure.exit_code is not None and failure.exit_code <= 0:
-        call = f", in {st['call']}" if st.get("call") else ""
+        call = f", in {st.call}" if st.call else ""
         said = stderr_tail(rundir, failure.rank, lines=2)
         said = f"; its last words: {' / '.join(said.splitlines())}" if said else ""
         differ = collectives_differ(partial or {}, _in_check(statuses, check))
         if differ is not None:         # the cause; how the transport took it is the instructor's
-            return Result(**{**base, **differ, "status": "error"},
+            return Result(**{**base, **differ, "status": Verdict.ERROR},
                           details={"transport": f"rank {failure.rank}: "
                                                 f"{died_how(failure.exit_code)}{said}"})
-        dropped = [str(d) for d in st.get("dropped") or [] if isinstance(d, str)]
+        dropped = list(st.dropped)
         if dropped and failure.exit_code in (-signal.SIGSEGV, -signal.SIGBUS, -signal.SIGABRT):
-            return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+            return Result(**base, status=Verdict.ERROR, rank=failure.rank, phase=phase,
                           message=f"rank {failure.rank} crashed during phase "
-                                  f"'{st.get('phase', '?')}'{call}: {died_how(failure.exit_code)}"
+                                  f"'{st.phase or '?'}'{call}: {died_how(failure.exit_code)}"
                                   f"{said}; before, it let go of a work it never waited: "
                                   f"{'; '.join(_counted(dropped))}",
                           hint=DROPPED_CRASH)
-        return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
-                      message=f"rank {failure.rank} crashed during phase '{st.get('phase', '?')}'"
+        return Result(**base, status=Verdict.ERROR, rank=failure.rank, phase=phase,
+                      message=f"rank {failure.rank} crashed during phase '{st.phase or '?'}'"
                               f"{call}: {died_how(failure.exit_code)}{said}",
-                      hint=crash_hint(failure.exit_code, bool(st.get("call")), said))
+                      hint=crash_hint(failure.exit_code, bool(st.call), said))
     where, _ = where_ranks_were(check, statuses, ws)
     last = (failure.traceback.strip().splitlines() or [""])[-1]
     if any(w in last for w in TRANSPORT_WORDS):    # the transport's words: the instructor's log
         said = "its connection to the other ranks broke"
     else:
         said = last
-    return Result(**base, status="error", rank=failure.rank, phase=st.get("phase", ""),
+    return Result(**base, status=Verdict.ERROR, rank=failure.rank, phase=phase,
                   message=f"rank {failure.rank} crashed: {said}; at that moment: {where}",
                   hint=MISMATCH_HINT, details={"traceback": failure.traceback,
                                                "transport": last})
@@ -434,7 +438,7 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
     asked for, a subgroup). The cause named is the earliest in the course: the root."""
     isolated = {cid for cid, c in (checks or {}).items() if getattr(c, "isolated", False)}
     follows = {cid: set(getattr(c, "follows", ())) for cid, c in (checks or {}).items()}
-    failed = [r for r in results if not r.passed and r.status not in ("notimpl", *NOT_GRADED)
+    failed = [r for r in results if not r.passed and r.status not in (Verdict.NOTIMPL, *NOT_GRADED)
               and r.task]
     position = {t.id: (i, j) for i, ex in enumerate(course.COURSE) for j, t in enumerate(ex.tasks)}
     for r in failed:

@@ -17,9 +17,9 @@ from rtp_course import course
 from rtp_course.checker import budgets as B
 from rtp_course.checker import diagnosis, reference
 from rtp_course.checker.group import over_budget, run_world
-from rtp_course.checker.judging import Expectations
+from rtp_course.checker.judging import BY_EXCEPTION, Expectations, judge
 from rtp_course.checker.registry import check_modules, load_checks
-from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.types import Outcome, Result, Verdict
 from rtp_course.checker.worker import syntax_error_outcome
 from rtp_course.course import COURSE, EXERCISES, edition
 from rtp_course.course.impl import resolve
@@ -28,7 +28,7 @@ from rtp_course.runtime.launcher import default_backend, validate
 DEFAULT_WORLD_SIZES = tuple(sorted({n for ex in COURSE for n in ex.world_sizes}))
 
 
-def _syntax_errors(exercises, impl_dir: str) -> dict:
+def _syntax_errors(exercises, impl_dir: str) -> dict[str, Outcome]:
     """{exercise: outcome} for exercise files of the code under test that do not parse.
 
     compile() only parses: nothing of the student's runs in this process."""
@@ -38,7 +38,7 @@ def _syntax_errors(exercises, impl_dir: str) -> dict:
         try:
             compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
         except SyntaxError as e:
-            bad[ex] = syntax_error_outcome(e)
+            bad[ex] = Outcome.parse(syntax_error_outcome(e))
         except Exception:  # noqa: BLE001  (a missing file, a RecursionError on absurd nesting:
             pass           # the workers report what importing it does)
     return bad
@@ -98,7 +98,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     results: list[Result] = []
     unreadable = _syntax_errors(exercises, impl_dir)
     for c in [c for c in checks if c.exercise in unreadable]:
-        results += [judge(c, ws, {0: unreadable[c.exercise]}, {}, [])
+        results += [judge(c, ws, {0: unreadable[c.exercise]}, expect=BY_EXCEPTION)
                     for ws in world_sizes if c.applies(ws)]
     checks_run = [c for c in checks if c.exercise not in unreadable]
     hung: dict[str, Result] = {}   # check id -> where it hung or was too slow: not run at larger sizes
@@ -141,8 +141,8 @@ def _task_order(check) -> tuple:
 def _not_run(results: list, plan, last_tasks=frozenset()) -> list:
     """The plan of the checks a shared budget left "not run", taken out of `results`; those of
     `last_tasks` after the others."""
-    left = {(r.exercise, r.check, r.world_size) for r in results if r.status == "notrun"}
-    results[:] = [r for r in results if r.status != "notrun"]
+    left = {(r.exercise, r.check, r.world_size) for r in results if r.status == Verdict.NOTRUN}
+    results[:] = [r for r in results if r.status != Verdict.NOTRUN]
     return _later_last([(ws, [c for c in todo if (c.exercise, c.name, ws) in left])
                         for ws, todo in plan], set(last_tasks))
 
@@ -196,7 +196,7 @@ def _compare_with_reference(results, outcomes, checks, ws, impl_dir, modules, dt
     if edition() != "instructor":  # the student edition has no reference to compare with
         return
     ref_dir = reference.reference_dir()
-    failed = [r for r in results if r.status == "failed" and r.phase and r.rank is not None]
+    failed = [r for r in results if r.status == Verdict.FAILED and r.phase and r.rank is not None]
     if ref_dir is None or str(ref_dir) == impl_dir or not failed:
         return
     by_name = {c.name: c for c in checks}

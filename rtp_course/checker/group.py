@@ -16,7 +16,7 @@ from rtp_course.checker import budgets as B
 from rtp_course.checker import channel, diagnosis, judging
 from rtp_course.checker.outcome_file import read_json_bounded
 from rtp_course.checker.provider import Provider
-from rtp_course.checker.verdict import Result
+from rtp_course.checker.types import RankStatus, Result, StopReason, Verdict
 from rtp_course.checker.watchdog import Stuck, Watchdog
 from rtp_course.checker.worker import run_checks
 from rtp_course.course import material
@@ -71,7 +71,7 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
             retried.add("")                 # the machine's, not the code's: once more
             shutil.rmtree(rundir, ignore_errors=True)
             continue
-        watchdog.charge(hung=isinstance(failure, Stuck) and failure.reason == "hang")
+        watchdog.charge(hung=isinstance(failure, Stuck) and failure.reason == StopReason.HANG)
         done = 0
         for check in todo:
             if check.id in judged:
@@ -80,7 +80,7 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
                 outcomes = judging.load_outcomes(rundir, check.id, ws)
                 if outcomes is None:
                     break
-                result = judging.judge_check(check, ws, outcomes, expect)
+                result = judging.judge(check, ws, outcomes, expect=expect)
             results.append(result)
             seen[check.id] = outcomes
             done += 1
@@ -107,7 +107,7 @@ def _force_busy(results: list) -> None:
     forced = set(os.environ.get(FORCE_BUSY, "").split(",")) - {""}
     for r in results:
         if f"{r.exercise}.{r.check}" in forced:
-            r.status, r.message, r.hint = "busy", B.BUSY, ""
+            r.status, r.message, r.hint = Verdict.BUSY, B.BUSY, ""
 
 
 def _launch(todo, ws, rundir, impl_dir, modules, dtype, budgets, backend, tick, expect,
@@ -149,12 +149,12 @@ def _ended(todo, done, ws, rundir, failure, job, budgets) -> list:
     if isinstance(failure, Stuck) and failure.check_id.startswith("import:"):
         module = failure.check_id.split(":", 1)[1]
         message = diagnosis.import_hang_message(module, failure, job["impl"])
-        return [Result(c.exercise, c.name, ws, "deadlock", message, phase="import",
+        return [Result(c.exercise, c.name, ws, Verdict.DEADLOCK, message, phase="import",
                        hint=diagnosis.IMPORT_HINT) for c in todo[done:] if c.exercise == module]
     broken = todo[done]
     if _connections_broke(failure, job):
         why = str(failure).strip().splitlines()[-1][:200] if str(failure).strip() else ""
-        return [Result(broken.exercise, broken.name, ws, "busy", f"{B.BUSY_START} ({why})",
+        return [Result(broken.exercise, broken.name, ws, Verdict.BUSY, f"{B.BUSY_START} ({why})",
                        task=broken.task)]
     if done > 0 and not _started(rundir, ws, broken, failure):
         return []      # the group ended between two checks (a GPU run after a failed check,
@@ -162,7 +162,7 @@ def _ended(todo, done, ws, rundir, failure, job, budgets) -> list:
     partial = {r: o for r in range(ws)
                if (o := judging.load_outcome(rundir / f"result.{broken.id}.{r}.pt", r))
                is not None}
-    out = [diagnosis.diagnose(broken, ws, rundir, failure, partial)]
+    out = [judging.judge(broken, ws, partial, failure, rundir=rundir)]
     out += [over_budget(c, ws, budgets) for c in todo[done + 1:] if budgets.spent(c)]
     return out
 
@@ -175,7 +175,7 @@ def _transport_broke(result: Result) -> bool:
     """A rank crashed on the transport's connections (gloo's pairs, the store): on a loaded
     machine that happens to correct code; run again, code that breaks them breaks them again."""
     said = f"{result.message} {result.details.get('transport', '')}"
-    return result.status == "error" and "crashed" in result.message and any(
+    return result.status == Verdict.ERROR and "crashed" in result.message and any(
         e in said for e in LAUNCH_ERRORS)
 
 
@@ -201,8 +201,7 @@ def _started(rundir: Path, ws: int, check, failure=None) -> bool:
     group while the others already set `check` up: not this check's doing."""
     ranks = [failure.rank] if isinstance(failure, RankFailed) and failure.rank in range(ws) \
         else range(ws)
-    return any((read_json_bounded(rundir / f"status.{r}.json") or {}).get("check") == check.id
-               for r in ranks)
+    return any(RankStatus.read(rundir / f"status.{r}.json").check == check.id for r in ranks)
 
 
 def _annotate(results, rundir: Path, ws: int) -> None:
@@ -232,6 +231,6 @@ def _printed(rundir: Path, ws: int, lines: int = 6) -> dict:
 def over_budget(check, ws, budgets: B.Budgets) -> Result:
     """A check that a shared budget, spent by other checks, left no time for: not run (not
     graded), never failed for what others did."""
-    reason = budgets.spent(check) or "run"
-    return Result(check.exercise, check.name, ws, "notrun",
+    reason = budgets.spent(check) or StopReason.RUN
+    return Result(check.exercise, check.name, ws, Verdict.NOTRUN,
                   message=f"not run: {budgets.why(reason, check.exercise)}")

@@ -5,8 +5,12 @@
   then, and a check is judged as soon as its results are in). The same thread builds the
   modules a rank asks for as its own inputs (checker/provider.py), ahead of the
   expected values: both seed torch's global generator, and a rank waits for its module.
-* `judge_check` compares one check's outcomes (never raises: what a rank wrote cannot crash
-  the grader); `judging` judges each check as soon as every rank has written its result.
+* `judge` is the one entry point for a check's verdict at one world size, whether every
+  rank finished it (its outcomes are compared, verdict.py) or the group ended during it (a
+  rank's exception, then the watchdog's or the launcher's stop: diagnosis.py). It never
+  raises: what a rank wrote cannot crash the grader. `judging` judges each check as soon as
+  every rank has written its result.
+* `load_outcome` is where a rank's outcome file becomes an `Outcome` (checker/types.py).
 """
 from __future__ import annotations
 
@@ -16,12 +20,11 @@ import queue
 import threading
 from pathlib import Path
 
-from rtp_course.checker import inputs, outcome_file
+from rtp_course.checker import diagnosis, inputs, outcome_file, verdict
 from rtp_course.checker.registry import check_modules, load_checks
-from rtp_course.checker.verdict import Result, judge
+from rtp_course.checker.types import Outcome, RankStatus, Result, Verdict
 from rtp_course.course import EXERCISES
 
-OUTCOME_STATUSES = ("ok", "notimpl", "error")
 WORLD_SIZES = (1, 2, 3, 4)
 
 # (check id, world size) -> (check class, (expected, rules)): the public checks', computed once
@@ -105,25 +108,19 @@ def now(fn, *args) -> concurrent.futures.Future:
     return future
 
 
-def load_outcome(path: Path, rank: int):
+def load_outcome(path: Path, rank: int) -> Outcome | None:
     """A rank's outcome of one check, read as data (never unpickling code); None if missing."""
     try:
         if not path.exists() or path.stat().st_size == 0:
             return None
-        outcome = outcome_file.load(path)
-        if not isinstance(outcome, dict) or outcome.get("status") not in OUTCOME_STATUSES:
-            raise ValueError("not an outcome record")
-        return outcome
+        return Outcome.parse(outcome_file.load(path))
     except Exception as e:  # noqa: BLE001 - what a rank wrote never crashes the grader
         why = str(e).splitlines()[0][:200] if isinstance(e, ValueError) and str(e) \
             else type(e).__name__
-        return {"status": "error", "type": "MalformedResult", "phase": "",
-                "message": f"rank {rank}'s result file is not a result the checker can judge "
-                           f"({why}); it is not graded", "where": "",
-                "records": {}, "values": {}, "events": [], "peak_recv": {}}
+        return Outcome.malformed(rank, why)
 
 
-def load_outcomes(rundir: Path, cid: str, ws: int):
+def load_outcomes(rundir: Path, cid: str, ws: int) -> dict[int, Outcome] | None:
     outcomes = {}
     for r in range(ws):
         o = load_outcome(rundir / f"result.{cid}.{r}.pt", r)
@@ -133,17 +130,47 @@ def load_outcomes(rundir: Path, cid: str, ws: int):
     return outcomes
 
 
-def judge_check(check, ws, outcomes, expect=None) -> Result:
+class _ByException:
+    """The expected values of outcomes judged by their exception alone: none (a rank missing,
+    or a file of the code under test that does not parse)."""
+
+    @staticmethod
+    def get(check, ws):
+        return {}, []
+
+
+BY_EXCEPTION = _ByException()
+
+
+def judge(check, ws: int, outcomes: dict[int, Outcome], stuck=None, *, expect=None,
+          rundir: Path | None = None) -> Result:
+    """The verdict of `check` at world size `ws`.
+
+    `outcomes`: {rank: Outcome} the ranks wrote. `stuck`: None when every rank finished the
+    check; else why the group ended during it (watchdog.Stuck, launcher.RankFailed or
+    RankHung), `outcomes` then holds the ranks that finished, and `rundir` the launch's
+    status and output files. `expect`: where the expected values and rules come from
+    (Expectations, BY_EXCEPTION; default: computed here)."""
+    if stuck is not None:
+        if all(o.ok for o in outcomes.values()):
+            return diagnosis.diagnose(check, ws, rundir, stuck, outcomes)
+        # the rank that failed first explains the rest (and why its peers were left waiting)
+        res = _compared(check, ws, outcomes, BY_EXCEPTION)
+        return diagnosis.after_exception(check, ws, rundir, res, outcomes)
+    return _compared(check, ws, outcomes, expect)
+
+
+def _compared(check, ws, outcomes, expect) -> Result:
     try:
         expected, rules = expect.get(check, ws) if expect else _expectation(check, ws)
     except Exception as e:  # a bug in the course's own check, not the student's
-        return Result(check.exercise, check.name, ws, "error",
+        return Result(check.exercise, check.name, ws, Verdict.ERROR,
                       f"internal error in the check itself ({type(e).__name__}: {e}); "
                       f"please report it to the course staff")
     try:
-        return judge(check, ws, outcomes, expected, rules)
+        return verdict.compare(check, ws, outcomes, expected, rules)
     except Exception as e:  # noqa: BLE001 - what a rank wrote never crashes the grader
-        return Result(check.exercise, check.name, ws, "error",
+        return Result(check.exercise, check.name, ws, Verdict.ERROR,
                       f"the checker could not compare what the ranks recorded "
                       f"({type(e).__name__}): the check fails; if your code returns plain "
                       f"dense tensors, please report it to the course staff")
@@ -153,9 +180,8 @@ def judging(todo, ws, rundir: Path, expect, judged: dict):
     """A watchdog callback: judge each check as soon as every rank's status says it is past
     it, while the ranks go on (reading and comparing after the launch left them idle).
     `judged`: {check id: (outcomes, Result)}."""
-    def on_change(statuses):
-        finished = min(((st or {}).get("index", -1) + ((st or {}).get("phase") == "done")
-                        if isinstance(st, dict) and type(st.get("index", -1)) is int else -1
+    def on_change(statuses: dict[int, RankStatus]):
+        finished = min((st.index + st.done if st.index is not None else -1
                         for st in statuses.values()), default=0)
         for check in todo[:max(finished, 0)]:
             if check.id in judged:
@@ -163,5 +189,5 @@ def judging(todo, ws, rundir: Path, expect, judged: dict):
             outcomes = load_outcomes(rundir, check.id, ws)
             if outcomes is None:
                 return
-            judged[check.id] = (outcomes, judge_check(check, ws, outcomes, expect))
+            judged[check.id] = (outcomes, judge(check, ws, outcomes, expect=expect))
     return on_change

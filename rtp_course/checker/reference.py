@@ -53,7 +53,7 @@ def load(check, ws, dtype):
 def save(check, ws, dtype, outcomes) -> None:
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
-    slim = {r: {"status": o["status"], "events": o["events"]} for r, o in outcomes.items()}
+    slim = {r: {"status": str(o.status), "events": o.events} for r, o in outcomes.items()}
     (d / f"{cache_key(check, ws, dtype)}.json").write_text(json.dumps(slim, default=str))
 
 
@@ -73,7 +73,7 @@ def annotate(result, impl_outcomes, ref_outcomes) -> None:
     if not result.phase or result.rank not in (impl_outcomes or {}):
         return
     ref = comm_by_phase(ref_outcomes[result.rank]["events"], result.phase)
-    mine = comm_by_phase(impl_outcomes[result.rank]["events"], result.phase)
+    mine = comm_by_phase(impl_outcomes[result.rank].events, result.phase)
     if ref != mine:
         result.details["vs_reference"] = (f"in phase {result.phase}, rank {result.rank} did "
                                           f"{mine}; the reference solution did {ref}")

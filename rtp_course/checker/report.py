@@ -7,10 +7,11 @@ import textwrap
 from collections import OrderedDict
 
 from rtp_course import course
-from rtp_course.checker.verdict import NOT_GRADED, Result
+from rtp_course.checker.types import NOT_GRADED, Result, Verdict
 
-MARK = {"passed": "PASS", "failed": "FAIL", "notimpl": "TODO", "error": "ERROR",
-        "deadlock": "HANG", "busy": "BUSY", "notrun": "NOT RUN"}
+MARK = {Verdict.PASSED: "PASS", Verdict.FAILED: "FAIL", Verdict.NOTIMPL: "TODO",
+        Verdict.ERROR: "ERROR", Verdict.DEADLOCK: "HANG", Verdict.BUSY: "BUSY",
+        Verdict.NOTRUN: "NOT RUN"}
 
 
 def by_check(results):
@@ -30,7 +31,7 @@ def where_taught(r: Result) -> str:
 
 # How much a failure at one world size tells, by its status: a named value or rule, or an
 # exception with its line, first; a hang next; what was not graded last.
-_TELLS = {"failed": 2, "error": 2, "deadlock": 1}
+_TELLS = {Verdict.FAILED: 2, Verdict.ERROR: 2, Verdict.DEADLOCK: 1}
 
 
 def lead(bad: list, get=getattr):
@@ -42,7 +43,7 @@ def lead(bad: list, get=getattr):
     def tells(r):
         ws = get(r, "world_size") or 0
         ran = get(r, "not_run_after") is None
-        return (get(r, "status") == "notimpl", _TELLS.get(get(r, "status"), 0), ran, ws > 1, ws)
+        return (get(r, "status") == Verdict.NOTIMPL, _TELLS.get(get(r, "status"), 0), ran, ws > 1, ws)
     return max(bad, key=tells)
 
 
@@ -113,7 +114,7 @@ def _text(results: list[Result], verbose: bool, confinement: bool = True) -> str
             lines.append(f"  PASS  {task}{ex}.{name}  (world sizes {sizes})")
             continue
         first = lead(bad)
-        if first.status == "notimpl":
+        if first.status == Verdict.NOTIMPL:
             lines.append(f"  TODO  {task}{ex}.{name}: {_todo(first)}")
             continue
         where = ", ".join(str(r.world_size) for r in bad)
@@ -175,7 +176,7 @@ def summary(results):
     for (ex, _), rs in by_check(results).items():
         p, t, todo, busy = out.get(ex, (0, 0, 0, 0))
         ok = all(r.passed for r in rs)
-        out[ex] = (p + ok, t + 1, todo + any(r.status == "notimpl" for r in rs),
+        out[ex] = (p + ok, t + 1, todo + any(r.status == Verdict.NOTIMPL for r in rs),
                    busy + (not ok and all(r.passed or r.status in NOT_GRADED for r in rs)))
     return out
 

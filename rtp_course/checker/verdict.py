@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import torch
 
@@ -10,44 +9,15 @@ from rtp_course.checker.communication import (GROUP, LIBRARIES, SEND_BUFFERS, ch
                                               collectives_differ, nccl_order, sizes_differ,
                                               transport_said, written_send,
                                               wrong_group)
+from rtp_course.checker.diagnosis import exception_hint
 from rtp_course.checker.registry import Bound, Check, Like
+from rtp_course.checker.types import NOT_GRADED, Outcome, OutcomeStatus, Result, Verdict
+
+__all__ = ["NOT_GRADED", "Result", "compare", "compare_tensor", "causes", "error_hint"]
 
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}
 PHASE_ORDER = ("structure", "setup", "init", "forward", "backward")
-# Not graded, never failed: the machine was too busy to finish the check ("busy"), or what other
-# checks spent left it no budget ("notrun"); run again, they are graded then.
-NOT_GRADED = ("busy", "notrun")
-
-
-@dataclass
-class Result:
-    """One check on one world size."""
-    exercise: str
-    check: str
-    world_size: int
-    status: str                 # passed | failed | notimpl | error | deadlock | busy | notrun
-    message: str = ""
-    phase: str = ""
-    rank: int | None = None
-    key: str = ""
-    hint: str = ""
-    details: dict = field(default_factory=dict)
-    task: str = ""              # the course task the check belongs to, "E2.1"
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    @property
-    def not_run_after(self) -> int | None:
-        """The smaller world size this check hung at, where this size was skipped for it."""
-        return self.details.get("not_run_after")
-
-    @property
-    def never_returned(self) -> bool:
-        """It hung, or spun past its own CPU budget: the function it called did not return."""
-        return self.status == "deadlock" or self.details.get("stopped") in ("own", "slow")
 
 
 def _phase_of(key: str) -> str:
@@ -207,7 +177,7 @@ def _close_in_bulk(expected: dict, outcomes: dict, tolerance: dict | None = None
     names the earliest."""
     groups = {}
     for rank, wanted in expected.items():
-        records = outcomes[rank].get("records", {})
+        records = outcomes[rank].records
         for key, exp in wanted.items():
             got = records.get(key)
             if (isinstance(exp, torch.Tensor) and exp.is_floating_point() and isinstance(got, torch.Tensor)
@@ -223,9 +193,9 @@ def _close_in_bulk(expected: dict, outcomes: dict, tolerance: dict | None = None
     return close
 
 
-def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
-          rules: list) -> Result:
-    """outcomes: {rank: saved worker outcome}; expected: {rank: {key: value}}. In order: an
+def compare(check: Check, world_size: int, outcomes: dict[int, Outcome], expected: dict,
+            rules: list) -> Result:
+    """outcomes: {rank: its Outcome}; expected: {rank: {key: value}}. In order: an
     exception; what explains a wrong value (a send buffer written before its wait, a call on
     another group, torch's own DDP); the values, earliest phase first; the counts of
     communication; NCCL's stream order. A wrong value or count where a rank let go of a work
@@ -233,14 +203,14 @@ def judge(check: Check, world_size: int, outcomes: dict, expected: dict,
     it is the likeliest cause; one where a rank gave a send or receive a tag says that NCCL
     ignores tags (the checker drops them: runtime/nccl/calls.py)."""
     result = _judge(check, world_size, outcomes, expected, rules)
-    tagged = _tagged(outcomes, result.phase) if result.status == "failed" else None
+    tagged = _tagged(outcomes, result.phase) if result.status == Verdict.FAILED else None
     if tagged:
         rank, what = tagged
         result.message += (f"; rank {rank} told its transfers apart by tag ({what}): NCCL "
                            f"ignores tags, and so does the checker")
         result.hint = TAGS_HINT + (f". What failed says: {result.hint}" if result.hint else "")
     # (not where the failure is the check's own list of works never waited: it names them)
-    dropped = _dropped(outcomes, result.phase) if result.status == "failed" \
+    dropped = _dropped(outcomes, result.phase) if result.status == Verdict.FAILED \
         and "never waited" not in result.key else None
     if dropped:
         rank, what = dropped
@@ -266,8 +236,8 @@ def _tagged(outcomes: dict, phase: str):
     """(rank, 'isend with tag=1 at ...') of the first send or receive given a tag, in `phase`
     (any phase if the failure names none), or None."""
     for rank in sorted(outcomes):
-        for e in outcomes[rank].get("events") or []:
-            if isinstance(e, dict) and e.get("tag") and (not phase or e.get("phase") == phase):
+        for e in outcomes[rank].events:
+            if e.get("tag") and (not phase or e.get("phase") == phase):
                 return rank, f"{e.get('family') or e.get('kind')} with tag={e.get('tag')} at " \
                              f"{e.get('where')}"
     return None
@@ -277,12 +247,12 @@ def _dropped(outcomes: dict, phase: str):
     """(rank, 'irecv at ...') of the first work a rank let go of unwaited in `phase` (any phase
     if the failure names none) and never saw completed, or None."""
     def let_go(e) -> bool:
-        return isinstance(e, dict) and bool(e.get("dropped")) and not e.get("completed") \
+        return bool(e.get("dropped")) and not e.get("completed") \
             and (not phase or e.get("phase") == phase)
     for rank in sorted(outcomes):
-        if outcomes[rank].get("status") != "ok":
+        if not outcomes[rank].ok:
             continue
-        events = outcomes[rank].get("events") or []
+        events = outcomes[rank].events
         for e in events:
             if let_go(e):
                 n = sum(let_go(d) for d in events)
@@ -298,10 +268,10 @@ def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules:
     if mismatched is not None:
         return Result(**base, **mismatched)
     raised = _exception(check, base, outcomes)
-    if raised is not None and raised.status == "error":
+    if raised is not None and raised.status == Verdict.ERROR:
         differ = collectives_differ(outcomes) if transport_said(raised) else None
         if differ is not None:                     # why the transport failed a rank
-            return Result(**base, **{**differ, "status": "error"},
+            return Result(**base, **{**differ, "status": Verdict.ERROR},
                           details={"transport": f"rank {raised.rank}: {raised.message}"})   # an earlier wrong value came first
         found = _values(check, base, world_size, outcomes, _before(expected, raised.phase,
                                                                    outcomes))
@@ -311,35 +281,35 @@ def _judge(check: Check, world_size: int, outcomes: dict, expected: dict, rules:
     if found is not None:
         return found
     for rank in sorted(outcomes):
-        bad = check_comm(rules_of(rank), outcomes[rank]["events"])
+        bad = check_comm(rules_of(rank), outcomes[rank].events)
         if bad:
             rule, msg = bad
-            return Result(**base, status="failed", rank=rank, phase=rule.phase,
+            return Result(**base, status=Verdict.FAILED, rank=rank, phase=rule.phase,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=check.quoting_rule(rule.hint))
     hang = nccl_order(outcomes)
     if hang is not None:
         return Result(**base, **hang)
-    return Result(**base, status="passed")
+    return Result(**base, status=Verdict.PASSED)
 
 
 def _exception(check, base, outcomes) -> Result | None:
     """A rank's own exception first: a peer's "connection closed", or a result file cut short
     when the launcher ended a rank in the middle of writing it, only follows it."""
     order = sorted(outcomes, key=lambda q: (fallout(outcomes[q]),
-                                            outcomes[q].get("type") == "MalformedResult", q))
-    for status in ("notimpl", "error"):
+                                            outcomes[q].type == "MalformedResult", q))
+    for status in (OutcomeStatus.NOTIMPL, OutcomeStatus.ERROR):
         for rank in order:
             o = outcomes[rank]
-            if o["status"] != status:
+            if o.status != status:
                 continue
-            if status == "notimpl":
-                return Result(**base, status="notimpl", rank=rank, phase=o.get("phase", ""),
-                              message=f"not implemented yet: {o['message']}")
-            said = (f"{o['type']}: {o['message']}" if o.get("type") == "SyntaxError"
-                    else f"rank {rank} raised {o['type']}: {o['message']}")
-            return Result(**base, status="error", rank=rank, phase=o.get("phase", ""),
-                          message=said, details={"where": o.get("where", "")},
+            if status == OutcomeStatus.NOTIMPL:
+                return Result(**base, status=Verdict.NOTIMPL, rank=rank, phase=o.phase,
+                              message=f"not implemented yet: {o.message}")
+            said = (f"{o.type}: {o.message}" if o.type == "SyntaxError"
+                    else f"rank {rank} raised {o.type}: {o.message}")
+            return Result(**base, status=Verdict.ERROR, rank=rank, phase=o.phase,
+                          message=said, details={"where": o.where},
                           hint=error_hint(check, o, said)[1])
     return None
 
@@ -348,16 +318,15 @@ def _exception_hints():
     """Where an exception's hint comes from, in the order they are asked: the first that has
     one wins. A cause the exception makes sure of beats the check's own hints, which beat a
     cause it only makes likely."""
-    from rtp_course.checker.diagnosis import exception_hint
-    return (("the rank's own", lambda check, o, said: o.get("hint")),
+    return (("the rank's own", lambda check, o, said: o.hint),
             ("the error's kind", lambda check, o, said: _error_hint(o)),
             ("a sure cause", lambda check, o, said: exception_hint(said, "sure")),
             ("the check's, for this exception", lambda check, o, said: _check_error_hint(check, o)),
-            ("the check's, for the phase", lambda check, o, said: check.hint(o.get("phase") or "setup")),
+            ("the check's, for the phase", lambda check, o, said: check.hint(o.phase or "setup")),
             ("a likely cause", lambda check, o, said: exception_hint(said, "likely")))
 
 
-def error_hint(check, o: dict, said: str) -> tuple[str, str]:
+def error_hint(check, o: Outcome, said: str) -> tuple[str, str]:
     """(where it came from, the hint) for a rank's exception `o` that the report says as `said`."""
     for source, pick in _exception_hints():
         hint = pick(check, o, said)
@@ -375,7 +344,7 @@ def _before(expected: dict, phase: str, outcomes: dict) -> dict:
     if not phase or phase not in phases:
         return {}
     earlier = keys[:phases.index(phase)]
-    seen = lambda r, k: k in outcomes[r].get("records", {}) or k in outcomes[r].get("values", {})  # noqa: E731
+    seen = lambda r, k: k in outcomes[r].records or k in outcomes[r].values  # noqa: E731
     return {r: {k: v for k, v in e.items() if k in earlier and r in outcomes and seen(r, k)}
             for r, e in expected.items()}
 
@@ -384,11 +353,11 @@ def _explaining(check, base, outcomes, rules_of) -> Result | None:
     """What explains a wrong value better than the value does, judged before the values: a
     send buffer written before its wait, a call on another group, torch's own DDP."""
     for rank in sorted(outcomes):
-        events = outcomes[rank].get("events", [])
+        events = outcomes[rank].events
         said = written_send(events)
         if said:
             phase = said.split(":", 1)[0]
-            return Result(**base, status="failed", rank=rank, phase=phase,
+            return Result(**base, status=Verdict.FAILED, rank=rank, phase=phase,
                           key=f"{phase}/send buffers", message=f"rank {rank}, {said}",
                           hint=SEND_BUFFERS)
         bad = wrong_group(rules_of(rank), events) or check_comm(
@@ -396,7 +365,7 @@ def _explaining(check, base, outcomes, rules_of) -> Result | None:
         if bad:
             rule, msg = bad
             hint = rule.hint if "rule 'Group'" in rule.hint or rule.members is None else GROUP
-            return Result(**base, status="failed", rank=rank, phase=rule.phase,
+            return Result(**base, status=Verdict.FAILED, rank=rank, phase=rule.phase,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=check.quoting_rule(hint))
     return None
@@ -417,21 +386,21 @@ def _values(check, base, world_size, outcomes, expected) -> Result | None:
                 continue
             exp, o = expected[rank][key], outcomes[rank]
             if isinstance(exp, torch.Tensor):
-                if key not in o["records"]:
-                    said = o.get("values", {}).get(key)      # the check's word for why not
-                    return Result(**base, status="failed", rank=rank, phase=phase, key=key,
+                if key not in o.records:
+                    said = o.values.get(key)      # the check's word for why not
+                    return Result(**base, status=Verdict.FAILED, rank=rank, phase=phase, key=key,
                                   message=f"rank {rank}, {key} {said}" if isinstance(said, str)
                                   else f"{key}: nothing was recorded", hint=check.hint(key))
-                ok, msg, details = compare_tensor(exp, o["records"][key], world_size,
+                ok, msg, details = compare_tensor(exp, o.records[key], world_size,
                                                   check.tolerance, check.factors(world_size))
                 if not ok:
-                    msg, details = _lookalike(likes.get((rank, key), ()), o["records"][key],
+                    msg, details = _lookalike(likes.get((rank, key), ()), o.records[key],
                                               world_size, check.tolerance, msg, details)
             else:
-                ok, msg = compare_value(exp, o["values"].get(key))
+                ok, msg = compare_value(exp, o.values.get(key))
                 details = {}
             if not ok:
-                return Result(**base, status="failed", rank=rank, phase=phase, key=key,
+                return Result(**base, status=Verdict.FAILED, rank=rank, phase=phase, key=key,
                               message=f"rank {rank}, {key} {msg}",
                               hint=_hint(check, key, details), details=details)
     return None
@@ -468,16 +437,16 @@ def _check_error_hint(check, o) -> str:
     """A check's own hint for an exception: for the kind of cause its text names
     (exception_form), hints["error/<phase>#<form>"], else hints["error#<form>"]; else
     hints["error/<phase>"], else hints["error"]."""
-    phase, form = o.get("phase"), exception_form(f"{o.get('type')}: {o.get('message')}")
+    phase, form = o.phase, exception_form(f"{o.type}: {o.message}")
     return ((form and (check.hints.get(f"error/{phase}#{form}")
                        or check.hints.get(f"error#{form}")))
             or check.hints.get(f"error/{phase}") or check.hints.get("error", ""))
 
 
-def fallout(o) -> bool:
+def fallout(o: Outcome) -> bool:
     """An error caused by a peer that left (its own error explains it better): gloo's words
     for it."""
-    msg = o.get("message", "")
+    msg = o.message
     return any(m in msg for m in ("Connection closed by peer", "Connection reset",
                                   "Broken pipe"))
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from rtp_course.checker import budgets as B
-from rtp_course.checker.outcome_file import read_json_bounded
+from rtp_course.checker.types import Place, RankStatus, StopReason, read_statuses
 from rtp_course.runtime import procstat, reaper
 
 SAMPLE = 0.25            # s between two looks at the ranks' CPU
@@ -42,14 +42,14 @@ STACKS_WAIT = 0.3        # s for signalled ranks to write their stacks before th
 
 
 class Stuck(Exception):
-    """The watchdog stopped the group: `reason` is hang | own | exercise | run | busy | slow |
-    disk | import."""
+    """The watchdog stopped the group, for `reason` (types.StopReason); `statuses`: {rank:
+    types.RankStatus} when it stopped, `stacks`: {rank: its Python stacks}."""
 
-    def __init__(self, check_id, stacks, statuses, why="", reason="hang", elapsed=0.0,
-                 cpu=0.0, rank=None):
+    def __init__(self, check_id: str, stacks: dict, statuses: dict[int, RankStatus], why="",
+                 reason=StopReason.HANG, elapsed=0.0, cpu=0.0, rank=None):
         super().__init__(why)
         self.check_id, self.stacks, self.statuses, self.why = check_id, stacks, statuses, why
-        self.reason, self.elapsed, self.cpu, self.rank = reason, elapsed, cpu, rank
+        self.reason, self.elapsed, self.cpu, self.rank = StopReason(reason), elapsed, cpu, rank
 
 
 class _Usage:
@@ -157,8 +157,8 @@ class Watchdog:
         self.text = None
         self.harness = False                  # every rank in the checker's own steps
         self.sampled = 0.0
-        # The group's place: -2 starting, -1 importing, then the check some rank is still in
-        self.step = -2
+        # The group's place: a Place before the first check, then the check some rank is in
+        self.step: int = Place.STARTING
         self._enter_step(self.clock())
 
     def _enter_step(self, now: float) -> None:
@@ -166,13 +166,11 @@ class Watchdog:
 
     def __call__(self, processes) -> None:
         now = self.clock()
-        statuses = {r: read_json_bounded(self.rundir / f"status.{r}.json")
-                    for r in range(self.world_size)}
+        statuses = read_statuses(self.rundir, self.world_size)
         text = repr(sorted(statuses.items(), key=lambda kv: kv[0]))
         if text != self.text:
             self.text, self.blocked = text, 0.0
-            self.harness = all(isinstance(st, dict) and st.get("harness") is True
-                               for st in statuses.values())
+            self.harness = all(st.harness for st in statuses.values())
             self._advance(statuses, now)
             if self.on_change:
                 self.on_change(statuses)
@@ -186,17 +184,16 @@ class Watchdog:
 
     # --- where the group is -------------------------------------------------------------
 
-    def _advance(self, statuses: dict, now: float) -> None:
-        if self.step == -2 and all((self.rundir / f"status.{r}.json").exists()
-                                   for r in range(self.world_size)):
+    def _advance(self, statuses: dict[int, RankStatus], now: float) -> None:
+        if self.step == Place.STARTING and all((self.rundir / f"status.{r}.json").exists()
+                                               for r in range(self.world_size)):
             self.budgets.charge_run(self.cpu)
-            self.step = -1
+            self.step = Place.IMPORTING
             self._enter_step(now)
         for r, st in statuses.items():
-            if isinstance(st, dict) and type(st.get("index")) is int \
-                    and 0 <= st["index"] < len(self.order) \
-                    and st.get("check") == self.order[st["index"]]:
-                self.reached[r] = max(self.reached[r], st["index"] + (st.get("phase") == "done"))
+            if st.index is not None and 0 <= st.index < len(self.order) \
+                    and st.check == self.order[st.index]:
+                self.reached[r] = max(self.reached[r], st.index + st.done)
         step = min(self.reached.values())
         if step > self.step and step >= 0:
             self.charge()
@@ -241,36 +238,38 @@ class Watchdog:
         if check is not None:
             limit, reason = self.budgets.limit(check)
             stall = self.budgets.stall_for(check)
-        elif self.step == -1:
-            limit, reason, stall = B.IMPORT_CPU * self.imports * self.budgets.scale, "import", \
-                self.budgets.stall
+        elif self.step == Place.IMPORTING:
+            limit, reason, stall = B.IMPORT_CPU * self.imports * self.budgets.scale, \
+                StopReason.IMPORT, self.budgets.stall
         else:
-            limit, reason, stall = B.START_CPU * self.budgets.scale, "own", self.budgets.stall
+            limit, reason, stall = B.START_CPU * self.budgets.scale, StopReason.OWN, \
+                self.budgets.stall
         who = check.id if check is not None else self._named(statuses)
-        if self.step == -2 and not self.began():
+        if self.step == Place.STARTING and not self.began():
             if self.blocked >= 3 * stall:
                 # no code under test has run yet: what holds the ranks up is not the student's
                 self._stuck(who, statuses, processes, "the ranks did not start (they were "
                             f"blocked for {self.blocked:.0f} s before any check): not graded, "
-                            f"run it again", "busy")
+                            f"run it again", StopReason.BUSY)
         elif self.blocked >= stall * (3 if self.harness else 1):
             self.hung = self.blocked    # a plain hang costs its stall, not the reset ones before it
             where = " in the checker's steps around the check" if self.harness else ""
             self._stuck(who, statuses, processes,
                         f"no rank moved for {self.blocked:.0f} s, each of them blocked{where}",
-                        "hang")
+                        StopReason.HANG)
         elif self.step >= 0 and self.hung >= HUNG_IN_ALL * stall:
             why = (f"the ranks were blocked for {self.hung:.0f} s in all during this check, "
                    f"each of them, though their calls kept changing (calls posted that never "
                    f"completed)")
             self.hung = stall       # the exercise's hang budget pays what a plain hang costs
-            self._stuck(who, statuses, processes, why, "hang")
+            self._stuck(who, statuses, processes, why, StopReason.HANG)
         if self.cpu > limit:
-            if self.step == -2 and not self.began():
+            if self.step == Place.STARTING and not self.began():
                 self._stuck(who, statuses, processes, "not graded: the checker's ranks used "
                             f"over {limit:.0f} CPU-seconds to start, before any code of yours "
-                            "ran: the machine's doing, not your code; run it again", "busy")
-            if self.step == -1:
+                            "ran: the machine's doing, not your code; run it again",
+                            StopReason.BUSY)
+            if self.step == Place.IMPORTING:
                 why = f"importing the code under test used over {limit:.0f} CPU-seconds"
             else:
                 why = self.budgets.why(reason, who.split(".")[0], self.cpu, limit)
@@ -279,17 +278,17 @@ class Watchdog:
         backstop = B.LEAVING if self.step >= len(self.order) else self.budgets.backstop
         if wall > backstop:
             if self.starved > wall / 2 and self.step < len(self.order):
-                self._stuck(who, statuses, processes, B.BUSY, "busy")
+                self._stuck(who, statuses, processes, B.BUSY, StopReason.BUSY)
             self._stuck(who, statuses, processes,
                         f"the check did not finish within {backstop:.0f} s, though its ranks "
                         f"were mostly not waiting for a CPU (they used {self.cpu:.1f} "
-                        f"CPU-seconds)", "slow")
+                        f"CPU-seconds)", StopReason.SLOW)
 
     def _named(self, statuses) -> str:
         """The import or check a rank says it is in, for a report before any check started."""
         for st in statuses.values():
-            if isinstance(st, dict) and str(st.get("check", "")).startswith("import:"):
-                return st["check"]
+            if st.check is not None and st.check.startswith("import:"):
+                return st.check
         return self.order[min(max(self.step, 0), len(self.order) - 1)]
 
     def _stuck(self, check_id, statuses, processes, why, reason):
@@ -321,7 +320,7 @@ class Watchdog:
                 raise Stuck(check.id if check else self._named(statuses), {}, statuses,
                             f"rank {r} wrote {what} (a rank's cap is {self.disk_mb} MB and "
                             f"{DISK_FILES} files in all, RTP_COURSE_RANK_DISK_MB)",
-                            reason="disk", rank=r)
+                            reason=StopReason.DISK, rank=r)
 
 
 def disk_use(rundir: Path, world_size: int) -> tuple[dict, dict]:

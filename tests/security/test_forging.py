@@ -71,9 +71,9 @@ def test_a_pickle_in_a_result_file_is_not_executed(tmp_path):
     path = tmp_path / "result.comm.Duplication.0.pt"
     path.write_bytes(pickle.dumps({"status": "ok", "records": Bomb(marker)}))
     outcome = judging.load_outcome(path, 0)
-    assert outcome["status"] == "error" and "not a result the checker can judge" in outcome["message"]
+    assert outcome.status == "error" and "not a result the checker can judge" in outcome.message
     torch.save({"status": "ok", "records": Bomb(marker)}, path)
-    assert judging.load_outcome(path, 0)["status"] == "error"
+    assert judging.load_outcome(path, 0).status == "error"
     assert not marker.exists()
 
 

@@ -2,6 +2,7 @@
 from their records and from the call each was in when the group ended; correct programs whose
 ranks legitimately give different tensors are never named."""
 from rtp_course.checker.communication import collectives_differ
+from rtp_course.checker.types import Outcome, RankStatus
 
 WHERE = "data_parallel.py:12 in average_gradients"
 
@@ -12,7 +13,7 @@ def _event(nth, given, kind="all_reduce", family=None, group="1", phase="backwar
 
 
 def _outcome(*events):
-    return {"status": "error", "events": list(events)}
+    return Outcome.parse({"status": "error", "events": list(events)})
 
 
 def test_a_skipped_call_is_named_with_both_ranks_calls():
@@ -28,10 +29,10 @@ def test_a_skipped_call_is_named_with_both_ranks_calls():
 
 def test_a_rank_that_died_in_its_call_is_read_from_its_status():
     outcomes = {0: _outcome(_event(1, "[4] float64"), _event(2, "[4] float64"))}
-    statuses = {1: {"phase": "backward", "family": "irecv",       # a later call, ended
-                    "last_collective": {"kind": "broadcast", "family": "broadcast", "group": "1",
-                                        "nth": 2, "given": "[4] float64", "where": WHERE,
-                                        "phase": "backward"}}}
+    statuses = {1: RankStatus.parse({
+        "phase": "backward", "family": "irecv",       # a later call, ended
+        "last_collective": {"kind": "broadcast", "family": "broadcast", "group": "1", "nth": 2,
+                            "given": "[4] float64", "where": WHERE, "phase": "backward"}})}
     found = collectives_differ(outcomes, statuses)
     assert "rank 1's 2nd is broadcast" in found["message"], found
 

@@ -5,6 +5,7 @@ import pytest
 
 from rtp_course.checker import verdict
 from rtp_course.checker.registry import Check
+from rtp_course.checker.types import Outcome
 
 
 class Plain(Check):
@@ -23,7 +24,8 @@ class PhaseOnly(Check):
 
 
 def _o(message, **more):
-    return {"status": "error", "type": "RuntimeError", "message": message, "phase": "forward", **more}
+    return Outcome.parse({"status": "error", "type": "RuntimeError", "message": message,
+                          "phase": "forward", **more})
 
 
 SURE = "Received data size doesn't match expected size"   # a cause the exception makes sure of
@@ -44,7 +46,7 @@ def test_the_order_is_the_documented_one():
 
 @pytest.mark.parametrize("source, check, o", CASES, ids=[c[0] or "none" for c in CASES])
 def test_the_first_source_with_a_hint_wins(source, check, o):
-    said = f"rank 0 raised {o['type']}: {o['message']}"
+    said = f"rank 0 raised {o.type}: {o.message}"
     got, hint = verdict.error_hint(check, o, said)
     assert got == source, (got, hint)
     assert bool(hint) == bool(source)

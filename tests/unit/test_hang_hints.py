@@ -1,6 +1,13 @@
 """What a hang's hint says of a transfer whose other half its peer posted but let go of
 unwaited (checker/diagnosis.py), from the ranks' statuses alone."""
-from rtp_course.checker.diagnosis import hang_hint
+from rtp_course.checker import diagnosis
+from rtp_course.checker.types import RankStatus
+
+
+def hang_hint(check_id, statuses):
+    """diagnosis.hang_hint of the statuses as the ranks write them (parsed as the watchdog does)."""
+    return diagnosis.hang_hint(check_id, {r: RankStatus.parse(st) for r, st in statuses.items()})
+
 
 C = "rotation.rotate"
 

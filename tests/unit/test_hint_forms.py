@@ -4,6 +4,7 @@ import torch
 
 from rtp_course.checker import verdict
 from rtp_course.checker.registry import Check
+from rtp_course.checker.types import Outcome
 
 
 class Sharded(Check):
@@ -39,8 +40,8 @@ class Raising(Check):
 
 
 def _error_hint(type_, message, phase="step1"):
-    return verdict._check_error_hint(Raising(), {"type": type_, "message": message,
-                                                 "phase": phase})
+    return verdict._check_error_hint(Raising(), Outcome.parse(
+        {"status": "error", "type": type_, "message": message, "phase": phase}))
 
 
 def test_an_exceptions_words_pick_the_hint_of_its_kind_else_the_phases():

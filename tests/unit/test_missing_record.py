@@ -4,6 +4,7 @@ import torch
 
 from rtp_course.checker import verdict
 from rtp_course.checker.registry import Check
+from rtp_course.checker.types import Outcome
 
 
 class StateDict(Check):
@@ -12,7 +13,7 @@ class StateDict(Check):
 
 
 def _judge(records, values):
-    outcome = {"status": "ok", "records": records, "values": values, "events": []}
+    outcome = Outcome.parse({"status": "ok", "records": records, "values": values, "events": []})
     expected = {0: {"full_state_dict/a.fc.weight": torch.ones(2, dtype=torch.float64)}}
     return verdict._values(StateDict(), dict(exercise="sharding", check="StateDictWords",
                                              world_size=1), 1, {0: outcome}, expected)

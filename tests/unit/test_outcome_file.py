@@ -10,7 +10,8 @@ import torch
 from rtp_course.checker import outcome_file
 from rtp_course.checker.outcome_file import ALIGN, MAGIC
 
-from rtp_course.checker.judging import judge_check, load_outcome  # the parent's side
+from rtp_course.checker.judging import judge, load_outcome  # the parent's side
+from rtp_course.checker.types import Outcome, OutcomeStatus
 
 HEAD = len(MAGIC) + 8
 
@@ -54,8 +55,8 @@ def _refused(tmp_path, raw: bytes, says: str = ""):
         outcome_file.load(path)
     assert says in str(e.value), str(e.value)
     back = load_outcome(path, 0)
-    assert back["status"] == "error" and back["type"] == "MalformedResult"
-    assert "not a result the checker can judge" in back["message"]
+    assert back.status == "error" and back.type == "MalformedResult"
+    assert "not a result the checker can judge" in back.message
     return str(e.value)
 
 
@@ -63,13 +64,13 @@ def _refused(tmp_path, raw: bytes, says: str = ""):
 
 def test_what_a_rank_writes_the_parent_reads(tmp_path):
     back, want = load_outcome(_written(tmp_path), 0), _outcome()
-    assert back["status"] == "ok" and back["phase"] == "forward"
-    assert back["values"] == want["values"] and type(back["values"]["slices"]) is tuple
-    assert back["events"] == want["events"] and back["peak_recv"] == want["peak_recv"]
-    assert list(back["records"]) == list(want["records"]) and back["records"]["b"] is None
+    assert back.status == "ok" and back.phase == "forward"
+    assert back.values == want["values"] and type(back.values["slices"]) is tuple
+    assert back.events == want["events"] and back.peak_recv == want["peak_recv"]
+    assert list(back.records) == list(want["records"]) and back.records["b"] is None
     for key, t in want["records"].items():
         if t is not None:
-            got = back["records"][key]
+            got = back.records[key]
             assert got.dtype == t.dtype and got.shape == t.shape, key
             assert torch.equal(got, t), key
 
@@ -164,8 +165,8 @@ def test_a_record_the_verdict_cannot_compare_fails_in_one_sentence(tmp_path, rec
     outcome = _outcome()
     outcome["records"]["g"] = record()
     back = load_outcome(_written(tmp_path, outcome), 0)
-    assert back["status"] == "error" and back["type"] == "MalformedResult"
-    assert f"g {says}" in back["message"] and "\n" not in back["message"], back["message"]
+    assert back.status == "error" and back.type == "MalformedResult"
+    assert f"g {says}" in back.message and "\n" not in back.message, back.message
 
 
 class _Liar:
@@ -187,8 +188,8 @@ def test_fields_that_are_not_plain_data_are_refused(tmp_path, field, value, says
     outcome = _outcome()
     outcome[field] = value
     back = load_outcome(_written(tmp_path, outcome), 0)
-    assert back["status"] == "error" and back["type"] == "MalformedResult", back
-    assert says in back["message"], back["message"]
+    assert back.status == "error" and back.type == "MalformedResult", back
+    assert says in back.message, back.message
 
 
 def test_values_that_nest_without_end_are_refused(tmp_path):
@@ -304,7 +305,7 @@ def test_an_oversized_result_is_refused_before_it_is_read(tmp_path, monkeypatch)
     monkeypatch.delattr(outcome_file, "bytearray")
     monkeypatch.setattr(outcome_file, "MAX_BYTES", 100)
     back = load_outcome(_written(tmp_path), 0)
-    assert back["type"] == "MalformedResult" and "over 0 MB" in back["message"]
+    assert back.type == "MalformedResult" and "over 0 MB" in back.message
 
 
 def test_what_is_not_a_regular_file_is_refused_without_blocking(tmp_path):
@@ -382,8 +383,7 @@ def test_a_comparison_that_raises_is_a_failed_check_not_a_crash(monkeypatch):
     from rtp_course.checker import registry, verdict
     check = next(c for c in registry.load_checks(registry.check_modules(["comm"], False))
                  if c.name == "Duplication")
-    from rtp_course.checker import judging
-    monkeypatch.setattr(judging, "judge", lambda *a: 1 / 0)
-    result = judge_check(check, 2, {0: {}, 1: {}})
+    monkeypatch.setattr(verdict, "compare", lambda *a: 1 / 0)
+    result = judge(check, 2, {0: Outcome(OutcomeStatus.OK), 1: Outcome(OutcomeStatus.OK)})
     assert isinstance(result, verdict.Result) and result.status == "error"
     assert "could not compare what the ranks recorded (ZeroDivisionError)" in result.message

@@ -6,6 +6,7 @@ from rtp_course.checker import budgets as B
 from rtp_course.checker.diagnosis import BLOCKING_SENDS, STUCK_HINT, diagnose
 from rtp_course.checker.registry import Check
 from rtp_course.checker.verdict import NOT_GRADED
+from rtp_course.checker.types import RankStatus
 from rtp_course.checker.watchdog import Stuck
 
 
@@ -26,8 +27,14 @@ def in_send(r, **more):
 SENDS = {0: in_send(0), 1: in_send(1)}
 
 
+def parsed(statuses: dict) -> dict:
+    """The statuses as the watchdog reads them (the rank's JSON, parsed)."""
+    return {r: RankStatus.parse(st) for r, st in statuses.items()}
+
+
 def stopped(reason, statuses=SENDS, check=Rotate(), why="why"):
-    return diagnose(check, 2, None, Stuck(check.id, {}, statuses, why, reason, 7.0, 1.5), {})
+    return diagnose(check, 2, None, Stuck(check.id, {}, parsed(statuses), why, reason, 7.0, 1.5),
+                    {})
 
 
 def test_a_busy_machine_is_not_graded_and_says_run_it_again():
@@ -52,7 +59,8 @@ def test_its_own_budget_fails_it_as_too_slow():
 
 
 def test_a_rank_over_its_disk_cap_is_an_error_of_that_rank():
-    stuck = Stuck("rotation.rotate", {}, SENDS, "rank 1 wrote 600 MB", reason="disk", rank=1)
+    stuck = Stuck("rotation.rotate", {}, parsed(SENDS), "rank 1 wrote 600 MB", reason="disk",
+                  rank=1)
     result = diagnose(Rotate(), 2, None, stuck, {})
     assert (result.status, result.rank) == ("error", 1) and "nothing to write" in result.hint
 

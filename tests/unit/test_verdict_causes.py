@@ -48,7 +48,8 @@ def test_a_plain_value_error_keeps_the_checks_own_hint():
 # ---------------------------------------------------------------- exceptions: hint by cause
 from rtp_course.checker.diagnosis import exception_hint  # noqa: E402
 from rtp_course.checker.registry import Check  # noqa: E402
-from rtp_course.checker.verdict import judge  # noqa: E402
+from rtp_course.checker.types import Outcome, RankStatus  # noqa: E402
+from rtp_course.checker.verdict import compare  # noqa: E402
 
 RAISED = {  # what torch and gloo say -> a word the hint must contain
     "RuntimeError: mat1 and mat2 shapes cannot be multiplied (6x4 and 8x3)": "shard's shape",
@@ -93,12 +94,13 @@ def test_sure_causes_win_over_the_checks_own_hint_likely_ones_only_fill_in():
     shapes = dict(raised, message="mat1 and mat2 shapes cannot be multiplied (6x4 and 8x3)")
     left = dict(raised, message="[pair.cc:553] Connection closed by peer [127.0.0.1]:1234")
     other = dict(raised, message="something the table does not know")
-    assert "clone" in judge(_Check(), 2, {0: raised}, {}, []).hint
-    assert judge(_Check(), 2, {0: shapes}, {}, []).hint == "the check's own hint for any exception"
-    assert "shard's shape" in judge(_Plain(), 2, {0: shapes}, {}, []).hint
-    assert judge(_Check(), 2, {0: left, 1: raised}, {}, []).rank == 1   # the first cause speaks
-    assert "same collective calls" in judge(_Check(), 2, {0: left}, {}, []).hint
-    assert judge(_Check(), 2, {0: other}, {}, []).hint == "the check's own hint for any exception"
+    raised, shapes, left, other = map(Outcome.parse, (raised, shapes, left, other))
+    assert "clone" in compare(_Check(), 2, {0: raised}, {}, []).hint
+    assert compare(_Check(), 2, {0: shapes}, {}, []).hint == "the check's own hint for any exception"
+    assert "shard's shape" in compare(_Plain(), 2, {0: shapes}, {}, []).hint
+    assert compare(_Check(), 2, {0: left, 1: raised}, {}, []).rank == 1   # the first cause speaks
+    assert "same collective calls" in compare(_Check(), 2, {0: left}, {}, []).hint
+    assert compare(_Check(), 2, {0: other}, {}, []).hint == "the check's own hint for any exception"
 
 
 def test_ranks_waiting_in_new_group_get_the_checks_own_hint_not_a_missing_group():
@@ -111,23 +113,24 @@ def test_ranks_waiting_in_new_group_get_the_checks_own_hint_not_a_missing_group(
                             "call": call, "family": None}
     statuses = {0: waiting("dist.new_group([0, 1]), call 1 of build_groups"), 1: done,
                 2: waiting("dist.new_group([1, 3]), call 4 of build_groups")}
-    assert hang_hint("groups.build_groups", statuses) == ""
+    parsed = lambda: {r: RankStatus.parse(st) for r, st in statuses.items()}  # noqa: E731
+    assert hang_hint("groups.build_groups", parsed()) == ""
     statuses[2] = waiting("all_reduce")
     statuses[0] = waiting("all_reduce")
-    assert "finished this check" in hang_hint("groups.build_groups", statuses)
+    assert "finished this check" in hang_hint("groups.build_groups", parsed())
 
 
 def test_a_ranks_own_exception_is_reported_before_a_peers_unreadable_result():
     """The launcher ends the other ranks once one raised; a rank ended in the middle of writing
     its result leaves a file cut short. The exception that started it is what to report."""
-    from rtp_course.checker.verdict import judge
     error = {"status": "error", "type": "RuntimeError", "message": "the layer's shapes",
              "phase": "structure", "where": "tensor_parallel.py:3", "records": {}, "values": {}}
     cut = {"status": "error", "type": "MalformedResult", "phase": "", "where": "",
            "message": "rank 1's result file is not a result the checker can judge (OSError)",
            "records": {}, "values": {}}
     ok = {"status": "ok", "records": {}, "values": {}}
-    result = judge(_Plain(), 3, {0: ok, 1: cut, 2: error}, {}, [])
+    ok, cut, error = map(Outcome.parse, (ok, cut, error))
+    result = compare(_Plain(), 3, {0: ok, 1: cut, 2: error}, {}, [])
     assert result.rank == 2 and "RuntimeError" in result.message, result
-    alone = judge(_Plain(), 3, {0: ok, 1: cut, 2: ok}, {}, [])
+    alone = compare(_Plain(), 3, {0: ok, 1: cut, 2: ok}, {}, [])
     assert alone.rank == 1 and "MalformedResult" in alone.message, alone

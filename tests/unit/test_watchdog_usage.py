@@ -183,7 +183,8 @@ def watch_one_check(tmp_path, monkeypatch, proc, ticks, each):
 
     def status(rank, call):
         (tmp_path / f"status.{rank}.json").write_text(
-            f'{{"index": 0, "check": "rotation.rotate", "phase": "run", "call": {call}}}')
+            f'{{"index": 0, "check": "rotation.rotate", "phase": "run", '
+            f'"call": "wait() on irecv #{call}"}}')
     for r in (0, 1):
         status(r, 0)
     dog = watchdog.Watchdog(tmp_path, 2, [check], watchdog.B.Budgets(), clock=clock)
