@@ -25,6 +25,7 @@ import torch.distributed.distributed_c10d as c10d
 from rtp_course.checker import channel, inputs, outcome_file, registry
 from rtp_course.checker.common import manual_seed
 from rtp_course.checker.registry import load_checks
+from rtp_course.checker.types import DONE
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import asked, commlog, devices, gpu_placement, nccl
 from rtp_course.runtime.launcher import own_channel, rank_device
@@ -60,7 +61,8 @@ def _end_if_forked(code=1) -> None:
 
 
 class Status:
-    """The rank's current check, phase and call, for the parent's watchdog.
+    """The rank's current check, phase and call, for the parent's watchdog (which reads it as
+    a types.RankStatus: the keys given to update() are that class's fields).
 
     Updated on every communication call and wait(), so it is written in place with one
     pwrite (padded with spaces over a longer previous text): a temporary file and a rename
@@ -323,7 +325,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                                      meeting, files, watch)
                 results[cid].write(outcome_file.dumps(outcome))    # one write: whole or empty
                 results[cid].close()
-                status.update(phase="done", family=None, harness=True,
+                status.update(phase=DONE, family=None, harness=True,
                               call="waiting for the other ranks to finish this check")
                 if not meeting.after_check(outcome["status"] == "ok"):
                     _exit(3)                 # peers are stuck inside a call this rank abandoned
