@@ -213,8 +213,9 @@ class Result:
     details: dict = field(default_factory=dict)
     task: str = ""              # the course task the check belongs to, "E2.1"
 
-    def __post_init__(self):
-        self.status = Verdict(self.status)
+    def __setattr__(self, name, value):
+        # a status set by its word ("busy") is the Verdict it names; another word is refused
+        super().__setattr__(name, Verdict(value) if name == "status" else value)
 
     @property
     def passed(self) -> bool:

@@ -1,4 +1,5 @@
-"""Judge what the ranks observed against what the serial model says. Runs in the parent only."""
+"""Judge what the ranks observed against what the serial model says (`compare`, which
+judging.judge calls for a check every rank finished). Runs in the parent only."""
 from __future__ import annotations
 
 import re
@@ -11,9 +12,8 @@ from rtp_course.checker.communication import (GROUP, LIBRARIES, SEND_BUFFERS, ch
                                               wrong_group)
 from rtp_course.checker.diagnosis import exception_hint
 from rtp_course.checker.registry import Bound, Check, Like
-from rtp_course.checker.types import NOT_GRADED, Outcome, OutcomeStatus, Result, Verdict
-
-__all__ = ["NOT_GRADED", "Result", "compare", "compare_tensor", "causes", "error_hint"]
+# NOT_GRADED and Result live in checker/types.py; callers that take them from here still can
+from rtp_course.checker.types import NOT_GRADED, Outcome, OutcomeStatus, Result, Verdict  # noqa: F401
 
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}

@@ -179,9 +179,14 @@ def test_a_verdicts_value_is_what_the_json_and_the_text_report_print():
         assert type(json.loads(json.dumps(check))["status"]) is str
 
 
-def test_a_result_refuses_a_status_that_is_no_verdict():
+def test_a_results_status_is_always_a_verdict_and_no_other_word():
+    result = Result("rotation", "rotate", 2, "failed")
+    result.status = "busy"                         # as grading and group._force_busy set it
+    assert result.status is Verdict.BUSY
     with pytest.raises(ValueError):
         Result("rotation", "rotate", 2, "pass")
+    with pytest.raises(ValueError):
+        result.status = "fail"
 
 
 def test_stop_reasons_and_places_are_the_watchdogs_words_and_markers():
