@@ -12,8 +12,9 @@ pytestmark = pytest.mark.skipif(not netns.available(),
                                 reason="this machine makes no user namespaces (refused to users)")
 
 
-def split_then(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """A process that isolates itself and splits, then runs `code` as the rank."""
+def split_then(code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """A process that isolates itself and splits, then runs `code` as the rank. (`timeout`
+    bounds a hang only: importing torch took over 30 s at load average 39.)"""
     script = textwrap.dedent("""
         import os, sys, time, signal
         from rtp_course.confinement import netns, pidns
