@@ -100,6 +100,11 @@ COURSE = (
         Task("E8.3", ("zigzag_shard", "zigzag_unshard", "zigzag"), 3, ("E4.3", "E8.2")),
         Task("E8.4", ("ring_attention_backward", "attention_layer"), 4, ("E4.2", "E8.3"))),
         trains=False),  # its checks write SGD and Adam out (Optimizer): no torch.optim
+    Exercise("E10", "experts", "mixture of experts: expert parallelism over all-to-all",
+             "12_experts", 20, (
+        Task("E10.1", ("AllToAll", "all_to_all"), 2),
+        Task("E10.2", ("exchange_splits", "ExpertParallelMoE"), 3, ("E10.1",)),
+        Task("E10.3", ("sync_gradients", "train_step"), 4, ("E10.2",)))),
 )
 
 # Notebooks graded by questions in their own cells (nbgrader autograded answers), not by checks.
