@@ -64,7 +64,8 @@ _COURSE_WIDE = (
          "in a send (gloo takes it), so the checker refuses it on CPU too. Communicate "
          "x.contiguous(), and return contiguous gradients where the next layer communicates "
          "them.",
-         {"comm": ("AllReduce", "AllGather"), "rotation": ("rotate",)}, True),
+         {"comm": ("AllReduce", "AllGather"), "rotation": ("rotate",), "experts": ("AllToAll",)},
+         True),
     Rule("Dtypes",
          "Keep the dtype of the tensors you are given: make buffers and helper tensors with "
          "dtype=x.dtype (x.new_empty, torch.empty_like), never in the default float32, and "
@@ -97,7 +98,8 @@ _OWN = (
                               "parallelize_transformer_subgroup"),
           "rotation": ("ring_peers", "subgroup"), "flyweight": ("Linear_subgroup",),
           "groups": ("train_2d_bert",), "sharding": ("FullyShardedDataParallel_subgroups",),
-          "context_parallel": ("subgroup", "subgroup_causal")}),
+          "context_parallel": ("subgroup", "subgroup_causal"),
+          "experts": ("train_step_ep_dp", "sync_gradients_subgroups")}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",
          {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",),
@@ -119,7 +121,7 @@ _OWN = (
          "exercise's table.",
          {"tensor_parallel": ALL, "flyweight": ALL, "groups": ("build_groups", "parallelize_2d"),
           "sharding": ("ShardedOptimizer", "FullyShardedDataParallel"),
-          "context_parallel": ("zigzag",)}),
+          "context_parallel": ("zigzag",), "experts": ("ExpertParallelMoE",)}),
     Rule("Raises", "Raise the error a docstring promises (a size that does not divide, a bad "
          "argument), naming what is wrong, before anything else is done.",
          {"comm": ("Split",),
@@ -134,7 +136,8 @@ _OWN = (
     Rule("New tensors", "Never modify the caller's tensors; return new tensors, never an alias "
          "of an input or of a buffer kept for the next call.",
          {"comm": ALL, "rotation": ALL,
-          "context_parallel": ("ring_attention", "ring_attention_backward")}),
+          "context_parallel": ("ring_attention", "ring_attention_backward"),
+          "experts": ("AllToAll", "exchange_splits", "ExpertParallelMoE")}),
     Rule("Build it yourself", "From torch.distributed collectives and autograd hooks; torch's "
          "DistributedDataParallel is refused.", {"data_parallel": ("DataParallel",)}),
     Rule("Replicated", "A replicated parameter gets the same full gradient on every rank.",

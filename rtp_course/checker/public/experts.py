@@ -58,6 +58,8 @@ class AllToAllCheck(Check):
                                "input_splits (keep them on ctx, per call)",
         "forward/input after": "rule 'New tensors': forward changed its input",
         "backward/upstream grad after": "rule 'New tensors': backward changed grad_output",
+        "error/forward#": "rule 'Contiguity': NCCL's all-to-all takes contiguous tensors: "
+                          "send x.contiguous() (the second call's x is a transposed view)",
         "forward/output after": "rule 'New tensors': an earlier output changed when the "
                                 "function was called again: return a fresh tensor each call",
     }
@@ -73,7 +75,10 @@ class AllToAllCheck(Check):
         outs = []
         for call in (0, 1):
             S, x, _ = self.data(call, r, w)
-            x = ctx.to(x).requires_grad_(True)
+            x = ctx.to(x)
+            if call == 1:       # a transposed view, as activations arrive (rule 'Contiguity')
+                x = x.t().contiguous().t()
+            x = x.clone().requires_grad_(True)      # clone keeps the strides
             send, recv = S[r], [S[q][r] for q in range(w)]
             with ctx.phase("forward"):
                 y = mod.all_to_all(x, send, recv, group=ctx.group)
@@ -194,8 +199,9 @@ def tokens(case, r):
 def batch(case, r, step=0):
     """Rank r's tokens and upstream gradient (its own key)."""
     T = tokens(case, r)
-    return (randn(40 + 5 * step + case.seed, T, DIM, owner=r),
+    x, g = (randn(40 + 5 * step + case.seed, T, DIM, owner=r),
             randn(60 + 5 * step + case.seed, T, DIM, owner=r))
+    return (x.view(2, T // 2, DIM), g.view(2, T // 2, DIM)) if case.batched else (x, g)
 
 
 def expert_names(moe_expert):
@@ -212,7 +218,7 @@ def loss_of(y, aux, g):
 
 
 class _Case:
-    seed, top_k, capacity_factor, steer, uneven_tokens = 1, 1, 1.25, "", False
+    seed, top_k, capacity_factor, steer, uneven_tokens, batched = 1, 1, 1.25, "", False, False
 
 
 def record_params(ctx, prefix, model, w, r, what="value"):
@@ -363,15 +369,15 @@ def layout_ep_dp(rank, world, ep):
     return rank % ep, rank // ep
 
 
-def serial_grads(case, w, ep, moe, step=0):
-    """Gradients of the mean over all w ranks of each rank's loss, each rank's tokens one
-    routing group (ranks of one DP group hold the same experts)."""
+def serial_grads(case, owners, moe, step=0):
+    """Gradients of the mean over the ranks `owners` of each one's loss, each rank's tokens one
+    routing group."""
     moe.zero_grad()
     total = 0
-    for q in range(w):
+    for q in owners:
         x, g = batch(case, q, step)
         y, aux = moe(x)
-        total = total + loss_of(y, aux, g) / w
+        total = total + loss_of(y, aux, g) / len(owners)
     total.backward()
 
 
@@ -390,9 +396,13 @@ class SyncGradientsCheck(Check):
     }
 
     def run(self, ctx):
-        E, r, w = ctx.impl.experts, ctx.rank, ctx.world_size
-        model = E.ExpertParallelMoE(build_moe(self.case, w, ctx.dtype).to(ctx.device), group=ctx.group)
-        x, g = (ctx.to(t) for t in batch(self.case, r))
+        self.sync(ctx, ctx.group, ctx.rank, ctx.world_size)
+
+    def sync(self, ctx, group, r, w):
+        """The layer on `group` (this rank its r-th of w); the tokens are this rank's own."""
+        E = ctx.impl.experts
+        model = E.ExpertParallelMoE(build_moe(self.case, w, ctx.dtype).to(ctx.device), group=group)
+        x, g = (ctx.to(t) for t in batch(self.case, ctx.rank))
         with ctx.phase("forward"):
             y, aux = model(x)
         with ctx.phase("backward"):
@@ -401,10 +411,14 @@ class SyncGradientsCheck(Check):
             E.sync_gradients(model)
         record_params(ctx, "sync/", model, w, r, "grad")
 
-    def expected(self, w):
+    def expected_group(self, owners):
+        w = len(owners)
         moe = build_moe(self.case, w)
-        serial_grads(self.case, w, w, moe)
-        return {r: expected_params("sync/", moe, w, r, "grad") for r in range(w)}
+        serial_grads(self.case, owners, moe)
+        return [expected_params("sync/", moe, w, r, "grad") for r in range(w)]
+
+    def expected(self, w):
+        return dict(enumerate(self.expected_group(list(range(w)))))
 
     def comm_rules(self, w):
         if w == 1:
@@ -415,6 +429,27 @@ class SyncGradientsCheck(Check):
                          "without data parallelism"),
                 CommRule("sync_gradients", "*", Bound(high=2), "rule 'Communication': "
                          "sync_gradients makes all-reduces of the router's gradients only")]
+
+
+class SyncGradientsSubgroups(SyncGradientsCheck):
+    """Two layers at once on the non-consecutive groups {0, 2} and {1, 3}: each group's ranks
+    average over their own group only (its size, not the world's)."""
+    name, world_sizes = "sync_gradients_subgroups", (4,)
+    hints = dict(SyncGradientsCheck.hints, **{
+        "": "rule 'Group': use model.group (the layer's group) for every collective, its rank "
+            "and its size: dist.get_rank(group), dist.get_world_size(group), never the "
+            "world's; its ranks need not be consecutive"})
+
+    def run(self, ctx):
+        groups = [ctx.new_group([0, 2]), ctx.new_group([1, 3])]
+        self.sync(ctx, groups[ctx.rank % 2], ctx.rank // 2, 2)
+
+    def expected(self, w):
+        pairs = [self.expected_group([0, 2]), self.expected_group([1, 3])]
+        return {r: pairs[r % 2][r // 2] for r in range(4)}
+
+    def comm_rules(self, w):
+        return super().comm_rules(2)
 
 
 class TrainStepCheck(Check):
