@@ -43,7 +43,8 @@ SURE = [
      "with tensors of the same size), or a receive was allocated with the wrong shape or "
      "dtype (allocate it with the shape and dtype of what the peer sends: with uneven shards "
      "the shape of the shard that arrives, not of your own, i.e. recv_shape; recv_dtype when "
-     "the peer sends another dtype; never the default float32)"),
+     "the peer sends another dtype; never the default float32); in an all-to-all, rank q's "
+     "output_splits[p] must be rank p's input_splits[q]: exchange the split sizes first"),
     (r"collective calls do not match|calls do not match",
      "the ranks' collectives did not match: every rank of a group must make the same "
      "collective calls, in the same order, with tensors of the same shape and dtype (a rank "

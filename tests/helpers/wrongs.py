@@ -34,15 +34,15 @@ CLASSES = {
     "values": ("wrong numbers (a sum for a mean, a wrong slice or order)", "*"),
     "forgotten-collective": ("a collective left out (an all-reduce in a backward)",
                              "comm context_parallel data_parallel flyweight groups sharding "
-                             "tensor_parallel"),
+                             "tensor_parallel experts"),
     "deadlock": ("a hang: mismatched or missing communication",
-                 "comm data_parallel groups rotation sharding"),
+                 "comm data_parallel groups rotation sharding experts"),
     "3-4-ranks": ("right with 1 or 2 ranks, wrong with 3 or 4",
                   "comm context_parallel data_parallel flyweight rotation sharding "
-                  "tensor_parallel"),
+                  "tensor_parallel experts"),
     "subgroup": ("ignores the `group` it is given (world ranks, world size)",
                  "comm context_parallel data_parallel flyweight rotation sharding "
-                 "tensor_parallel"),
+                 "tensor_parallel experts"),
     "uneven": ("a size the world size does not divide, where the contract allows it",
                "comm flyweight rotation sharding"),
     "traffic": ("more communication than the Rules allow", "*"),
@@ -57,9 +57,9 @@ CLASSES = {
     "init": ("fresh layers initialised unlike the serial ones", "tensor_parallel"),
     "padding": ("padding_idx ignored", "tensor_parallel"),
     "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
-    "in-place": ("the caller's tensor changed in place", "comm context_parallel rotation"),
+    "in-place": ("the caller's tensor changed in place", "comm context_parallel rotation experts"),
     "unwaited": ("a work never waited", "context_parallel rotation"),
-    "dtype": ("a buffer in another dtype", "context_parallel data_parallel sharding"),
+    "dtype": ("a buffer in another dtype", "context_parallel data_parallel sharding experts"),
     "device": ("a tensor made without device= (in CPU memory on a GPU run)", "*"),
     # configurations real code meets (issue 37), in every exercise where each applies
     "view-shard": ("a shard that is a view of the full weight, which it keeps alive",
@@ -70,7 +70,7 @@ CLASSES = {
     "frozen": ("a frozen parameter trained, or its missing gradient used",
                "data_parallel flyweight groups sharding tensor_parallel"),
     "per-call-state": ("per-call state kept on the class or module: two calls before one backward",
-                       "comm context_parallel data_parallel flyweight sharding tensor_parallel"),
+                       "comm context_parallel data_parallel flyweight sharding tensor_parallel experts"),
     "kept-output": ("an output buffer kept for the next call: an earlier output changes",
                     "comm context_parallel flyweight rotation tensor_parallel"),
     "non-consecutive": ("a group's ranks assumed consecutive",
@@ -81,7 +81,7 @@ CLASSES = {
                    "flyweight tensor_parallel"),
     "one-rank-alias": ("with one rank, the input itself returned", "rotation"),
     "zero-data": ("a collective skipped where this rank's data are zero",
-                  "comm data_parallel flyweight sharding"),
+                  "comm data_parallel flyweight sharding experts"),
     "nested": ("a nested model's structure lost: an nn.ModuleList taken as one unit, a "
                "state-dict key without its submodule path", "sharding"),
     "hook-placement": ("a hook registered where torch refuses it or where it never fires "
@@ -89,7 +89,7 @@ CLASSES = {
     "wrong-group": ("an extra collective on another group than the one given, within the count",
                     "data_parallel groups"),
     "send-buffer": ("a send buffer written before its wait", "context_parallel flyweight rotation"),
-    "contiguity": ("a non-contiguous tensor handed to communication", "comm rotation"),
+    "contiguity": ("a non-contiguous tensor handed to communication", "comm rotation experts"),
 }
 
 

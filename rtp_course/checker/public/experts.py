@@ -29,6 +29,12 @@ LAYOUT = ("rule 'Layout': rank r of the group (dist.get_rank(group), never the g
 SPLITS = ("the rows rank r sends to rank q are input_splits[q] (x's rows in rank order); the "
           "rows that arrive from rank q are output_splits[q], in rank order")
 
+BACKWARD_SPLITS = ("backward is the REVERSE all-to-all: the gradient rows go back where their "
+                   "forward rows came from, so its input splits are the forward's output_splits "
+                   "and its output splits the forward's input_splits, kept on ctx per call (not "
+                   "on the class or module: a second call before the first's backward would "
+                   "overwrite them)")
+
 
 def _rows(seed, r, q, w):
     """How many rows rank r sends to rank q in all-to-all call `seed`: uneven, some zero, and
@@ -52,14 +58,14 @@ class AllToAllCheck(Check):
     WIDTH = 5
     hints = {
         "forward/output": "forward: " + SPLITS + "; output has sum(output_splits) rows",
-        "backward/grad input": "backward is the REVERSE all-to-all: the gradient rows go back "
-                               "where their forward rows came from, so its input splits are "
-                               "the forward's output_splits and its output splits the forward's "
-                               "input_splits (keep them on ctx, per call)",
+        "backward/grad input": BACKWARD_SPLITS,
         "forward/input after": "rule 'New tensors': forward changed its input",
         "backward/upstream grad after": "rule 'New tensors': backward changed grad_output",
-        "error/forward#": "rule 'Contiguity': NCCL's all-to-all takes contiguous tensors: "
-                          "send x.contiguous() (the second call's x is a transposed view)",
+        "error/forward": "NCCL's all-to-all takes contiguous tensors (rule 'Contiguity': send "
+                         "x.contiguous(); the second call's x is a transposed view), an output "
+                         "of sum(output_splits) rows made like x, and splits that agree across "
+                         "ranks: " + SPLITS,
+        "error/backward": BACKWARD_SPLITS,
         "forward/output after": "rule 'New tensors': an earlier output changed when the "
                                 "function was called again: return a fresh tensor each call",
     }
@@ -275,6 +281,8 @@ class ExpertParallelMoECheck(Check):
                            "layer does)",
         "error/forward": "the split sizes of each all-to-all must agree across ranks: rank q's "
                          "output_splits[p] is rank p's input_splits[q] (" + SPLITS + ")",
+        "error/backward": "the backward all-to-alls are AllToAll.backward's (fix E10.1's check "
+                          "first): " + BACKWARD_SPLITS,
         "deadlock": "every rank must make the same all-to-all calls, in the same order, also a "
                     "rank that sends or receives no row",
     }
@@ -401,7 +409,10 @@ class SyncGradientsCheck(Check):
     def sync(self, ctx, group, r, w):
         """The layer on `group` (this rank its r-th of w); the tokens are this rank's own."""
         E = ctx.impl.experts
-        model = E.ExpertParallelMoE(build_moe(self.case, w, ctx.dtype).to(ctx.device), group=group)
+        with ctx.phase("init"):
+            model = E.ExpertParallelMoE(build_moe(self.case, w, ctx.dtype).to(ctx.device),
+                                        group=group)
+        record_params(ctx, "init/", model, w, r)
         x, g = (ctx.to(t) for t in batch(self.case, ctx.rank))
         with ctx.phase("forward"):
             y, aux = model(x)
@@ -414,8 +425,9 @@ class SyncGradientsCheck(Check):
     def expected_group(self, owners):
         w = len(owners)
         moe = build_moe(self.case, w)
+        init = [expected_params("init/", moe, w, r) for r in range(w)]
         serial_grads(self.case, owners, moe)
-        return [expected_params("sync/", moe, w, r, "grad") for r in range(w)]
+        return [dict(init[r], **expected_params("sync/", moe, w, r, "grad")) for r in range(w)]
 
     def expected(self, w):
         return dict(enumerate(self.expected_group(list(range(w)))))
@@ -431,14 +443,17 @@ class SyncGradientsCheck(Check):
                          "sync_gradients makes all-reduces of the router's gradients only")]
 
 
+SUBGROUP = ("rule 'Group': the layer's group here is {0, 2} or {1, 3}: use model.group for "
+            "every collective, its rank and its size (dist.get_rank(group), "
+            "dist.get_world_size(group)), never the world's; its ranks need not be consecutive")
+
+
 class SyncGradientsSubgroups(SyncGradientsCheck):
     """Two layers at once on the non-consecutive groups {0, 2} and {1, 3}: each group's ranks
     average over their own group only (its size, not the world's)."""
     name, world_sizes = "sync_gradients_subgroups", (4,)
-    hints = dict(SyncGradientsCheck.hints, **{
-        "": "rule 'Group': use model.group (the layer's group) for every collective, its rank "
-            "and its size: dist.get_rank(group), dist.get_world_size(group), never the "
-            "world's; its ranks need not be consecutive"})
+    hints = {"init/": SUBGROUP + ". " + LAYOUT,
+             **{k: SUBGROUP + ". Otherwise: " + v for k, v in SyncGradientsCheck.hints.items()}}
 
     def run(self, ctx):
         groups = [ctx.new_group([0, 2]), ctx.new_group([1, 3])]
