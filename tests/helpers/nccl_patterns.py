@@ -156,6 +156,14 @@ def uneven_all_gather(rank, n, device):
     return [o.tolist() for o in outs]
 
 
+def uneven_all_to_all(rank, n, device):
+    """Rank r sends q + 1 copies of 10 r + q to rank q, so receives r + 1 from each rank."""
+    ins = [torch.full((q + 1,), float(10 * rank + q), device=device) for q in range(n)]
+    outs = [torch.empty(rank + 1, device=device) for _ in range(n)]
+    dist.all_to_all(outs, ins)
+    return [o.tolist() for o in outs]
+
+
 def send_to_itself_in_a_batch(rank, n, device):
     out, into = torch.full((2,), float(rank), device=device), torch.empty(2, device=device)
     for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, rank),
@@ -187,6 +195,7 @@ PATTERNS = {
     "bitwise_and": Pattern(bitwise_and, "error", (2,), "bitwise reductions",
                            "BAND|bitwise"),
     "uneven_all_gather": Pattern(uneven_all_gather, "ok", (2, 3), "uneven all_gather"),
+    "uneven_all_to_all": Pattern(uneven_all_to_all, "ok", (2, 3), "uneven all_to_all"),
     "send_to_itself_in_a_batch": Pattern(send_to_itself_in_a_batch, "ok", (1, 2),
                                          "send to itself"),
 }
@@ -199,6 +208,7 @@ EXPECTED_VALUES = {
     "mismatched_tags": lambda r, n: [] if r == 0 else [1.0, 1.0],
     "average": lambda r, n: [sum(range(n)) / n] * 2,
     "uneven_all_gather": lambda r, n: [[float(q)] * (q + 1) for q in range(n)],
+    "uneven_all_to_all": lambda r, n: [[float(10 * q + r)] * (r + 1) for q in range(n)],
     "send_to_itself_in_a_batch": lambda r, n: [float(r)] * 2,
 }
 

@@ -10,7 +10,8 @@ behaves as NCCL (the table in runtime/nccl/__init__.py says why each holds):
 * tags are dropped: NCCL matches a pair's sends and receives by their order alone, gloo by
   tag as well (a send and a receive with different tags would hang on gloo only);
 * an all_gather into outputs of different sizes is done as NCCL does it (one broadcast per
-  rank), where gloo refuses it;
+  rank), where gloo refuses it; so is an all_to_all of tensors of different sizes (one
+  all_to_all_single of them flattened);
 * batch_isend_irecv returns ONE handle for the whole batch, and a rank's send to itself in
   a batch is delivered (gloo has no connection to itself): commlog.wrap, `self_ops`;
 * a work may be waited again (returns at once), and completes without a wait (commlog.works).
@@ -47,7 +48,8 @@ def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
     averaged = _average_by_sum(kind, args, kwargs)
     if averaged is not None:
         return (*averaged, None)
-    return args, kwargs, None, _uneven_all_gather(kind, args, kwargs)
+    return args, kwargs, None, (_uneven_all_gather(kind, args, kwargs)
+                                or _uneven_all_to_all(kind, args, kwargs))
 
 
 def before_own_method(name: str, position, args: tuple, where: str) -> None:
@@ -186,6 +188,34 @@ def _uneven_all_gather(kind, args, kwargs):
                            group=group)
         return Done() if async_op else None
     return gather
+
+
+def _uneven_all_to_all(kind, args, kwargs):
+    """An all_to_all (lists) whose tensors differ in size: NCCL sends each with its own size
+    (ProcessGroupNCCL::alltoall); gloo refuses. One all_to_all_single of the flattened
+    tensors instead, its splits their sizes, on CPU."""
+    if kind != "all_to_all":
+        return None
+    outs = args[0] if args else kwargs.get("output_tensor_list")
+    ins = args[1] if len(args) > 1 else kwargs.get("input_tensor_list")
+    lists = (outs, ins)
+    if not all(isinstance(x, (list, tuple)) and x and
+               all(isinstance(t, torch.Tensor) for t in x) for x in lists):
+        return None
+    if len({tuple(t.shape) for t in [*outs, *ins]}) <= 1:
+        return None
+    group = args[2] if len(args) > 2 else kwargs.get("group")
+    async_op = args[3] if len(args) > 3 else kwargs.get("async_op", False)
+
+    def exchange():
+        flat = torch.cat([t.reshape(-1) for t in ins])
+        got = flat.new_empty(sum(t.numel() for t in outs))
+        dist.all_to_all_single(got, flat, [t.numel() for t in outs], [t.numel() for t in ins],
+                               group=group)
+        for out, part in zip(outs, got.split([t.numel() for t in outs])):
+            out.copy_(part.view(out.shape))
+        return Done() if async_op else None
+    return exchange
 
 
 def self_ops(p2p_op_list):
