@@ -110,7 +110,8 @@ def checks_shared(run: Run) -> dict:
     ok1, fig1, failed1 = _checks(run, "rotation at 2-4", "rotation", "--hidden",
                                  "--world-size", "2", "3", "4")
     ok2, fig2, failed2 = _checks(run, "flyweight at 2", "flyweight", "--world-size", "2")
-    return result(ok1 and ok2, {**fig1, **fig2}, failed1 + failed2)
+    ok3, fig3, failed3 = _checks(run, "experts at 2", "experts", "--hidden", "--world-size", "2")
+    return result(ok1 and ok2 and ok3, {**fig1, **fig2, **fig3}, failed1 + failed2 + failed3)
 
 
 def semantics(run: Run) -> dict:

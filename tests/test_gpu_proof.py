@@ -64,7 +64,7 @@ def test_the_dry_run_covers_what_the_gpu_run_must_show(dry_run):
     steps = {p.stem: json.loads(p.read_text()) for p in (out / "steps").glob("*.json")}
     figures = {name: s["figures"] for name, s in steps.items()}
     assert figures["checks_w1"]["checks at 1 rank"].endswith("passed")
-    assert {"rotation at 2-4", "flyweight at 2"} <= set(figures["checks_shared"])
+    assert {"rotation at 2-4", "flyweight at 2", "experts at 2"} <= set(figures["checks_shared"])
     import nccl_patterns     # a dry run tries one case per outcome (ok, error, hang)
     outcomes = len({p.label for p in nccl_patterns.PATTERNS.values()})
     assert figures["semantics"]["agree"] == f"{outcomes}/{outcomes}"
