@@ -64,7 +64,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rtp_course.models import moe as serial
+import rtp_course.models.moe as serial
 
 
 class AllToAll(torch.autograd.Function):

@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rtp_course.models import moe as serial
+import rtp_course.models.moe as serial
 
 
 def _world(group):
