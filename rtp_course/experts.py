@@ -59,6 +59,8 @@ is rank p's input_splits[q]); a rank may send or receive zero rows, and still ma
   router parameter one all-reduce on model.group (and one on dp_group), per expert parameter
   one on dp_group (none without it); fewer with a flat buffer is fine.
 * Group: pass `group=` to every collective; its ranks need not be consecutive.
+* Raises: ExpertParallelMoE raises ValueError naming both numbers when N does not divide E,
+  before anything else.
 """
 import torch
 import torch.distributed as dist

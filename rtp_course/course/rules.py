@@ -132,7 +132,8 @@ _OWN = (
                               "ParallelSelfAttention_sizes_not_divisible",
                               "parallelize_transformer_rejects_cnn"),
           "rotation": ("bad_direction", "ring_reduce_scatter"), "groups": ("build_groups",),
-          "context_parallel": ("zigzag",)}),
+          "context_parallel": ("zigzag",),
+          "experts": ("ExpertParallelMoE_experts_not_divisible",)}),
     Rule("New tensors", "Never modify the caller's tensors; return new tensors, never an alias "
          "of an input or of a buffer kept for the next call.",
          {"comm": ALL, "rotation": ALL,

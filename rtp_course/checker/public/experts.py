@@ -369,6 +369,30 @@ class ExpertParallelMoEIdleRank(ExpertParallelMoECheck):
     name, case, world_sizes = "ExpertParallelMoE_idle_last_rank", _IdleRank(), (2, 3, 4)
 
 
+class ExpertParallelMoENotDivisible(Check):
+    """10 experts over 3 or 4 ranks: ExpertParallelMoE raises ValueError before anything else."""
+    exercise, name, world_sizes = "experts", "ExpertParallelMoE_experts_not_divisible", (3, 4)
+    isolated = True
+    KEY = "init/ExpertParallelMoE of 10 experts over this group raises"
+    hints = {KEY: "rule 'Raises': N must divide the number of experts; otherwise "
+                  "ExpertParallelMoE raises ValueError naming both (10 experts over 3 ranks "
+                  "would leave expert 9 on no rank, or give ranks different shares)"}
+
+    def run(self, ctx):
+        from rtp_course.checker.public.tensor_parallel_harness import raises
+        moe = seeded(lambda: MoE(DIM, HIDDEN, 10), 9, ctx.dtype).to(ctx.device)
+        with ctx.phase("init"):
+            kind, _ = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe, group=ctx.group))
+        ctx.record_value(self.KEY, kind)
+
+    def expected(self, w):
+        return {r: {self.KEY: "ValueError"} for r in range(w)}
+
+    def comm_rules(self, w):
+        return [CommRule("init", "*", 0, "rule 'Communication': building the layer needs no "
+                         "communication")]
+
+
 # ---- E10.3 ------------------------------------------------------------------------------
 
 
