@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from rtp_course.checker.common import make_optimizer, randn, seeded
+from rtp_course.checker.public.tensor_parallel_harness import raises
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.models.moe import MoE
 
@@ -379,7 +380,6 @@ class ExpertParallelMoENotDivisible(Check):
                   "would leave expert 9 on no rank, or give ranks different shares)"}
 
     def run(self, ctx):
-        from rtp_course.checker.public.tensor_parallel_harness import raises
         moe = seeded(lambda: MoE(DIM, HIDDEN, 10), 9, ctx.dtype).to(ctx.device)
         with ctx.phase("init"):
             kind, _ = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe, group=ctx.group))
