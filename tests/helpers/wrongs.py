@@ -1,11 +1,19 @@
 """The collection of realistic wrong implementations in tests/wrong/<exercise>/<bug>.py.
 
-Each file holds one bug as edits of the reference solution: `REPLACE`, a list
-of (old, new) pairs applied to solutions/<exercise>.py (each `old` must occur
-exactly once, so a change of the solution that breaks a bug is noticed), or, with
-`BASE = "simple"`, to the design the stub describes where the reference is a faster one
+Each file holds one bug as edits of the reference solution (solutions/<exercise>.py), or, with
+`BASE = "simple"`, of the design the stub describes where the reference is a faster one
 built on it (`simple_design`: solutions/flyweight.py up to its faster part), since a bug is
-most realistic in what students write. Its docstring's first
+most realistic in what students write. The edits are scoped to names, so a refactoring of the
+reference elsewhere keeps the entry applying: `EDITS`, a dict from the name of a top-level
+function or class, or `Class.method` (`Name#1`: the first of a name defined twice), to a list
+of (old, new) pairs, each `old` occurring exactly once in that definition's source (decorators
+included) and replaced there (`scoped`). `ADD`, new top-level source appended at the module's
+end, is the only way to define what the reference does not. What is no definition (an import,
+a module constant) stays `REPLACE`, (old, new) pairs on the whole module applied after EDITS,
+each `old` occurring exactly once. A key the reference does not define, or an `old` found 0
+or 2+ times, fails the build naming the entry and the key, so a change of the solution that
+breaks a bug is noticed. scripts/anchor_entries.py turns REPLACE entries into EDITS. Its
+docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
 (matched across lines), `CLASS:` its bug classes (CLASSES below), `WORLD_SIZES: 2 3`
 the world sizes that show it, and
@@ -18,6 +26,7 @@ holding the cell) instead of tests/test_wrong_implementations.py.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import runpy
 import shutil
@@ -133,25 +142,104 @@ def missing_in_torch(path: Path) -> list:
 FASTER = "\n# ===== THE FASTER DESIGN"   # the line where a reference's faster design begins
 
 
-def simple_design(exercise: str) -> str:
+def simple_design(exercise: str, solutions: Path = SOLUTIONS) -> str:
     """The stub's own design of `exercise`: its reference up to the faster design built on it
     (a complete exercise module), or the whole reference where there is only one design."""
-    source = (SOLUTIONS / f"{exercise}.py").read_text()
+    source = (solutions / f"{exercise}.py").read_text()
     return source[:source.index(FASTER)].rstrip() + "\n" if FASTER in source else source
 
 
-def build(path: Path) -> str:
-    """The source of the wrong module: the solution with the file's REPLACE edits applied."""
-    entry = runpy.run_path(str(path))
+def base_of(path: Path, solutions: Path = SOLUTIONS) -> tuple[str, str]:
+    """The source an entry changes, and its name for messages."""
     exercise = path.parent.name
-    simple = entry.get("BASE") == "simple"
-    source = simple_design(exercise) if simple else (SOLUTIONS / f"{exercise}.py").read_text()
-    where = f"the stub's design in solutions/{exercise}.py" if simple else f"solutions/{exercise}.py"
-    for old, new in entry["REPLACE"]:
+    if runpy.run_path(str(path)).get("BASE") == "simple":
+        return (simple_design(exercise, solutions),
+                f"the stub's design in solutions/{exercise}.py")
+    return (solutions / f"{exercise}.py").read_text(), f"solutions/{exercise}.py"
+
+
+def build(path: Path, solutions: Path = SOLUTIONS) -> str:
+    """The source of the wrong module: the solution with the file's EDITS, then its REPLACE
+    edits applied, then its ADD appended; it must compile."""
+    entry = runpy.run_path(str(path))
+    assert entry.keys() & {"EDITS", "REPLACE", "ADD"}, f"{path}: holds no EDITS, REPLACE or ADD"
+    source, where = base_of(path, solutions)
+    source = scoped(source, entry.get("EDITS", {}), f"{path}", where)
+    source = replace(source, entry.get("REPLACE", []), f"{path}", where)
+    if entry.get("ADD"):
+        source = source.rstrip("\n") + "\n\n\n" + entry["ADD"].strip("\n") + "\n"
+    compile(source, f"{path} built on {where}", "exec")
+    return source
+
+
+def replace(source: str, edits, who: str = "an entry", where: str = "the reference",
+            key: str | None = None) -> str:
+    """`source` with each (old, new) text edit applied; each `old` must occur exactly once."""
+    for old, new in edits:
         n = source.count(old)
-        assert n == 1, (f"{path}: an edit no longer applies to {where} (its text occurs {n} "
-                        f"times); update the bug:\n{old}")
+        assert n == 1, (f"{who}: an edit {f'of EDITS[{key!r}] ' if key else ''}no longer "
+                        f"applies to {where} (its text occurs {n} times"
+                        f"{f' in {key}' if key else ''}); update the bug:\n{old}")
         source = source.replace(old, new)
+    return source
+
+
+DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def first_line(node: ast.AST) -> int:
+    """The first line of a definition, its decorators included."""
+    return min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+
+
+def definition(tree: ast.Module, name: str):
+    """The node of `name` (`f`, `Class`, `Class.method`) in `tree`, or None. Of a name defined
+    more than once (solutions/flyweight.py's faster design redefines the simple one's classes),
+    `name` is the last definition, the one in effect, and `name#1` the first."""
+    body, node = tree.body, None
+    for part in name.split("."):
+        part, _, nth = part.partition("#")
+        found = [n for n in body if isinstance(n, DEFINITIONS) and n.name == part]
+        at = int(nth) if nth.isdigit() else 0 if nth else len(found)
+        if not 1 <= at <= len(found):
+            return None
+        node = found[at - 1]
+        body = node.body if isinstance(node, ast.ClassDef) else []
+    return node
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(source: str) -> ast.Module:
+    """The tree of a reference (read, never changed): the corpora build on a few sources."""
+    return ast.parse(source)
+
+
+def span(source: str, name: str) -> tuple[int, int] | None:
+    """The character range of `name`'s definition in `source`: from the line of its first
+    decorator to the end of its last line (its newline included); None where it is not defined."""
+    node = definition(_parsed(source), name)
+    if node is None:
+        return None
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    return starts[first_line(node) - 1], starts[node.end_lineno]
+
+
+def scoped(source: str, edits: dict, who: str = "an entry", where: str = "the reference") -> str:
+    """`source` with EDITS applied: each key's (old, new) pairs inside that definition's span
+    alone, each `old` occurring there exactly once; the rest of `source` is kept."""
+    spans = []
+    for key, pairs in edits.items():
+        at = span(source, key)
+        assert at is not None, (f"{who}: EDITS names {key!r}, which {where} does not define (as "
+                                f"a function, class or Class.method); update the entry")
+        spans.append((*at, key, pairs))
+    spans.sort()
+    for (_, end, a, _), (start, _, b, _) in zip(spans, spans[1:]):
+        assert end <= start, f"{who}: EDITS names both {a!r} and {b!r}, which overlap: merge them"
+    for start, end, key, pairs in reversed(spans):
+        source = source[:start] + replace(source[start:end], pairs, who, where, key) + source[end:]
     return source
 
 
@@ -170,8 +258,7 @@ def tasks_touched(path: Path) -> list | None:
     which tests/test_checker.py holds against every check."""
     from rtp_course import course
     exercise = course.BY_MODULE[path.parent.name]
-    base = (simple_design(path.parent.name) if runpy.run_path(str(path)).get("BASE") == "simple"
-            else (SOLUTIONS / f"{path.parent.name}.py").read_text())
+    base = base_of(path)[0]
     old, new = _top_level(base), _top_level(build(path))
     changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
     tasks = {exercise.task_of(name) if isinstance(name, str) else None for name in changed}
