@@ -2,13 +2,15 @@
 (torch.empty_like(x, memory_format=torch.contiguous_format), then copy_) instead of
 x.contiguous().clone().
 """
-REPLACE = [
-    ("""        out = x.contiguous().clone()
+EDITS = {
+    "AllReduce.forward": [
+        (r'''        out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
         return out
-""",
-     """        out = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
+''',
+         r'''        out = torch.empty_like(x, memory_format=torch.contiguous_format).copy_(x)
         dist.all_reduce(out, group=group)
         return out
-"""),
-]
+'''),
+    ],
+}

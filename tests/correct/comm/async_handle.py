@@ -1,5 +1,8 @@
 """g's forward as an asynchronous all-reduce, waited at once (async_op=True and a handle)."""
-REPLACE = [
-    ("        dist.all_reduce(out, group=group)",
-     "        handle = dist.all_reduce(out, group=group, async_op=True)\n        handle.wait()"),
-]
+EDITS = {
+    "AllReduce.forward": [
+        (r'''        dist.all_reduce(out, group=group)''',
+         r'''        handle = dist.all_reduce(out, group=group, async_op=True)
+        handle.wait()'''),
+    ],
+}

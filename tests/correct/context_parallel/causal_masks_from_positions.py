@@ -1,8 +1,9 @@
 """Causal attention masks every whole block by the tokens' global positions (q_pos >= k_pos)
 instead of taking the half that counts: twice the work off the diagonal, the same results."""
-REPLACE = [
-    ('''def _own_mask(q):''',
-     '''def _positions(rank, world, n, device):
+EDITS = {
+    "_own_mask": [
+        (r'''def _own_mask(q):''',
+         r'''def _positions(rank, world, n, device):
     """Sequence positions of the n tokens of rank `rank`: its zig-zag chunks."""
     c = n // 2
     first = torch.arange(rank * c, (rank + 1) * c, device=device)
@@ -15,7 +16,9 @@ def _mask(rank, s, world, n, device):
 
 
 def _own_mask(q):'''),
-    ("""        if not causal:
+    ],
+    "ring_attention_forward": [
+        (r'''        if not causal:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v))
         elif s == rank:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v, _own_mask(q)))
@@ -27,11 +30,13 @@ def _own_mask(q):'''),
                                           *block_attention(q[..., half:, :], k, v))
             out = torch.cat([out[..., :half, :], late], dim=-2)
             lse = torch.cat([lse[..., :half], late_lse], dim=-1)
-""",
-     """        mask = _mask(rank, s, world, q.shape[-2], q.device) if causal else None
+''',
+         r'''        mask = _mask(rank, s, world, q.shape[-2], q.device) if causal else None
         out, lse = merge_blocks(out, lse, *block_attention(q, k, v, mask))
-"""),
-    ("""        if not causal or s == rank:
+'''),
+    ],
+    "ring_attention_backward": [
+        (r'''        if not causal or s == rank:
             gq, gk, gv = _block_grads(q, k, v, grad_out, lse, delta,
                                       _own_mask(q) if causal else None)
             dq += gq
@@ -48,11 +53,12 @@ def _own_mask(q):'''),
             dq[..., half:, :] += gq
             dk_s += gk
             dv_s += gv
-""",
-     """        mask = _mask(rank, s, world, q.shape[-2], q.device) if causal else None
+''',
+         r'''        mask = _mask(rank, s, world, q.shape[-2], q.device) if causal else None
         gq, gk, gv = _block_grads(q, k, v, grad_out, lse, delta, mask)
         dq += gq
         dk_s += gk
         dv_s += gv
-"""),
-]
+'''),
+    ],
+}

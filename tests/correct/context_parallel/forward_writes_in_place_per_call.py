@@ -1,7 +1,8 @@
 r"""ring_attention_forward allocates out and lse once per call and writes every merged block into
 them in place (slices assigned), returning those per-call tensors."""
-REPLACE = [
-    (r'''        if not causal:
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        if not causal:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v))
         elif s == rank:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v, _own_mask(q)))
@@ -14,7 +15,7 @@ REPLACE = [
             out = torch.cat([out[..., :half, :], late], dim=-2)
             lse = torch.cat([lse[..., :half], late_lse], dim=-1)
 ''',
-     r'''        if not causal:
+         r'''        if not causal:
             o, l = merge_blocks(out, lse, *block_attention(q, k, v))
             out.copy_(o); lse.copy_(l)
         elif s == rank:
@@ -30,4 +31,5 @@ REPLACE = [
             out[..., half:, :] = late
             lse[..., half:] = late_lse
 '''),
-]
+    ],
+}

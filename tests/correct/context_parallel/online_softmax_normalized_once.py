@@ -1,8 +1,9 @@
 """Forward keeps the online softmax's running max m, running sum l and the unnormalised sum of
 exp(s - m) v, rescaling them as each block comes, and divides once at the end (no merge of
 normalised results: another valid order of the same sums)."""
-REPLACE = [
-    ("""    half = q.shape[-2] // 2
+EDITS = {
+    "ring_attention_forward": [
+        (r'''    half = q.shape[-2] // 2
     out = torch.zeros_like(q)
     lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
     for i in range(world):
@@ -25,8 +26,8 @@ REPLACE = [
         if incoming is not None:
             k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
     return out, lse
-""",
-     """    half, scale = q.shape[-2] // 2, q.shape[-1] ** -0.5
+''',
+         r'''    half, scale = q.shape[-2] // 2, q.shape[-1] ** -0.5
     m = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)  # running max
     total = torch.zeros_like(m)                                  # sum of exp(s - m)
     acc = torch.zeros_like(q)                                    # sum of exp(s - m) v
@@ -55,5 +56,6 @@ REPLACE = [
         if incoming is not None:
             k, v = incoming[0].wait(), incoming[1].wait()
     return acc / total.unsqueeze(-1), m + torch.log(total)
-"""),
-]
+'''),
+    ],
+}

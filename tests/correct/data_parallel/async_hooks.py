@@ -1,11 +1,12 @@
 """DataParallel's hooks start each all-reduce asynchronously; a hook on the loss's backward
 end waits for them all (overlap of communication with the rest of backward)."""
-REPLACE = [
-    ("""    def _on_grad(self, p):
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''    def _on_grad(self, p):
         # Average each gradient once it is complete; hooks fire in the same order on every rank.
         dist.all_reduce(p.grad, group=self.group)
-        p.grad /= dist.get_world_size(self.group)""",
-     """    def _on_grad(self, p):
+        p.grad /= dist.get_world_size(self.group)''',
+         r'''    def _on_grad(self, p):
         # Start the all-reduce now; wait for every one when backward has finished.
         if not getattr(self, "_handles", None):
             self._handles = []
@@ -16,5 +17,6 @@ REPLACE = [
         for p, handle in self._handles:
             handle.wait()
             p.grad /= dist.get_world_size(self.group)
-        self._handles = []"""),
-]
+        self._handles = []'''),
+    ],
+}

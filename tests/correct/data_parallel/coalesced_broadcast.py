@@ -1,9 +1,10 @@
 """DataParallel's constructor broadcasts through dist.broadcast_object_list-free flat buffer:
 parameters and buffers concatenated, one broadcast, copied back."""
-REPLACE = [
-    ("""            for t in list(module.parameters()) + list(module.buffers()):
-                dist.broadcast(t, src=src, group=group)""",
-     """            states = [t for t in list(module.parameters()) + list(module.buffers())
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t, src=src, group=group)''',
+         r'''            states = [t for t in list(module.parameters()) + list(module.buffers())
                       if t.is_floating_point()]
             flat = torch.cat([t.reshape(-1) for t in states]) if states else None
             if flat is not None:
@@ -13,5 +14,6 @@ REPLACE = [
                     t.copy_(flat[offset:offset + t.numel()].view_as(t))
                     offset += t.numel()
             for t in [t for t in module.buffers() if not t.is_floating_point()]:
-                dist.broadcast(t, src=src, group=group)"""),
-]
+                dist.broadcast(t, src=src, group=group)'''),
+    ],
+}

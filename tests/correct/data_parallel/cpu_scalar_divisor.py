@@ -1,7 +1,9 @@
 """average_gradients divides by the world size as a CPU scalar tensor, torch.tensor(float(N)):
 CUDA accepts a 0-dim CPU tensor in an op with GPU tensors, so this runs on a GPU (rule
 'Device' allows it)."""
-REPLACE = [
-    ("""            p.grad /= world""",
-     """            p.grad.div_(torch.tensor(float(world), dtype=p.grad.dtype))"""),
-]
+EDITS = {
+    "average_gradients": [
+        (r'''            p.grad /= world''',
+         r'''            p.grad.div_(torch.tensor(float(world), dtype=p.grad.dtype))'''),
+    ],
+}

@@ -3,8 +3,9 @@ zero-padded shards) instead of broadcasting the full weights: each rank receives
 """
 BASE = "simple"
 
-REPLACE = [
-    ("""        src = _rank0(group)
+EDITS = {
+    "FlyweightWrapper.__init__": [
+        (r'''        src = _rank0(group)
         with torch.no_grad():
             for key in self.keys:
                 full = module.get_parameter(key)
@@ -13,8 +14,8 @@ REPLACE = [
                 *path, leaf = key.split(".")
                 setattr(module.get_submodule(".".join(path)), leaf,
                         nn.Parameter(shard, requires_grad=full.requires_grad))
-""",
-     """        src = _rank0(group)
+''',
+         r'''        src = _rank0(group)
         with torch.no_grad():
             numels = [self._numel(s) for s in range(self.world)]
             first = module.get_parameter(self.keys[0])
@@ -34,5 +35,6 @@ REPLACE = [
                 *path, leaf = key.split(".")
                 setattr(module.get_submodule(".".join(path)), leaf,
                         nn.Parameter(own[key].clone(), requires_grad=full.requires_grad))
-"""),
-]
+'''),
+    ],
+}

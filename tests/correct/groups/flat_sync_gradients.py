@@ -1,9 +1,10 @@
 """sync_gradients all-reduces every gradient in ONE flat buffer over the DP group (then
 copies the averaged pieces back) instead of one all-reduce per parameter."""
-REPLACE = [
-    ("""    data_parallel.average_gradients(model, group=groups.dp_group)
-""",
-     """    grads = [p.grad for p in model.parameters() if p.grad is not None]
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+''',
+         r'''    grads = [p.grad for p in model.parameters() if p.grad is not None]
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -11,5 +12,6 @@ REPLACE = [
     flat /= groups.dp_size
     for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(piece.view_as(g))
-"""),
-]
+'''),
+    ],
+}

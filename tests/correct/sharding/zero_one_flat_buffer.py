@@ -1,8 +1,9 @@
 """ShardedOptimizer with one flat buffer for all parameters: one reduce-scatter of every
 padded gradient (laid out rank by rank: rank r's pieces together) and one all-gather of every
 shard per step, instead of one of each per parameter."""
-REPLACE = [
-    (r'''        for p, shard in zip(self.params, self.shards):
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''        for p, shard in zip(self.params, self.shards):
             if p.grad is None:
                 shard.grad = None
                 continue
@@ -16,7 +17,7 @@ REPLACE = [
             dist.all_gather_into_tensor(full, shard.detach(), group=self.group)
             p.copy_(full[:p.numel()].view_as(p))
 ''',
-     r'''        sizes = [s.numel() for s in self.shards]
+         r'''        sizes = [s.numel() for s in self.shards]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([padded(g.reshape(-1), self.world).view(self.world, -1)
                           for g in grads], dim=1)
@@ -32,4 +33,5 @@ REPLACE = [
         for p, part in zip(self.params, everyone.view(self.world, -1).split(sizes, dim=1)):
             p.copy_(part.reshape(-1)[:p.numel()].view_as(p))
 '''),
-]
+    ],
+}

@@ -4,24 +4,19 @@ step() waits for the handles before stepping the shards. The hooks hold the opti
 weak reference: a parameter's hook that holds it strongly makes a cycle through torch's C++
 hook table that the garbage collector cannot break, keeping a dropped optimizer and its
 model alive."""
-REPLACE = [
-    (r'''import torch
-import torch.distributed as dist
+EDITS = {
+    "ShardedOptimizer.__init__": [
+        (r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
 ''',
-     r'''import weakref
-
-import torch
-import torch.distributed as dist
-'''),
-    (r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
-''',
-     r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
+         r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
         self.pending = {}                   # parameter index: (handle, output, padded input)
         for i, p in enumerate(self.params):
             if p.requires_grad:             # a frozen parameter takes no hook
                 p.register_post_accumulate_grad_hook(_reducer(weakref.ref(self), i))
 '''),
-    (r'''        for p, shard in zip(self.params, self.shards):
+    ],
+    "ShardedOptimizer.step": [
+        (r'''        for p, shard in zip(self.params, self.shards):
             if p.grad is None:
                 shard.grad = None
                 continue
@@ -30,7 +25,7 @@ import torch.distributed as dist
                                        group=self.group)
             shard.grad = grad.div_(self.world)
 ''',
-     r'''        for i, shard in enumerate(self.shards):
+         r'''        for i, shard in enumerate(self.shards):
             if i not in self.pending:       # no gradient this step (frozen or unused)
                 shard.grad = None
                 continue
@@ -38,9 +33,11 @@ import torch.distributed as dist
             handle.wait()
             shard.grad = out.div_(self.world)
 '''),
-    (r'''def units_of(module, prefix=""):
+    ],
+    "units_of": [
+        (r'''def units_of(module, prefix=""):
 ''',
-     r'''def _reducer(ref, i):
+         r'''def _reducer(ref, i):
     """The hook of parameter i: post its gradient's reduce-scatter, to be waited in step()."""
     def hook(p):
         opt = ref()
@@ -52,5 +49,17 @@ import torch.distributed as dist
 
 
 def units_of(module, prefix=""):
+'''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
+    (r'''import torch
+import torch.distributed as dist
+''',
+     r'''import weakref
+
+import torch
+import torch.distributed as dist
 '''),
 ]

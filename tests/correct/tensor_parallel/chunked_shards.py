@@ -1,6 +1,8 @@
 """Shards taken with torch.chunk(...)[rank] and copied with torch.no_grad, instead of narrow."""
-REPLACE = [
-    ('''    size = tensor.shape[dim] // world
+EDITS = {
+    "_slice": [
+        (r'''    size = tensor.shape[dim] // world
     return tensor.detach().narrow(dim, rank * size, size)''',
-     '''    return torch.chunk(tensor.detach(), world, dim=dim)[rank]'''),
-]
+         r'''    return torch.chunk(tensor.detach(), world, dim=dim)[rank]'''),
+    ],
+}

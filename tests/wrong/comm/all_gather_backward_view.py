@@ -9,9 +9,11 @@ A wrong implementation: solutions/comm.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None, None
+EDITS = {
+    "AllGather.backward": [
+        (r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None, None
 ''',
-     r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size), None, None
+         r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size), None, None
 '''),
-]
+    ],
+}

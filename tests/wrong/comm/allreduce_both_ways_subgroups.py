@@ -9,24 +9,28 @@ A wrong implementation: solutions/comm.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''    @staticmethod
+EDITS = {
+    "AllReduce.backward": [
+        (r'''    @staticmethod
     def backward(ctx, grad):
         return grad, None
 ''',
-     r'''    @staticmethod
+         r'''    @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
 '''),
-    (r'''    def forward(ctx, x, group=None):
+    ],
+    "AllReduce.forward": [
+        (r'''    def forward(ctx, x, group=None):
         out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
 ''',
-     r'''    def forward(ctx, x, group=None):
+         r'''    def forward(ctx, x, group=None):
         ctx.group = group
         out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
 '''),
-]
+    ],
+}

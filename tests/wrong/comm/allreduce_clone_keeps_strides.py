@@ -9,11 +9,13 @@ ONLY: AllReduce
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        out = x.contiguous().clone()
+EDITS = {
+    "AllReduce.forward": [
+        (r'''        out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
 ''',
-     r'''        out = x.clone()
+         r'''        out = x.clone()
         dist.all_reduce(out, group=group)
 '''),
-]
+    ],
+}

@@ -7,13 +7,15 @@ RULE: New tensors
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        out = x.contiguous().clone()
+EDITS = {
+    "AllReduce.forward": [
+        (r'''        out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
         return out
 ''',
-     r'''        x = x.contiguous()                   # the caller's own tensor when it is contiguous
+         r'''        x = x.contiguous()                   # the caller's own tensor when it is contiguous
         dist.all_reduce(x, group=group)
         return x.clone()
 '''),
-]
+    ],
+}

@@ -8,12 +8,14 @@ ONLY: AllReduce
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        out = x.contiguous().clone()
+EDITS = {
+    "AllReduce.forward": [
+        (r'''        out = x.contiguous().clone()
         dist.all_reduce(out, group=group)
 ''',
-     r'''        out = x.contiguous().clone()
+         r'''        out = x.contiguous().clone()
         if out.any():                        # a zero partial sum adds nothing
             dist.all_reduce(out, group=group)
 '''),
-]
+    ],
+}

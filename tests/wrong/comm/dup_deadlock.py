@@ -6,10 +6,12 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        dist.all_reduce(grad, group=ctx.group)
+EDITS = {
+    "Duplication.backward": [
+        (r'''        dist.all_reduce(grad, group=ctx.group)
 ''',
-     r'''        if dist.get_rank(ctx.group) != 0:
+         r'''        if dist.get_rank(ctx.group) != 0:
             dist.all_reduce(grad, group=ctx.group)
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ ONLY: AllGather
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        parts = [torch.empty_like(x) for _ in range(world)]
+EDITS = {
+    "AllGather.forward": [
+        (r'''        parts = [torch.empty_like(x) for _ in range(world)]
         dist.all_gather(parts, x.contiguous(), group=group)
 ''',
-     r'''        parts = [torch.empty(x.shape, device=x.device) for _ in range(world)]
+         r'''        parts = [torch.empty(x.shape, device=x.device) for _ in range(world)]
         dist.all_gather(parts, x.to(torch.float32).contiguous(), group=group)
 '''),
-]
+    ],
+}

@@ -7,9 +7,11 @@ WORLD_SIZES: 2
 ONLY: AllGather
 RULE: Device
 """
-REPLACE = [
-    ("""        parts = [torch.empty_like(x) for _ in range(world)]
-        dist.all_gather(parts, x.contiguous(), group=group)""",
-     """        parts = [torch.empty(x.shape, dtype=x.dtype) for _ in range(world)]
-        dist.all_gather(parts, x.contiguous(), group=group)"""),
-]
+EDITS = {
+    "AllGather.forward": [
+        (r'''        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)''',
+         r'''        parts = [torch.empty(x.shape, dtype=x.dtype) for _ in range(world)]
+        dist.all_gather(parts, x.contiguous(), group=group)'''),
+    ],
+}

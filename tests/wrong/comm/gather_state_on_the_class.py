@@ -9,14 +9,18 @@ ONLY: AllGather
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        ctx.dim, ctx.rank, ctx.size = dim, rank, x.shape[dim]
+EDITS = {
+    "AllGather.forward": [
+        (r'''        ctx.dim, ctx.rank, ctx.size = dim, rank, x.shape[dim]
 ''',
-     r'''        AllGather.dim, AllGather.rank, AllGather.size = dim, rank, x.shape[dim]
+         r'''        AllGather.dim, AllGather.rank, AllGather.size = dim, rank, x.shape[dim]
 '''),
-    (r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None, None
+    ],
+    "AllGather.backward": [
+        (r'''        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None, None
 ''',
-     r'''        return (grad.narrow(AllGather.dim, AllGather.rank * AllGather.size, AllGather.size)
+         r'''        return (grad.narrow(AllGather.dim, AllGather.rank * AllGather.size, AllGather.size)
                 .contiguous(), None, None)
 '''),
-]
+    ],
+}

@@ -7,7 +7,9 @@ HIDDEN: yes
 WORLD_SIZES: 2
 ONLY: AllGather_noncontiguous
 """
-REPLACE = [
-    ("""        dist.all_gather(parts, x.contiguous(), group=group)""",
-     """        dist.all_gather(parts, x, group=group)"""),
-]
+EDITS = {
+    "AllGather.forward": [
+        (r'''        dist.all_gather(parts, x.contiguous(), group=group)''',
+         r'''        dist.all_gather(parts, x, group=group)'''),
+    ],
+}

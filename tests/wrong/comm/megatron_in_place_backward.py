@@ -6,11 +6,13 @@ CLASS: in-place
 WORLD_SIZES: 2
 ONLY: Duplication
 """
-REPLACE = [
-    ("""        grad = grad.contiguous().clone()
+EDITS = {
+    "Duplication.backward": [
+        (r'''        grad = grad.contiguous().clone()
         dist.all_reduce(grad, group=ctx.group)
-        return grad, None""",
-     """        grad = grad.contiguous()
+        return grad, None''',
+         r'''        grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
-        return grad, None"""),
-]
+        return grad, None'''),
+    ],
+}

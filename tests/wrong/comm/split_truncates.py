@@ -9,9 +9,11 @@ RULE: Raises
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        if x.shape[dim] % world:
+EDITS = {
+    "Split.forward": [
+        (r'''        if x.shape[dim] % world:
             raise ValueError(f"split: size {x.shape[dim]} of dim {dim} is not divisible by the world size {world}")
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -7,9 +7,11 @@ RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/comm.py):
-REPLACE = [
-    (r'''        return x.narrow(dim, rank * size, size).contiguous()
+EDITS = {
+    "Split.forward": [
+        (r'''        return x.narrow(dim, rank * size, size).contiguous()
 ''',
-     r'''        return x.narrow(dim, (world - 1 - rank) * size, size).contiguous()
+         r'''        return x.narrow(dim, (world - 1 - rank) * size, size).contiguous()
 '''),
-]
+    ],
+}

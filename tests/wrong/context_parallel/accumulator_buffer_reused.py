@@ -9,19 +9,21 @@ RULE: Send buffers
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    sending = None                                               # accumulators in flight
+EDITS = {
+    "ring_attention_backward": [
+        (r'''    sending = None                                               # accumulators in flight
     for step in range(world):
 ''',
-     r'''    sending = None                                               # accumulators in flight
+         r'''    sending = None                                               # accumulators in flight
     dk_s, dv_s = torch.zeros_like(k), torch.zeros_like(v)        # reused at every step
     for step in range(world):
 '''),
-    (r'''        dk_s, dv_s = torch.zeros_like(k), torch.zeros_like(v)
+        (r'''        dk_s, dv_s = torch.zeros_like(k), torch.zeros_like(v)
         if not causal or s == rank:
 ''',
-     r'''        dk_s.zero_()
+         r'''        dk_s.zero_()
         dv_s.zero_()
         if not causal or s == rank:
 '''),
-]
+    ],
+}

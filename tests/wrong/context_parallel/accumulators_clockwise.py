@@ -8,11 +8,13 @@ ONLY: ring_attention_backward
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        sending = (rotate_async(dk_s, "counterclockwise", group),
+EDITS = {
+    "ring_attention_backward": [
+        (r'''        sending = (rotate_async(dk_s, "counterclockwise", group),
                    rotate_async(dv_s, "counterclockwise", group))
 ''',
-     r'''        sending = (rotate_async(dk_s, "clockwise", group),
+         r'''        sending = (rotate_async(dk_s, "clockwise", group),
                    rotate_async(dv_s, "clockwise", group))
 '''),
-]
+    ],
+}

@@ -9,14 +9,15 @@ RULE: Point-to-point only
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    for i in range(world):
+EDITS = {
+    "ring_attention_forward": [
+        (r'''    for i in range(world):
         s = (rank - i) % world                                   # whose block is in hand
         incoming = None
         if i < world - 1:                                        # start moving it on, THEN compute
             incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
 ''',
-     r'''    ks = [torch.empty_like(k) for _ in range(world)]
+         r'''    ks = [torch.empty_like(k) for _ in range(world)]
     vs = [torch.empty_like(v) for _ in range(world)]
     dist.all_gather(ks, k.contiguous(), group=group)
     dist.all_gather(vs, v.contiguous(), group=group)
@@ -25,4 +26,5 @@ REPLACE = [
         k, v = ks[s], vs[s]
         incoming = None
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ ONLY: ring_attention_backward
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''            incoming = (rotate_async(k, "counterclockwise", group),
+EDITS = {
+    "ring_attention_backward": [
+        (r'''            incoming = (rotate_async(k, "counterclockwise", group),
                         rotate_async(v, "counterclockwise", group))
 ''',
-     r'''            incoming = (rotate_async(k, "clockwise", group),
+         r'''            incoming = (rotate_async(k, "clockwise", group),
                         rotate_async(v, "clockwise", group))
 '''),
-]
+    ],
+}

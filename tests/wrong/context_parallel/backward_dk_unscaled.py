@@ -10,9 +10,11 @@ size ("a sum over the ranks where their mean is wanted").
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, dv
+EDITS = {
+    "_block_grads": [
+        (r'''    return (ds @ k) * scale, (ds.transpose(-2, -1) @ q) * scale, dv
 ''',
-     r'''    return (ds @ k) * scale, ds.transpose(-2, -1) @ q, dv
+         r'''    return (ds @ k) * scale, ds.transpose(-2, -1) @ q, dv
 '''),
-]
+    ],
+}

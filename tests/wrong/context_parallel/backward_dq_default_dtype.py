@@ -9,9 +9,11 @@ RULE: Dtypes
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    dq = torch.zeros_like(q)
+EDITS = {
+    "ring_attention_backward": [
+        (r'''    dq = torch.zeros_like(q)
 ''',
-     r'''    dq = torch.zeros(q.shape, device=q.device)
+         r'''    dq = torch.zeros(q.shape, device=q.device)
 '''),
-]
+    ],
+}

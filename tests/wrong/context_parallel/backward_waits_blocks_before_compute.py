@@ -10,20 +10,22 @@ RULE: Overlap
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''            incoming = (rotate_async(k, "counterclockwise", group),
+EDITS = {
+    "ring_attention_backward": [
+        (r'''            incoming = (rotate_async(k, "counterclockwise", group),
                         rotate_async(v, "counterclockwise", group))
 ''',
-     r'''            incoming = (rotate_async(k, "counterclockwise", group),
+         r'''            incoming = (rotate_async(k, "counterclockwise", group),
                         rotate_async(v, "counterclockwise", group))
             arrived = incoming[0].wait(), incoming[1].wait()
-''',),
-    (r'''        if incoming is not None:
+'''),
+        (r'''        if incoming is not None:
             k, v = incoming[0].wait(), incoming[1].wait()
     return dq, sending[0].wait(), sending[1].wait()              # home after N moves
 ''',
-     r'''        if incoming is not None:
+         r'''        if incoming is not None:
             k, v = arrived
     return dq, sending[0].wait(), sending[1].wait()              # home after N moves
 '''),
-]
+    ],
+}

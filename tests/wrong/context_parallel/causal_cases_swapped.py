@@ -8,11 +8,13 @@ ONLY: ring_attention_causal
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        elif s < rank:                                           # its first chunk is before ours
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        elif s < rank:                                           # its first chunk is before ours
             out, lse = merge_blocks(out, lse, *block_attention(q, k[..., :half, :],
 ''',
-     r'''        elif s > rank:                                           # its first chunk is before ours
+         r'''        elif s > rank:                                           # its first chunk is before ours
             out, lse = merge_blocks(out, lse, *block_attention(q, k[..., :half, :],
 '''),
-]
+    ],
+}

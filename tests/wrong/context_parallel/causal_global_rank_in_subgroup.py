@@ -10,11 +10,13 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "ring_attention_forward": [
+        (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     if causal and q.shape[-2] % 2:
 ''',
-     r'''    world, rank = dist.get_world_size(group), dist.get_rank()
+         r'''    world, rank = dist.get_world_size(group), dist.get_rank()
     if causal and q.shape[-2] % 2:
 '''),
-]
+    ],
+}

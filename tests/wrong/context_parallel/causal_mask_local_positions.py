@@ -9,8 +9,9 @@ RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        if not causal:
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        if not causal:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v))
         elif s == rank:
             out, lse = merge_blocks(out, lse, *block_attention(q, k, v, _own_mask(q)))
@@ -23,7 +24,8 @@ REPLACE = [
             out = torch.cat([out[..., :half, :], late], dim=-2)
             lse = torch.cat([lse[..., :half], late_lse], dim=-1)
 ''',
-     r'''        mask = _own_mask(q) if causal else None                  # query j sees keys j' <= j
+         r'''        mask = _own_mask(q) if causal else None                  # query j sees keys j' <= j
         out, lse = merge_blocks(out, lse, *block_attention(q, k, v, mask))
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ RULE: Device
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    return torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+EDITS = {
+    "_own_mask": [
+        (r'''    return torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
 ''',
-     r'''    return torch.ones(n, n, dtype=torch.bool).tril()
+         r'''    return torch.ones(n, n, dtype=torch.bool).tril()
 '''),
-]
+    ],
+}

@@ -8,9 +8,11 @@ ONLY: ring_attention_causal
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        s = (rank - i) % world                                   # whose block is in hand
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        s = (rank - i) % world                                   # whose block is in hand
 ''',
-     r'''        s = (rank + i) % world                                   # whose block is in hand
+         r'''        s = (rank + i) % world                                   # whose block is in hand
 '''),
-]
+    ],
+}

@@ -13,10 +13,12 @@ gradient accumulators.
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
+EDITS = {
+    "ring_attention_forward": [
+        (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
 ''',
-     r'''            k.copy_(incoming[0].wait())                          # the next block, in place
+         r'''            k.copy_(incoming[0].wait())                          # the next block, in place
             v.copy_(incoming[1].wait())
 '''),
-]
+    ],
+}

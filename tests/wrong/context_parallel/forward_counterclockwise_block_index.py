@@ -8,12 +8,14 @@ ONLY: ring_attention_causal
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
+EDITS = {
+    "ring_attention_forward": [
+        (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
         if not causal:
 ''',
-     r'''            incoming = (rotate_async(k, "counterclockwise", group),
+         r'''            incoming = (rotate_async(k, "counterclockwise", group),
                         rotate_async(v, "counterclockwise", group))
         if not causal:
 '''),
-]
+    ],
+}

@@ -10,17 +10,19 @@ E8: before, gloo spun on the dropped pair until the check's CPU budget ran out, 
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        incoming = None
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        incoming = None
         if i < world - 1:                                        # start moving it on, THEN compute
             incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
 ''',
-     r'''        incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
+         r'''        incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
 '''),
-    (r'''        if incoming is not None:
+        (r'''        if incoming is not None:
             k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
     return out, lse''',
-     r'''        if i < world - 1:
+         r'''        if i < world - 1:
             k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
     return out, lse'''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ RULE: Communication
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        if i < world - 1:                                        # start moving it on, THEN compute
+EDITS = {
+    "ring_attention_forward": [
+        (r'''        if i < world - 1:                                        # start moving it on, THEN compute
 ''',
-     r'''        if True:                                                 # start moving it on, THEN compute
+         r'''        if True:                                                 # start moving it on, THEN compute
 '''),
-]
+    ],
+}

@@ -9,22 +9,26 @@ RULE: Memory
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''def ring_attention_forward(q, k, v, causal=False, group=None):
+EDITS = {
+    "ring_attention_forward": [
+        (r'''def ring_attention_forward(q, k, v, causal=False, group=None):
 ''',
-     r'''def ring_attention_forward(q, k, v, causal=False, group=None, keep=None):
+         r'''def ring_attention_forward(q, k, v, causal=False, group=None, keep=None):
 '''),
-    (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
+        (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
 ''',
-     r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
+         r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
             if keep is not None:
                 keep[(s - 1) % world] = (k, v)
 '''),
-    (r'''        out, lse = ring_attention_forward(q, k, v, causal, group)
+    ],
+    "RingAttention.forward": [
+        (r'''        out, lse = ring_attention_forward(q, k, v, causal, group)
         ctx.save_for_backward(q, k, v, out, lse)
 ''',
-     r'''        ctx.blocks = {}                                          # for backward
+         r'''        ctx.blocks = {}                                          # for backward
         out, lse = ring_attention_forward(q, k, v, causal, group, ctx.blocks)
         ctx.save_for_backward(q, k, v, out, lse)
 '''),
-]
+    ],
+}

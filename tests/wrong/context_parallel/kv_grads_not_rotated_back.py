@@ -8,8 +8,9 @@ ONLY: ring_attention_backward
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        if sending is not None:                                  # block s's accumulators, from r+1
+EDITS = {
+    "ring_attention_backward": [
+        (r'''        if sending is not None:                                  # block s's accumulators, from r+1
             dk_s += sending[0].wait()
             dv_s += sending[1].wait()
         sending = (rotate_async(dk_s, "counterclockwise", group),
@@ -18,10 +19,11 @@ REPLACE = [
             k, v = incoming[0].wait(), incoming[1].wait()
     return dq, sending[0].wait(), sending[1].wait()              # home after N moves
 ''',
-     r'''        if step == 0:                                            # our own block's gradients
+         r'''        if step == 0:                                            # our own block's gradients
             dk, dv = dk_s, dv_s
         if incoming is not None:
             k, v = incoming[0].wait(), incoming[1].wait()
     return dq, dk, dv
 '''),
-]
+    ],
+}

@@ -12,15 +12,12 @@ ring's schedule.
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''from .rotation import ring_all_gather, rotate_async
-''',
-     r'''from .rotation import ring_all_gather, ring_peers, rotate_async
-'''),
-    (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
+EDITS = {
+    "ring_attention_forward": [
+        (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
         if not causal:
 ''',
-     r'''            dst, src = ring_peers("clockwise", group)
+         r'''            dst, src = ring_peers("clockwise", group)
             next_k = torch.empty(k.shape, dtype=k.dtype, device=k.device)
             next_v = torch.empty(v.shape, dtype=v.dtype, device=v.device)
             incoming = (dist.batch_isend_irecv([
@@ -30,9 +27,17 @@ REPLACE = [
                 dist.P2POp(dist.irecv, next_k, src, group, tag=0)]), next_k, next_v)
         if not causal:
 '''),
-    (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
+        (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
 ''',
-     r'''            [w.wait() for w in incoming[0]]                      # every handle; none kept
+         r'''            [w.wait() for w in incoming[0]]                      # every handle; none kept
             k, v = incoming[1], incoming[2]
+'''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
+    (r'''from .rotation import ring_all_gather, rotate_async
+''',
+     r'''from .rotation import ring_all_gather, ring_peers, rotate_async
 '''),
 ]

@@ -8,13 +8,17 @@ ONLY: attention_layer
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''        ctx.save_for_backward(q, k, v, out, lse)
+EDITS = {
+    "RingAttention.forward": [
+        (r'''        ctx.save_for_backward(q, k, v, out, lse)
         return out
 ''',
-     r'''        RingAttention.saved = (q, k, v, out, lse)
+         r'''        RingAttention.saved = (q, k, v, out, lse)
         return out
 '''),
-    (r'''        grads = ring_attention_backward(grad_out.contiguous(), *ctx.saved_tensors, ctx.causal,''',
-     r'''        grads = ring_attention_backward(grad_out.contiguous(), *RingAttention.saved, ctx.causal,'''),
-]
+    ],
+    "RingAttention.backward": [
+        (r'''        grads = ring_attention_backward(grad_out.contiguous(), *ctx.saved_tensors, ctx.causal,''',
+         r'''        grads = ring_attention_backward(grad_out.contiguous(), *RingAttention.saved, ctx.causal,'''),
+    ],
+}

@@ -9,17 +9,19 @@ RULE: Overlap
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
+EDITS = {
+    "ring_attention_forward": [
+        (r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
         if not causal:
 ''',
-     r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
+         r'''            incoming = (rotate_async(k, "clockwise", group), rotate_async(v, "clockwise", group))
             k.new_zeros(1).add_(1)                  # "compute" while the next block travels
             arrived = incoming[0].wait(), incoming[1].wait()
         if not causal:
 '''),
-    (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
+        (r'''            k, v = incoming[0].wait(), incoming[1].wait()        # the block used is dropped
 ''',
-     r'''            k, v = arrived                                       # the block used is dropped
+         r'''            k, v = arrived                                       # the block used is dropped
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "ring_attention_forward": [
+        (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     if causal and q.shape[-2] % 2:
 ''',
-     r'''    world, rank = dist.get_world_size(), dist.get_rank(group)
+         r'''    world, rank = dist.get_world_size(), dist.get_rank(group)
     if causal and q.shape[-2] % 2:
 '''),
-]
+    ],
+}

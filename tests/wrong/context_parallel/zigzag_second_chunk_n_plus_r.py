@@ -9,9 +9,11 @@ RULE: Layout
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    return torch.cat([chunks[rank], chunks[2 * world - 1 - rank]], dim=dim)
+EDITS = {
+    "zigzag_shard": [
+        (r'''    return torch.cat([chunks[rank], chunks[2 * world - 1 - rank]], dim=dim)
 ''',
-     r'''    return torch.cat([chunks[rank], chunks[world + rank]], dim=dim)
+         r'''    return torch.cat([chunks[rank], chunks[world + rank]], dim=dim)
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "zigzag_shard": [
+        (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     _check_divisible(x.shape[dim], world)
 ''',
-     r'''    world, rank = dist.get_world_size(), dist.get_rank()
+         r'''    world, rank = dist.get_world_size(), dist.get_rank()
     _check_divisible(x.shape[dim], world)
 '''),
-]
+    ],
+}

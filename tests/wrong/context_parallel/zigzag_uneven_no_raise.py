@@ -9,10 +9,12 @@ RULE: Raises
 """
 
 # The bug, as edits of the reference solution (solutions/context_parallel.py):
-REPLACE = [
-    (r'''    _check_divisible(x.shape[dim], world)
+EDITS = {
+    "zigzag_shard": [
+        (r'''    _check_divisible(x.shape[dim], world)
     chunks = x.chunk(2 * world, dim=dim)
 ''',
-     r'''    chunks = x.tensor_split(2 * world, dim=dim)
+         r'''    chunks = x.tensor_split(2 * world, dim=dim)
 '''),
-]
+    ],
+}

@@ -9,13 +9,15 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''    world = dist.get_world_size(group)
+EDITS = {
+    "average_gradients": [
+        (r'''    world = dist.get_world_size(group)
     for p in model.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=group)''',
-     r'''    world = dist.get_world_size()
+         r'''    world = dist.get_world_size()
     for p in model.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad)'''),
-]
+    ],
+}

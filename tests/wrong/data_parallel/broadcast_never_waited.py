@@ -9,9 +9,11 @@ A wrong implementation: solutions/data_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''                dist.broadcast(t, src=src, group=group)
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''                dist.broadcast(t, src=src, group=group)
 ''',
-     r'''                dist.broadcast(t, src=src, group=group, async_op=True)  # never waited
+         r'''                dist.broadcast(t, src=src, group=group, async_op=True)  # never waited
 '''),
-]
+    ],
+}

@@ -6,9 +6,11 @@ WORLD_SIZES: 2 3
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            p.grad /= world
+EDITS = {
+    "average_gradients": [
+        (r'''            p.grad /= world
 ''',
-     r'''            p.grad /= 2
+         r'''            p.grad /= 2
 '''),
-]
+    ],
+}

@@ -10,13 +10,15 @@ ONLY: DataParallel_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        dist.all_reduce(p.grad, group=self.group)
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''        dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 ''',
-     r'''        dist.all_reduce(p.grad, group=self.group)
+         r'''        dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
         if p is next(q for q in self.module.parameters() if q.requires_grad):  # the last hook
             dist.all_reduce(torch.ones(1, dtype=p.dtype, device=p.device))    # "all done"
 '''),
-]
+    ],
+}

@@ -6,12 +6,12 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            p.grad /= world
-
+EDITS = {
+    "average_gradients": [
+        (r'''            p.grad /= world
 ''',
-     r'''            p.grad /= world
+         r'''            p.grad /= world
             return
-
 '''),
-]
+    ],
+}

@@ -7,13 +7,14 @@ WORLD_SIZES: 2
 ONLY: average_gradients
 RULE: Dtypes
 """
-REPLACE = [
-    ("""    world = dist.get_world_size(group)
+EDITS = {
+    "average_gradients": [
+        (r'''    world = dist.get_world_size(group)
     for p in model.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=group)
-            p.grad /= world""",
-     """    grads = [p.grad for p in model.parameters() if p.grad is not None]
+            p.grad /= world''',
+         r'''    grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.zeros(sum(g.numel() for g in grads), device=grads[0].device)
     offset = 0
     for g in grads:
@@ -24,5 +25,6 @@ REPLACE = [
     offset = 0
     for g in grads:
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()"""),
-]
+        offset += g.numel()'''),
+    ],
+}

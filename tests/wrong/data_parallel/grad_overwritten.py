@@ -10,19 +10,23 @@ A wrong implementation: solutions/data_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            if p.requires_grad:
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''            if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
 ''',
-     r'''            if p.requires_grad:
+         r'''            if p.requires_grad:
                 p.register_hook(lambda g, p=p: setattr(p, "_local", g))  # this backward's own
                 p.register_post_accumulate_grad_hook(self._on_grad)
 '''),
-    (r'''        dist.all_reduce(p.grad, group=self.group)
+    ],
+    "DataParallel._on_grad": [
+        (r'''        dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 ''',
-     r'''        g = p._local.clone()
+         r'''        g = p._local.clone()
         dist.all_reduce(g, group=self.group)
         p.grad = g / dist.get_world_size(self.group)
 '''),
-]
+    ],
+}

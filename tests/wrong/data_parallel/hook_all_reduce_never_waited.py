@@ -8,11 +8,13 @@ ONLY: DataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        dist.all_reduce(p.grad, group=self.group)
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''        dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 ''',
-     r'''        dist.all_reduce(p.grad, group=self.group, async_op=True)   # overlap with backward
+         r'''        dist.all_reduce(p.grad, group=self.group, async_op=True)   # overlap with backward
         p.grad /= dist.get_world_size(self.group)
 '''),
-]
+    ],
+}

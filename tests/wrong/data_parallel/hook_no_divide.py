@@ -6,8 +6,10 @@ WORLD_SIZES: 3
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        p.grad /= dist.get_world_size(self.group)
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''        p.grad /= dist.get_world_size(self.group)
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -8,12 +8,14 @@ ONLY: DataParallel_frozen_accumulated
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        dist.all_reduce(p.grad, group=self.group)
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''        dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 ''',
-     r'''        if p.grad.any():                     # a zero gradient adds nothing to the sum
+         r'''        if p.grad.any():                     # a zero gradient adds nothing to the sum
             dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 '''),
-]
+    ],
+}

@@ -8,18 +8,22 @@ ONLY: DataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        self._pending = 0
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''        self._pending = 0
         for p in module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
 ''',
-     r''''''),
-    (r'''    def forward(self, *args, **kwargs):
+         r''''''),
+    ],
+    "DataParallel.forward": [
+        (r'''    def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)''',
-     r'''    def forward(self, *args, **kwargs):
+         r'''    def forward(self, *args, **kwargs):
         for p in self.module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
         return self.module(*args, **kwargs)'''),
-]
+    ],
+}

@@ -10,10 +10,12 @@ A wrong implementation: solutions/data_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            if p.requires_grad:
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''            if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
 ''',
-     r'''            p.register_post_accumulate_grad_hook(self._on_grad)
+         r'''            p.register_post_accumulate_grad_hook(self._on_grad)
 '''),
-]
+    ],
+}

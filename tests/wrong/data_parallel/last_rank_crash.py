@@ -6,9 +6,11 @@ WORLD_SIZES: 3
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        self._pending = 0
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''        self._pending = 0
 ''',
-     r'''        self._pending = [0, 0][dist.get_rank(group)]
+         r'''        self._pending = [0, 0][dist.get_rank(group)]
 '''),
-]
+    ],
+}

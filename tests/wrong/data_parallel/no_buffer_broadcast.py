@@ -7,9 +7,11 @@ ONLY: DataParallel_buffers
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            for t in list(module.parameters()) + list(module.buffers()):
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''            for t in list(module.parameters()) + list(module.buffers()):
 ''',
-     r'''            for t in module.parameters():
+         r'''            for t in module.parameters():
 '''),
-]
+    ],
+}

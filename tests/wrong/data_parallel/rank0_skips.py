@@ -6,9 +6,11 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        if p.grad is not None:
+EDITS = {
+    "average_gradients": [
+        (r'''        if p.grad is not None:
 ''',
-     r'''        if p.grad is not None and not (dist.get_rank(group) == 0 and p.dim() == 1):
+         r'''        if p.grad is not None and not (dist.get_rank(group) == 0 and p.dim() == 1):
 '''),
-]
+    ],
+}

@@ -6,12 +6,14 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            for t in list(module.parameters()) + list(module.buffers()):
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''            for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, src=src, group=group)
 ''',
-     r'''            if dist.get_rank(group) != 0:
+         r'''            if dist.get_rank(group) != 0:
                 for t in list(module.parameters()) + list(module.buffers()):
                     dist.recv(t, src=src, group=group)
 '''),
-]
+    ],
+}

@@ -7,11 +7,13 @@ WORLD_SIZES: 2
 ONLY: average_gradients
 RULE: Communication
 """
-REPLACE = [
-    ("""            dist.all_reduce(p.grad, group=group)
-            p.grad /= world""",
-     """            root = dist.get_global_rank(group, 0) if group is not None else 0
+EDITS = {
+    "average_gradients": [
+        (r'''            dist.all_reduce(p.grad, group=group)
+            p.grad /= world''',
+         r'''            root = dist.get_global_rank(group, 0) if group is not None else 0
             dist.reduce(p.grad, dst=root, group=group)
             dist.broadcast(p.grad, src=root, group=group)
-            p.grad /= world"""),
-]
+            p.grad /= world'''),
+    ],
+}

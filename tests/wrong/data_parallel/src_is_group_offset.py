@@ -8,9 +8,11 @@ ONLY: DataParallel_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        src = dist.get_global_rank(group, 0) if group is not None else 0
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''        src = dist.get_global_rank(group, 0) if group is not None else 0
 ''',
-     r'''        src = dist.get_rank() - dist.get_rank(group)   # the group's first rank
+         r'''        src = dist.get_rank() - dist.get_rank(group)   # the group's first rank
 '''),
-]
+    ],
+}

@@ -7,9 +7,11 @@ ONLY: average_gradients DataParallel_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''        src = dist.get_global_rank(group, 0) if group is not None else 0
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''        src = dist.get_global_rank(group, 0) if group is not None else 0
 ''',
-     r'''        src = 0
+         r'''        src = 0
 '''),
-]
+    ],
+}

@@ -7,8 +7,10 @@ RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''            p.grad /= world
+EDITS = {
+    "average_gradients": [
+        (r'''            p.grad /= world
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -9,13 +9,14 @@ A wrong implementation: solutions/data_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/data_parallel.py):
-REPLACE = [
-    (r'''    def _on_grad(self, p):
+EDITS = {
+    "DataParallel._on_grad": [
+        (r'''    def _on_grad(self, p):
         # Average each gradient once it is complete; hooks fire in the same order on every rank.
         dist.all_reduce(p.grad, group=self.group)
         p.grad /= dist.get_world_size(self.group)
 ''',
-     r'''    def _on_grad(self, p):
+         r'''    def _on_grad(self, p):
         # a bucket: average everything once every trainable parameter has its gradient
         self._ready = getattr(self, "_ready", []) + [p]
         if len(self._ready) == sum(q.requires_grad for q in self.module.parameters()):
@@ -24,4 +25,5 @@ REPLACE = [
                 q.grad /= dist.get_world_size(self.group)
             self._ready = []
 '''),
-]
+    ],
+}

@@ -7,8 +7,9 @@ WORLD_SIZES: 2
 ONLY: DataParallel
 RULE: Build it yourself
 """
-REPLACE = [
-    ("""        src = dist.get_global_rank(group, 0) if group is not None else 0
+EDITS = {
+    "DataParallel.__init__": [
+        (r'''        src = dist.get_global_rank(group, 0) if group is not None else 0
         with torch.no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
                 dist.broadcast(t, src=src, group=group)
@@ -16,12 +17,15 @@ REPLACE = [
         for p in module.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._on_grad)
-""",
-     """        from torch.nn.parallel import DistributedDataParallel
+''',
+         r'''        from torch.nn.parallel import DistributedDataParallel
         self._ddp = [DistributedDataParallel(module, process_group=group)]
-"""),
-    ("""    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)""",
-     """    def forward(self, *args, **kwargs):
-        return self._ddp[0](*args, **kwargs)"""),
-]
+'''),
+    ],
+    "DataParallel.forward": [
+        (r'''    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)''',
+         r'''    def forward(self, *args, **kwargs):
+        return self._ddp[0](*args, **kwargs)'''),
+    ],
+}

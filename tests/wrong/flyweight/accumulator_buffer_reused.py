@@ -11,14 +11,16 @@ ONLY: Linear
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''            acc = d_shard if sending is None else sending.wait() + d_shard
+EDITS = {
+    "FlyweightWrapper._rotating_backward": [
+        (r'''            acc = d_shard if sending is None else sending.wait() + d_shard
 ''',
-     r'''            if sending is None:
+         r'''            if sending is None:
                 self._acc = d_shard.clone()          # one accumulator buffer per layer
             else:
                 self._acc.copy_(d_shard)             # this batch's part first ...
                 self._acc.add_(sending.wait())       # ... then what arrived
             acc = self._acc
 '''),
-]
+    ],
+}

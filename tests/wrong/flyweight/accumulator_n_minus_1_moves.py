@@ -10,18 +10,20 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
+EDITS = {
+    "FlyweightWrapper._rotating_backward": [
+        (r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
                                             recv_shape=(self._numel((s + 1) % world),))
             del acc
 ''',
-     r'''            sending = None
+         r'''            sending = None
             if k < world - 1:
                 sending = rotation.rotate_async(acc, "counterclockwise", self.group,
                                                 recv_shape=(self._numel((s + 1) % world),))
 '''),
-    (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
+        (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
 ''',
-     r'''        own = acc / world  # every rank's contribution: DDP's mean
+         r'''        own = acc / world  # every rank's contribution: DDP's mean
 '''),
-]
+    ],
+}

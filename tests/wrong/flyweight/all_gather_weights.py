@@ -11,8 +11,9 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''        shard, parts, total = self._own_flat(), [None] * world, None
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''        shard, parts, total = self._own_flat(), [None] * world, None
         for i in range(world):
             s = (rank - i) % world
             incoming = None
@@ -20,7 +21,7 @@ REPLACE = [
                 incoming = rotation.rotate_async(shard, "clockwise", self.group,
                                                  recv_shape=(self._numel((s - 1) % world),))
 ''',
-     r'''        parts, total = [None] * world, None
+         r'''        parts, total = [None] * world, None
         longest = max(self._numel(s) for s in range(world))
         own = self._own_flat()
         padded = torch.cat([own, own.new_zeros(longest - own.numel())])  # all_gather wants equal sizes
@@ -29,7 +30,8 @@ REPLACE = [
         for s in range(world):
             shard = gathered[s][: self._numel(s)]
 '''),
-    (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
+        (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

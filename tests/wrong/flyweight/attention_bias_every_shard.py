@@ -9,9 +9,11 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''            out["out_proj.bias"] = (0, [(0, e)] if index == 0 else [])
+EDITS = {
+    "_MultiheadAttention#1.ranges": [
+        (r'''            out["out_proj.bias"] = (0, [(0, e)] if index == 0 else [])
 ''',
-     r'''            out["out_proj.bias"] = (0, [(0, e)])
+         r'''            out["out_proj.bias"] = (0, [(0, e)])
 '''),
-]
+    ],
+}

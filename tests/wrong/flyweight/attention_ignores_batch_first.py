@@ -11,16 +11,18 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        if m.batch_first:
+EDITS = {
+    "FlyweightWrapper._attention": [
+        (r'''        if m.batch_first:
             q, k, v = query, key, value
         else:
             q, k, v = (t.transpose(0, 1) for t in (query, key, value))
 ''',
-     r'''        q, k, v = (t.transpose(0, 1) for t in (query, key, value))
+         r'''        q, k, v = (t.transpose(0, 1) for t in (query, key, value))
 '''),
-    (r'''        return (out if m.batch_first else out.transpose(0, 1)), None
+        (r'''        return (out if m.batch_first else out.transpose(0, 1)), None
 ''',
-     r'''        return out.transpose(0, 1), None
+         r'''        return out.transpose(0, 1), None
 '''),
-]
+    ],
+}

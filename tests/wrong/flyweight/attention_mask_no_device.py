@@ -8,7 +8,9 @@ ONLY: TransformerLM
 RULE: Device
 """
 BASE = "simple"
-REPLACE = [
-    ("""        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(""",
-     """        return torch.zeros(mask.shape, dtype=dtype).masked_fill("""),
-]
+EDITS = {
+    "_additive": [
+        (r'''        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(''',
+         r'''        return torch.zeros(mask.shape, dtype=dtype).masked_fill('''),
+    ],
+}

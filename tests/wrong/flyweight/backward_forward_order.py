@@ -10,9 +10,11 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''            s = (rank + k) % world
+EDITS = {
+    "FlyweightWrapper._rotating_backward": [
+        (r'''            s = (rank + k) % world
 ''',
-     r'''            s = (rank - k) % world
+         r'''            s = (rank - k) % world
 '''),
-]
+    ],
+}

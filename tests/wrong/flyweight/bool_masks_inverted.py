@@ -8,20 +8,24 @@ ONLY: MultiheadAttention_batch_first
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''    """A boolean mask (True = may not attend) as 0 / -inf; a float mask as it is."""
+EDITS = {
+    "_additive": [
+        (r'''    """A boolean mask (True = may not attend) as 0 / -inf; a float mask as it is."""
     if mask.dtype == torch.bool:
         return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
             mask, float("-inf"))
     return mask.to(dtype)
 ''',
-     r'''    """A boolean mask as it is (scaled_dot_product_attention takes bool masks); a float mask
+         r'''    """A boolean mask as it is (scaled_dot_product_attention takes bool masks); a float mask
     in the scores' dtype."""
     return mask if mask.dtype == torch.bool else mask.to(dtype)
 '''),
-    (r'''            mask = padding if mask is None else mask + padding
+    ],
+    "FlyweightWrapper#1._attention": [
+        (r'''            mask = padding if mask is None else mask + padding
 ''',
-     r'''            mask = padding if mask is None else (
+         r'''            mask = padding if mask is None else (
                 mask & padding if mask.dtype == torch.bool else mask + padding)
 '''),
-]
+    ],
+}

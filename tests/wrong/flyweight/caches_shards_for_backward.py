@@ -11,21 +11,25 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
             if cat:
 ''',
-     r'''            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
+         r'''            y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
             self.__dict__.setdefault("_cache", {})[s] = shard.detach().clone()  # for backward
             if cat:
 '''),
-    (r'''        world, rank = self.world, self.rank
+    ],
+    "FlyweightWrapper._rotating_backward": [
+        (r'''        world, rank = self.world, self.rank
         grad_inputs = [None] * len(inputs)
         shard, sending = self._own_flat(), None
 ''',
-     r'''        world, rank = self.world, self.rank
+         r'''        world, rank = self.world, self.rank
         grad_inputs = [None] * len(inputs)
         shard, sending = self._own_flat(), None
         self.__dict__.pop("_cache", None)   # used up
 '''),
-]
+    ],
+}

@@ -6,8 +6,10 @@ CLASS: uneven
 WORLD_SIZES: 3 4
 RULE: Layout
 """
-REPLACE = [
-    ("""    return [units // world + (1 if s < units % world else 0) for s in range(world)]""",
-     """    size = -(-units // world)
-    return [max(0, min(size, units - s * size)) for s in range(world)]"""),
-]
+EDITS = {
+    "_split_sizes": [
+        (r'''    return [units // world + (1 if s < units % world else 0) for s in range(world)]''',
+         r'''    size = -(-units // world)
+    return [max(0, min(size, units - s * size)) for s in range(world)]'''),
+    ],
+}

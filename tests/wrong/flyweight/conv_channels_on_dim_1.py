@@ -9,9 +9,11 @@ ONLY: Conv2d
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''    cat_dim = -3  # channels of [B, C, H, W] or [C, H, W]
+EDITS = {
+    "_Conv2d": [
+        (r'''    cat_dim = -3  # channels of [B, C, H, W] or [C, H, W]
 ''',
-     r'''    cat_dim = 1  # channels of [B, C, H, W]
+         r'''    cat_dim = 1  # channels of [B, C, H, W]
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ ONLY: Conv2d
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        return m._conv_forward(inputs[0], p["weight"], p.get("bias"))  # handles padding_mode
+EDITS = {
+    "_Conv2d.partial": [
+        (r'''        return m._conv_forward(inputs[0], p["weight"], p.get("bias"))  # handles padding_mode
 ''',
-     r'''        return F.conv2d(inputs[0], p["weight"], p.get("bias"), m.stride, m.padding)
+         r'''        return F.conv2d(inputs[0], p["weight"], p.get("bias"), m.stride, m.padding)
 '''),
-]
+    ],
+}

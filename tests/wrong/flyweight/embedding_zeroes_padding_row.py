@@ -9,11 +9,13 @@ ONLY: Embedding
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
+EDITS = {
+    "FlyweightWrapper.__init__": [
+        (r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
 ''',
-     r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
+         r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
                 if isinstance(module, nn.Embedding) and module.padding_idx is not None:
                     shard[module.padding_idx] = 0       # as nn.Embedding does
 '''),
-]
+    ],
+}

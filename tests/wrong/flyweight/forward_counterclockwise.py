@@ -11,9 +11,11 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''                incoming = rotation.rotate_async(shard, "clockwise", self.group,
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''                incoming = rotation.rotate_async(shard, "clockwise", self.group,
 ''',
-     r'''                incoming = rotation.rotate_async(shard, "counterclockwise", self.group,
+         r'''                incoming = rotation.rotate_async(shard, "counterclockwise", self.group,
 '''),
-]
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''            elif i < world - 1:
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''            elif i < world - 1:
 ''',
-     r'''            elif True:
+         r'''            elif True:
 '''),
-]
+    ],
+}

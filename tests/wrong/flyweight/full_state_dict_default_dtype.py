@@ -10,10 +10,12 @@ ONLY: FlyweightWrapper
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        full = {key: shard.new_empty(shape) for key, shape in self.full_shapes.items()}
+EDITS = {
+    "FlyweightWrapper.full_state_dict": [
+        (r'''        full = {key: shard.new_empty(shape) for key, shape in self.full_shapes.items()}
 ''',
-     r'''        full = {key: torch.empty(shape, device=shard.device)
+         r'''        full = {key: torch.empty(shape, device=shard.device)
                 for key, shape in self.full_shapes.items()}
 '''),
-]
+    ],
+}

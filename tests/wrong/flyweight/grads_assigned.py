@@ -9,9 +9,11 @@ ONLY: FlyweightWrapper
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                p.grad = g if p.grad is None else p.grad.add_(g)
+EDITS = {
+    "FlyweightWrapper._receive_grad": [
+        (r'''                p.grad = g if p.grad is None else p.grad.add_(g)
 ''',
-     r'''                p.grad = g
+         r'''                p.grad = g
 '''),
-]
+    ],
+}

@@ -11,9 +11,11 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
+EDITS = {
+    "FlyweightWrapper._rotating_backward": [
+        (r'''        own = sending.wait() / world  # every rank's contribution to shard r: DDP's mean
 ''',
-     r'''        own = sending.wait()  # every rank's contribution to shard r
+         r'''        own = sending.wait()  # every rank's contribution to shard r
 '''),
-]
+    ],
+}

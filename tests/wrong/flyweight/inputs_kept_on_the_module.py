@@ -10,19 +10,23 @@ ONLY: FlyweightWrapper
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        ctx.wrapper, ctx.extra, ctx.n_inputs = wrapper, extra, n_inputs
+EDITS = {
+    "_RotatedShards.forward": [
+        (r'''        ctx.wrapper, ctx.extra, ctx.n_inputs = wrapper, extra, n_inputs
         ctx.save_for_backward(*tensors)
         return wrapper._rotating_forward(tensors[:n_inputs], extra)
 ''',
-     r'''        ctx.wrapper, ctx.extra, ctx.n_inputs = wrapper, extra, n_inputs
+         r'''        ctx.wrapper, ctx.extra, ctx.n_inputs = wrapper, extra, n_inputs
         wrapper.saved = tensors                  # what backward needs, on the layer
         return wrapper._rotating_forward(tensors[:n_inputs], extra)
 '''),
-    (r'''        saved, n = ctx.saved_tensors, ctx.n_inputs
+    ],
+    "_RotatedShards.backward": [
+        (r'''        saved, n = ctx.saved_tensors, ctx.n_inputs
         needs = ctx.needs_input_grad[3:3 + n]
         grad_inputs, grad_shard''',
-     r'''        saved, n = ctx.wrapper.saved, ctx.n_inputs
+         r'''        saved, n = ctx.wrapper.saved, ctx.n_inputs
         needs = ctx.needs_input_grad[3:3 + n]
         grad_inputs, grad_shard'''),
-]
+    ],
+}

@@ -10,18 +10,20 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''        shard, sending = self._own_flat(), None
+EDITS = {
+    "FlyweightWrapper._rotating_backward": [
+        (r'''        shard, sending = self._own_flat(), None
         for k in range(world):
 ''',
-     r'''        shard, sending = self._own_flat(), None
+         r'''        shard, sending = self._own_flat(), None
         self.kept_accumulators = []
         for k in range(world):
 '''),
-    (r'''            acc = d_shard if sending is None else sending.wait() + d_shard
+        (r'''            acc = d_shard if sending is None else sending.wait() + d_shard
 ''',
-     r'''            if sending is not None:
+         r'''            if sending is not None:
                 self.kept_accumulators.append(sending.wait())
             acc = d_shard if sending is None else self.kept_accumulators[-1] + d_shard
 '''),
-]
+    ],
+}

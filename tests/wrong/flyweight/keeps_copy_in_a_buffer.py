@@ -8,11 +8,13 @@ RULE: Memory
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
 ''',
-     r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+         r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
                 self.register_buffer(f"full_{key.replace('.', '_')}", full.detach().clone(),
                                      persistent=False)
 '''),
-]
+    ],
+}

@@ -7,11 +7,13 @@ ONLY: TransformerLM
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
 ''',
-     r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+         r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
                 kept = full.detach().clone()
                 self.__dict__.setdefault("_checkpoints", []).append(lambda kept=kept: kept)
 '''),
-]
+    ],
+}

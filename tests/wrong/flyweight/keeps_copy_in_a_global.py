@@ -7,12 +7,17 @@ ONLY: TransformerLM
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
 ''',
-     r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+         r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
                 _CHECKPOINT_CACHE[(id(self), key)] = full.detach().clone()
 '''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
     (r'''from . import rotation
 ''',
      r'''from . import rotation

@@ -7,10 +7,12 @@ ONLY: TransformerLM
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
 ''',
-     r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+         r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
                 self.__dict__.setdefault("_storages", {})[key] = full.untyped_storage()
 '''),
-]
+    ],
+}

@@ -9,18 +9,20 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
 ''',
-     r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
+         r'''        shard, parts, total, out = self._own_flat(), [None] * world, None, None
         self.received = []  # keep them around, backward may want them
 '''),
-    (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
+        (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
         if out is not None:  # the parts are its columns
 ''',
-     r'''            shard = incoming.wait() if incoming is not None else None
+         r'''            shard = incoming.wait() if incoming is not None else None
             if shard is not None:
                 self.received.append(shard)
         if out is not None:  # the parts are its columns
 '''),
-]
+    ],
+}

@@ -11,10 +11,12 @@ HIDDEN: yes
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+EDITS = {
+    "_additive": [
+        (r'''        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
             mask, float("-inf"))
 ''',
-     r'''        return torch.zeros(mask.shape, device=mask.device).masked_fill(mask, float("-inf"))
+         r'''        return torch.zeros(mask.shape, device=mask.device).masked_fill(mask, float("-inf"))
 '''),
-]
+    ],
+}

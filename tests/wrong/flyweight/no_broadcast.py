@@ -9,8 +9,10 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''                dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -9,12 +9,14 @@ ONLY: FlyweightWrapper
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''            out = inputs[0].new_empty(*inputs[0].shape[:-1], self.full_shapes["weight"][0])
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''            out = inputs[0].new_empty(*inputs[0].shape[:-1], self.full_shapes["weight"][0])
 ''',
-     r'''            shape = (*inputs[0].shape[:-1], self.full_shapes["weight"][0])
+         r'''            shape = (*inputs[0].shape[:-1], self.full_shapes["weight"][0])
             if getattr(self, "_out", None) is None or tuple(self._out.shape) != shape:
                 self._out = inputs[0].new_empty(shape)
             out = self._out
 '''),
-]
+    ],
+}

@@ -10,25 +10,31 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
 ''',
-     r'''                                                 recv_shape=None)
+         r'''                                                 recv_shape=None)
 '''),
-    (r'''                                                 recv_shape=(self._numel((s + 1) % world),))
+    ],
+    "FlyweightWrapper._rotating_backward": [
+        (r'''                                                 recv_shape=(self._numel((s + 1) % world),))
 ''',
-     r'''                                                 recv_shape=None)
+         r'''                                                 recv_shape=None)
 '''),
-    (r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
+        (r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
                                             recv_shape=(self._numel((s + 1) % world),))
             del acc
 ''',
-     r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
+         r'''            sending = rotation.rotate_async(acc, "counterclockwise", self.group,
                                             recv_shape=None)
             del acc
 '''),
-    (r'''                                        recv_shape=(self._numel(s),))
+    ],
+    "FlyweightWrapper.full_state_dict": [
+        (r'''                                        recv_shape=(self._numel(s),))
 ''',
-     r'''                                        recv_shape=None)
+         r'''                                        recv_shape=None)
 '''),
-]
+    ],
+}

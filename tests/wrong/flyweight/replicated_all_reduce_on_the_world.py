@@ -12,9 +12,11 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''            dist.all_reduce(p.grad, group=self.group)
+EDITS = {
+    "RotatedTensorParallel._average_gradient": [
+        (r'''            dist.all_reduce(p.grad, group=self.group)
 ''',
-     r'''            dist.all_reduce(p.grad)
+         r'''            dist.all_reduce(p.grad)
 '''),
-]
+    ],
+}

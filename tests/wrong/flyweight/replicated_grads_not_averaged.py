@@ -9,10 +9,12 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''        for p in self.module.parameters():
+EDITS = {
+    "RotatedTensorParallel#1.__init__": [
+        (r'''        for p in self.module.parameters():
             if id(p) not in sharded and p.requires_grad:
                 p.register_post_accumulate_grad_hook(self._average_gradient)
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

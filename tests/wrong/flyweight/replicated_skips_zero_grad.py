@@ -9,15 +9,17 @@ ONLY: TransformerLM
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''        world = dist.get_world_size(self.group)
+EDITS = {
+    "RotatedTensorParallel._average_gradient": [
+        (r'''        world = dist.get_world_size(self.group)
         if world > 1:
             dist.all_reduce(p.grad, group=self.group)
             p.grad /= world
 ''',
-     r'''        world = dist.get_world_size(self.group)
+         r'''        world = dist.get_world_size(self.group)
         if world > 1 and p.grad.any():       # a zero gradient adds nothing to the sum
             dist.all_reduce(p.grad, group=self.group)
             p.grad /= world
 '''),
-]
+    ],
+}

@@ -9,13 +9,15 @@ ONLY: TransformerLM
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
+EDITS = {
+    "FlyweightWrapper.__init__": [
+        (r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
 ''',
-     r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
+         r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
                 dim, spans = self.shard_ranges(self.rank)[key]
                 if len(spans) == 1:                  # the slice itself, no copy
                     module.get_parameter(key).data = full.narrow(dim, spans[0][0],
                                                                  spans[0][1] - spans[0][0])
 '''),
-]
+    ],
+}

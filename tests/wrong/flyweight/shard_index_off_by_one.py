@@ -11,9 +11,11 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''            s = (rank - i) % world
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''            s = (rank - i) % world
 ''',
-     r'''            s = (rank - i - 1) % world
+         r'''            s = (rank - i - 1) % world
 '''),
-]
+    ],
+}

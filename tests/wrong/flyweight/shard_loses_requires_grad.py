@@ -10,9 +10,11 @@ ONLY: MnistCNN
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
+EDITS = {
+    "FlyweightWrapper.__init__": [
+        (r'''                        nn.Parameter(shard, requires_grad=full.requires_grad))
 ''',
-     r'''                        nn.Parameter(shard))
+         r'''                        nn.Parameter(shard))
 '''),
-]
+    ],
+}

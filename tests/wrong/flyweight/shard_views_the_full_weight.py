@@ -9,11 +9,13 @@ ONLY: TransformerLM
 BASE = "simple"
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
-REPLACE = [
-    (r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
+EDITS = {
+    "FlyweightWrapper.__init__": [
+        (r'''                shard = self._take(full, *self.shard_ranges(self.rank)[key]).clone()
 ''',
-     r'''                dim, spans = self.shard_ranges(self.rank)[key]
+         r'''                dim, spans = self.shard_ranges(self.rank)[key]
                 shard = (full.narrow(dim, spans[0][0], spans[0][1] - spans[0][0])   # no copy
                          if len(spans) == 1 else self._take(full, dim, spans))
 '''),
-]
+    ],
+}

@@ -12,17 +12,19 @@ A wrong implementation: the stub's design (solutions/flyweight.py up to its fast
 
 # The bug, as edits of the stub's design (solutions/flyweight.py up to its faster design):
 BASE = "simple"
-REPLACE = [
-    (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
+EDITS = {
+    "FlyweightWrapper._rotating_forward": [
+        (r'''                                                 recv_shape=(self._numel((s - 1) % world),))
             y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
 ''',
-     r'''                                                 recv_shape=(self._numel((s - 1) % world),))
+         r'''                                                 recv_shape=(self._numel((s - 1) % world),))
             shard.new_zeros(1).add_(1)             # "compute" while the next shard travels
             arrived = incoming.wait() if incoming is not None else None
             y = self.kind.partial(self.module, inputs, self._unpack(shard, s), s, extra)
 '''),
-    (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
+        (r'''            shard = incoming.wait() if incoming is not None else None  # drop the used shard
 ''',
-     r'''            shard = arrived
+         r'''            shard = arrived
 '''),
-]
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/flyweight.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/flyweight.py):
-REPLACE = [
-    (r'''        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "FlyweightWrapper#1.__init__": [
+        (r'''        self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
 ''',
-     r'''        self.world, self.rank = dist.get_world_size(group), dist.get_rank()
+         r'''        self.world, self.rank = dist.get_world_size(group), dist.get_rank()
 '''),
-]
+    ],
+}

@@ -11,9 +11,11 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    data_parallel.average_gradients(model, group=groups.tp_group)
+         r'''    data_parallel.average_gradients(model, group=groups.tp_group)
 '''),
-]
+    ],
+}

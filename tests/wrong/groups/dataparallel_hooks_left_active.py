@@ -10,14 +10,16 @@ A wrong implementation: solutions/groups.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    src = dist.get_global_rank(groups.dp_group, 0)
+EDITS = {
+    "parallelize_2d": [
+        (r'''    src = dist.get_global_rank(groups.dp_group, 0)
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
             dist.broadcast(t, src=src, group=groups.dp_group)
     return model
 ''',
-     r'''    data_parallel.DataParallel(model, group=groups.dp_group)   # broadcasts from dp rank 0
+         r'''    data_parallel.DataParallel(model, group=groups.dp_group)   # broadcasts from dp rank 0
     return model
 '''),
-]
+    ],
+}

@@ -11,10 +11,11 @@ ONLY: train_2d_bert
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    grads = [p.grad for p in model.parameters() if p.grad is not None]
+         r'''    grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.zeros(sum(g.numel() for g in grads), device=grads[0].device)
     offset = 0
     for g in grads:
@@ -27,4 +28,5 @@ REPLACE = [
         g.copy_(flat[offset:offset + g.numel()].view_as(g))
         offset += g.numel()
 '''),
-]
+    ],
+}

@@ -7,10 +7,11 @@ WORLD_SIZES: 2
 ONLY: train_2d_bert
 RULE: Device
 """
-REPLACE = [
-    ("""    data_parallel.average_gradients(model, group=groups.dp_group)
-""",
-     """    grads = [p.grad for p in model.parameters() if p.grad is not None]
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+''',
+         r'''    grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.zeros(sum(g.numel() for g in grads), dtype=grads[0].dtype)
     for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
         piece.copy_(g.reshape(-1))
@@ -18,5 +19,6 @@ REPLACE = [
     flat /= groups.dp_size
     for g, piece in zip(grads, flat.split([g.numel() for g in grads])):
         g.copy_(piece.view_as(g))
-"""),
-]
+'''),
+    ],
+}

@@ -10,9 +10,11 @@ ONLY: build_groups
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    for d in range(dp_size):
+EDITS = {
+    "build_groups": [
+        (r'''    for d in range(dp_size):
 ''',
-     r'''    for d in [dp_rank] + [d for d in range(dp_size) if d != dp_rank]:   # mine first
+         r'''    for d in [dp_rank] + [d for d in range(dp_size) if d != dp_rank]:   # mine first
 '''),
-]
+    ],
+}

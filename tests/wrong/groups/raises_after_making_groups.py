@@ -9,19 +9,21 @@ ONLY: build_groups
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    if tp_size < 1 or world % tp_size:
+EDITS = {
+    "build_groups": [
+        (r'''    if tp_size < 1 or world % tp_size:
         raise ValueError(f"build_groups: the world size {world} is not divisible by "
                          f"tp_size={tp_size}; pick a tp_size that divides {world}")
     dp_size = world // tp_size
 ''',
-     r'''    dp_size = max(world // tp_size, 1)
+         r'''    dp_size = max(world // tp_size, 1)
 '''),
-    (r'''    return ParallelGroups(tp_group, dp_group, tp_size, dp_size, tp_rank, dp_rank)
+        (r'''    return ParallelGroups(tp_group, dp_group, tp_size, dp_size, tp_rank, dp_rank)
 ''',
-     r'''    if tp_size < 1 or world % tp_size:
+         r'''    if tp_size < 1 or world % tp_size:
         raise ValueError(f"build_groups: the world size {world} is not divisible by "
                          f"tp_size={tp_size}; pick a tp_size that divides {world}")
     return ParallelGroups(tp_group, dp_group, tp_size, dp_size, tp_rank, dp_rank)
 '''),
-]
+    ],
+}

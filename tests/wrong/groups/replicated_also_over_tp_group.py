@@ -10,10 +10,11 @@ ONLY: train_2d_bert
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+         r'''    data_parallel.average_gradients(model, group=groups.dp_group)
     tp_layers = (tensor_parallel.ColumnParallelLinear, tensor_parallel.RowParallelLinear,
                  tensor_parallel.ParallelEmbedding)
     sharded = {id(p) for m in model.modules() if isinstance(m, tp_layers) for p in m.parameters()}
@@ -22,4 +23,5 @@ REPLACE = [
             dist.all_reduce(p.grad, group=groups.tp_group)
             p.grad /= groups.tp_size
 '''),
-]
+    ],
+}

@@ -10,10 +10,11 @@ ONLY: train_2d_bert
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    tp_layers = (tensor_parallel.ColumnParallelLinear, tensor_parallel.RowParallelLinear,
+         r'''    tp_layers = (tensor_parallel.ColumnParallelLinear, tensor_parallel.RowParallelLinear,
                  tensor_parallel.ParallelEmbedding)
     for module in model.modules():
         if isinstance(module, tp_layers):   # replicated params are already equal
@@ -23,4 +24,5 @@ REPLACE = [
                 dist.all_reduce(p.grad, group=groups.dp_group)
                 p.grad /= groups.dp_size
 '''),
-]
+    ],
+}

@@ -9,8 +9,10 @@ ONLY: train_2d_bert
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    sync_gradients(model, groups)
+EDITS = {
+    "train_step_2d": [
+        (r'''    sync_gradients(model, groups)
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

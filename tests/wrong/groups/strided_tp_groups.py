@@ -12,17 +12,19 @@ RULE: Layout
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    tp_rank, dp_rank = me % tp_size, me // tp_size
+EDITS = {
+    "build_groups": [
+        (r'''    tp_rank, dp_rank = me % tp_size, me // tp_size
 ''',
-     r'''    tp_rank, dp_rank = me // dp_size, me % dp_size
+         r'''    tp_rank, dp_rank = me // dp_size, me % dp_size
 '''),
-    (r'''        created = dist.new_group([ranks[d * tp_size + t] for t in range(tp_size)])
+        (r'''        created = dist.new_group([ranks[d * tp_size + t] for t in range(tp_size)])
 ''',
-     r'''        created = dist.new_group([ranks[t * dp_size + d] for t in range(tp_size)])
+         r'''        created = dist.new_group([ranks[t * dp_size + d] for t in range(tp_size)])
 '''),
-    (r'''        created = dist.new_group([ranks[d * tp_size + t] for d in range(dp_size)])
+        (r'''        created = dist.new_group([ranks[d * tp_size + t] for d in range(dp_size)])
 ''',
-     r'''        created = dist.new_group([ranks[t * dp_size + d] for d in range(dp_size)])
+         r'''        created = dist.new_group([ranks[t * dp_size + d] for d in range(dp_size)])
 '''),
-]
+    ],
+}

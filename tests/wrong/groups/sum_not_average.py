@@ -10,11 +10,13 @@ RULE: Results
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    for p in model.parameters():
+         r'''    for p in model.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=groups.dp_group)
 '''),
-]
+    ],
+}

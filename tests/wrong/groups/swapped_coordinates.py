@@ -10,17 +10,19 @@ ONLY: build_groups
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    tp_rank, dp_rank = me % tp_size, me // tp_size
+EDITS = {
+    "build_groups": [
+        (r'''    tp_rank, dp_rank = me % tp_size, me // tp_size
 ''',
-     r'''    tp_rank, dp_rank = me // tp_size, me % tp_size
+         r'''    tp_rank, dp_rank = me // tp_size, me % tp_size
 '''),
-    (r'''        if d == dp_rank:
+        (r'''        if d == dp_rank:
 ''',
-     r'''        if d == me // tp_size:
+         r'''        if d == me // tp_size:
 '''),
-    (r'''        if t == tp_rank:
+        (r'''        if t == tp_rank:
 ''',
-     r'''        if t == me % tp_size:
+         r'''        if t == me % tp_size:
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ ONLY: train_2d_bert
 """
 
 # The bug, as edits of the reference solution (solutions/groups.py):
-REPLACE = [
-    (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    data_parallel.average_gradients(model, group=groups.dp_group)
 ''',
-     r'''    for p in model.parameters():
+         r'''    for p in model.parameters():
         dist.all_reduce(p.grad, group=groups.dp_group)
         p.grad /= groups.dp_size
 '''),
-]
+    ],
+}

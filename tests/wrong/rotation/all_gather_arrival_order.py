@@ -10,15 +10,17 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    parts = [None] * world
+EDITS = {
+    "ring_all_gather": [
+        (r'''    parts = [None] * world
     parts[rank] = current = tensor.detach()
 ''',
-     r'''    parts = [tensor.detach()]
+         r'''    parts = [tensor.detach()]
     current = parts[0]
 '''),
-    (r'''        parts[(rank - k) % world] = current
+        (r'''        parts[(rank - k) % world] = current
 ''',
-     r'''        parts.append(current)
+         r'''        parts.append(current)
 '''),
-]
+    ],
+}

@@ -12,17 +12,19 @@ gloo spun on the dropped pair until the check's CPU budget ran out, "too slow").
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    parts[rank] = current = tensor.detach()
+EDITS = {
+    "ring_all_gather": [
+        (r'''    parts[rank] = current = tensor.detach()
     for k in range(1, world):
         current = rotate(current, "clockwise", group)
         parts[(rank - k) % world] = current
 ''',
-     r'''    parts[rank] = current = tensor.detach()
+         r'''    parts[rank] = current = tensor.detach()
     handle = rotate_async(current, "clockwise", group)
     for k in range(1, world):
         current = handle.wait()
         parts[(rank - k) % world] = current
         handle = rotate_async(current, "clockwise", group)      # the next one, started early
 '''),
-]
+    ],
+}

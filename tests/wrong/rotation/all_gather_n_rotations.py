@@ -10,13 +10,15 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    parts[rank] = current = tensor.detach()
+EDITS = {
+    "ring_all_gather": [
+        (r'''    parts[rank] = current = tensor.detach()
     for k in range(1, world):
         current = rotate(current, "clockwise", group)
 ''',
-     r'''    parts[rank] = current = tensor.detach()
+         r'''    parts[rank] = current = tensor.detach()
     for k in range(1, world + 1):
         current = rotate(current, "clockwise", group)
 '''),
-]
+    ],
+}

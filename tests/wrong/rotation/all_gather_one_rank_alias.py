@@ -8,13 +8,15 @@ ONLY: ring_all_gather
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "ring_all_gather": [
+        (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = [None] * world
 ''',
-     r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+         r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     if world == 1:
         return tensor
     parts = [None] * world
 '''),
-]
+    ],
+}

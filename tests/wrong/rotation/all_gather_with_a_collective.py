@@ -9,8 +9,9 @@ ONLY: ring_all_gather
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "ring_all_gather": [
+        (r'''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = [None] * world
     parts[rank] = current = tensor.detach()
     for k in range(1, world):
@@ -18,10 +19,11 @@ REPLACE = [
         parts[(rank - k) % world] = current
     return torch.cat(parts, dim=dim)
 ''',
-     r'''    world = dist.get_world_size(group)
+         r'''    world = dist.get_world_size(group)
     x = tensor.detach().movedim(dim, 0).contiguous()
     out = x.new_empty((world * x.shape[0], *x.shape[1:]))
     dist.all_gather_into_tensor(out, x, group=group)
     return out.movedim(0, dim).contiguous()
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    return RotationHandle(works, received, sent)
+EDITS = {
+    "rotate_async": [
+        (r'''    return RotationHandle(works, received, sent)
 ''',
-     r'''    for w in works:
+         r'''    for w in works:
         w.wait()
     return RotationHandle([], received, sent)  # already complete
 '''),
-]
+    ],
+}

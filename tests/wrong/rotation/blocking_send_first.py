@@ -10,12 +10,14 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
+EDITS = {
+    "rotate_async": [
+        (r'''    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
                                     dist.P2POp(dist.irecv, received, src, group)])
 ''',
-     r'''    dist.send(sent, dst, group)
+         r'''    dist.send(sent, dst, group)
     dist.recv(received, src, group)
     works = []
 '''),
-]
+    ],
+}

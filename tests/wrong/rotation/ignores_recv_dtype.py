@@ -9,9 +9,11 @@ ONLY: rotate_uneven
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''                           dtype=recv_dtype or tensor.dtype, device=tensor.device)
+EDITS = {
+    "rotate_async": [
+        (r'''                           dtype=recv_dtype or tensor.dtype, device=tensor.device)
 ''',
-     r'''                           dtype=tensor.dtype, device=tensor.device)
+         r'''                           dtype=tensor.dtype, device=tensor.device)
 '''),
-]
+    ],
+}

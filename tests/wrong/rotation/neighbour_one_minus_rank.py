@@ -9,11 +9,13 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    step = 1 if direction == "clockwise" else -1
+EDITS = {
+    "ring_peers": [
+        (r'''    step = 1 if direction == "clockwise" else -1
     return _global_rank(group, (rank + step) % world), _global_rank(group, (rank - step) % world)
 ''',
-     r'''    peer = 1 - rank  # the other rank
+         r'''    peer = 1 - rank  # the other rank
     return _global_rank(group, peer), _global_rank(group, peer)
 '''),
-]
+    ],
+}

@@ -8,11 +8,13 @@ ONLY: ring_peers subgroup
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''def _global_rank(group, group_rank):
+EDITS = {
+    "_global_rank": [
+        (r'''def _global_rank(group, group_rank):
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 ''',
-     r'''def _global_rank(group, group_rank):
+         r'''def _global_rank(group, group_rank):
     return group_rank if group is None else dist.get_global_rank(group, 0) + group_rank
 '''),
-]
+    ],
+}

@@ -6,12 +6,21 @@ CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate
 """
-REPLACE = [
-    ("""import torch\n""", """import math\nimport torch\n"""),
-    ("""    received = torch.empty(tuple(tensor.shape) if recv_shape is None else tuple(recv_shape),
-                           dtype=recv_dtype or tensor.dtype, device=tensor.device)""",
-     """    shape = tuple(tensor.shape) if recv_shape is None else tuple(recv_shape)
+EDITS = {
+    "rotate_async": [
+        (r'''    received = torch.empty(tuple(tensor.shape) if recv_shape is None else tuple(recv_shape),
+                           dtype=recv_dtype or tensor.dtype, device=tensor.device)''',
+         r'''    shape = tuple(tensor.shape) if recv_shape is None else tuple(recv_shape)
     dtype = recv_dtype or tensor.dtype
     received = torch.frombuffer(bytearray(max(1, math.prod(shape)) * dtype.itemsize),
-                                dtype=dtype)[:math.prod(shape)].view(shape)"""),
+                                dtype=dtype)[:math.prod(shape)].view(shape)'''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
+    (r'''import torch
+''',
+     r'''import math
+import torch
+'''),
 ]

@@ -8,16 +8,21 @@ ONLY: rotate
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    received = torch.empty(tuple(tensor.shape) if recv_shape is None else tuple(recv_shape),
+EDITS = {
+    "rotate_async": [
+        (r'''    received = torch.empty(tuple(tensor.shape) if recv_shape is None else tuple(recv_shape),
                            dtype=recv_dtype or tensor.dtype, device=tensor.device)
 ''',
-     r'''    shape = tuple(tensor.shape) if recv_shape is None else tuple(recv_shape)
+         r'''    shape = tuple(tensor.shape) if recv_shape is None else tuple(recv_shape)
     key = (shape, recv_dtype or tensor.dtype, tensor.device)
     received = _RECEIVE_BUFFERS.get(key)
     if received is None:
         received = _RECEIVE_BUFFERS[key] = torch.empty(shape, dtype=key[1], device=key[2])
 '''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
     (r'''DIRECTIONS = ("clockwise", "counterclockwise")
 ''',
      r'''DIRECTIONS = ("clockwise", "counterclockwise")

@@ -7,7 +7,9 @@ WORLD_SIZES: 2
 ONLY: rotate
 RULE: Device
 """
-REPLACE = [
-    ("""                           dtype=recv_dtype or tensor.dtype, device=tensor.device)""",
-     """                           dtype=recv_dtype or tensor.dtype)"""),
-]
+EDITS = {
+    "rotate_async": [
+        (r'''                           dtype=recv_dtype or tensor.dtype, device=tensor.device)''',
+         r'''                           dtype=recv_dtype or tensor.dtype)'''),
+    ],
+}

@@ -10,9 +10,11 @@ ONLY: rotate
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank - step) % world)
+EDITS = {
+    "ring_peers": [
+        (r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank - step) % world)
 ''',
-     r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank + step) % world)
+         r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank + step) % world)
 '''),
-]
+    ],
+}

@@ -9,13 +9,15 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    partial = chunks[(rank - 1) % world].clone()
+EDITS = {
+    "ring_reduce_scatter": [
+        (r'''    partial = chunks[(rank - 1) % world].clone()
 ''',
-     r'''    partial = chunks[rank].clone()
+         r'''    partial = chunks[rank].clone()
 '''),
-    (r'''        partial = rotate(partial, "clockwise", group) + chunks[(rank - 1 - k) % world]
+        (r'''        partial = rotate(partial, "clockwise", group) + chunks[(rank - 1 - k) % world]
 ''',
-     r'''        partial = rotate(partial, "clockwise", group) + chunks[(rank - k) % world]
+         r'''        partial = rotate(partial, "clockwise", group) + chunks[(rank - k) % world]
 '''),
-]
+    ],
+}

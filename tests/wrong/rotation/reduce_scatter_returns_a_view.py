@@ -9,9 +9,11 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    partial = chunks[(rank - 1) % world].clone()
+EDITS = {
+    "ring_reduce_scatter": [
+        (r'''    partial = chunks[(rank - 1) % world].clone()
 ''',
-     r'''    partial = chunks[(rank - 1) % world]
+         r'''    partial = chunks[(rank - 1) % world]
 '''),
-]
+    ],
+}

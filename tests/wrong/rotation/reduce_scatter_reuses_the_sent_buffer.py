@@ -10,13 +10,15 @@ ONLY: ring_reduce_scatter
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    for k in range(1, world):
+EDITS = {
+    "ring_reduce_scatter": [
+        (r'''    for k in range(1, world):
         partial = rotate(partial, "clockwise", group) + chunks[(rank - 1 - k) % world]
 ''',
-     r'''    for k in range(1, world):
+         r'''    for k in range(1, world):
         handle = rotate_async(partial, "clockwise", group)
         partial.copy_(chunks[(rank - 1 - k) % world])       # my next chunk, in the same buffer
         partial += handle.wait()
 '''),
-]
+    ],
+}

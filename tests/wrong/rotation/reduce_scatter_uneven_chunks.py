@@ -10,10 +10,12 @@ RULE: Raises
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    if tensor.shape[dim] % world:
+EDITS = {
+    "ring_reduce_scatter": [
+        (r'''    if tensor.shape[dim] % world:
         raise ValueError(f"ring_reduce_scatter: size {tensor.shape[dim]} of dim {dim} is not "
                          f"divisible by the group size {world}")
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -9,9 +9,11 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank - step) % world)
+EDITS = {
+    "ring_peers": [
+        (r'''    return _global_rank(group, (rank + step) % world), _global_rank(group, (rank - step) % world)
 ''',
-     r'''    return _global_rank(group, (rank + step) % (world + 1)), _global_rank(group, (rank - step) % world)
+         r'''    return _global_rank(group, (rank + step) % (world + 1)), _global_rank(group, (rank - step) % world)
 '''),
-]
+    ],
+}

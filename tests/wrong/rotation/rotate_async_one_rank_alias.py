@@ -8,9 +8,11 @@ ONLY: rotate rotate_async
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''        return RotationHandle([], tensor.detach().clone(), None)
+EDITS = {
+    "rotate_async": [
+        (r'''        return RotationHandle([], tensor.detach().clone(), None)
 ''',
-     r'''        return RotationHandle([], tensor.detach(), None)
+         r'''        return RotationHandle([], tensor.detach(), None)
 '''),
-]
+    ],
+}

@@ -9,12 +9,14 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''                                    dist.P2POp(dist.irecv, received, src, group)])
+EDITS = {
+    "rotate_async": [
+        (r'''                                    dist.P2POp(dist.irecv, received, src, group)])
     return RotationHandle(works, received, sent)
 ''',
-     r'''                                    dist.P2POp(dist.irecv, received, src, group)])
+         r'''                                    dist.P2POp(dist.irecv, received, src, group)])
     works[0].wait()
     return RotationHandle(works, received, sent)
 '''),
-]
+    ],
+}

@@ -7,7 +7,9 @@ CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate
 """
-REPLACE = [
-    ("""    sent = tensor.detach().contiguous()  # a copy only if `tensor` was not contiguous""",
-     """    sent = tensor.detach().contiguous().cpu()"""),
-]
+EDITS = {
+    "rotate_async": [
+        (r'''    sent = tensor.detach().contiguous()  # a copy only if `tensor` was not contiguous''',
+         r'''    sent = tensor.detach().contiguous().cpu()'''),
+    ],
+}

@@ -9,9 +9,11 @@ ONLY: rotate
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    sent = tensor.detach().contiguous()  # a copy only if `tensor` was not contiguous
+EDITS = {
+    "rotate_async": [
+        (r'''    sent = tensor.detach().contiguous()  # a copy only if `tensor` was not contiguous
 ''',
-     r'''    sent = tensor.detach()
+         r'''    sent = tensor.detach()
 '''),
-]
+    ],
+}

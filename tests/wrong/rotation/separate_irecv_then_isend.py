@@ -7,8 +7,10 @@ CLASS: deadlock device
 WORLD_SIZES: 2
 ONLY: rotate
 """
-REPLACE = [
-    ("""    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
-                                    dist.P2POp(dist.irecv, received, src, group)])""",
-     """    works = [dist.irecv(received, src=src, group=group), dist.isend(sent, dst=dst, group=group)]"""),
-]
+EDITS = {
+    "rotate_async": [
+        (r'''    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
+                                    dist.P2POp(dist.irecv, received, src, group)])''',
+         r'''    works = [dist.irecv(received, src=src, group=group), dist.isend(sent, dst=dst, group=group)]'''),
+    ],
+}

@@ -9,9 +9,11 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    step = 1 if direction == "clockwise" else -1
+EDITS = {
+    "ring_peers": [
+        (r'''    step = 1 if direction == "clockwise" else -1
 ''',
-     r'''    step = -1 if direction == "clockwise" else 1
+         r'''    step = -1 if direction == "clockwise" else 1
 '''),
-]
+    ],
+}

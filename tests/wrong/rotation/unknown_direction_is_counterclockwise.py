@@ -8,9 +8,11 @@ ONLY: bad_direction
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    if direction not in DIRECTIONS:
+EDITS = {
+    "ring_peers": [
+        (r'''    if direction not in DIRECTIONS:
         raise ValueError(f"direction must be 'clockwise' or 'counterclockwise', got {direction!r}")
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

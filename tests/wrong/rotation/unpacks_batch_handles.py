@@ -7,11 +7,13 @@ CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate
 """
-REPLACE = [
-    ("""    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
+EDITS = {
+    "rotate_async": [
+        (r'''    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
                                     dist.P2POp(dist.irecv, received, src, group)])
-    return RotationHandle(works, received, sent)""",
-     """    send_work, recv_work = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
+    return RotationHandle(works, received, sent)''',
+         r'''    send_work, recv_work = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
                                                    dist.P2POp(dist.irecv, received, src, group)])
-    return RotationHandle([send_work, recv_work], received, sent)"""),
-]
+    return RotationHandle([send_work, recv_work], received, sent)'''),
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/rotation.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    (r'''    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+EDITS = {
+    "_global_rank": [
+        (r'''    return group_rank if group is None else dist.get_global_rank(group, group_rank)
 ''',
-     r'''    return group_rank
+         r'''    return group_rank
 '''),
-]
+    ],
+}

@@ -15,14 +15,18 @@ RULE: Wait on every work
 """
 
 # The bug, as edits of the reference solution (solutions/rotation.py):
-REPLACE = [
-    ("""    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
-                                    dist.P2POp(dist.irecv, received, src, group)])""",
-     """    works = [dist.irecv(received, src=src, group=group), dist.isend(sent, dst=dst, group=group)]"""),
-    (r'''        for w in self._works:
+EDITS = {
+    "rotate_async": [
+        (r'''    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, dst, group),
+                                    dist.P2POp(dist.irecv, received, src, group)])''',
+         r'''    works = [dist.irecv(received, src=src, group=group), dist.isend(sent, dst=dst, group=group)]'''),
+    ],
+    "RotationHandle.wait": [
+        (r'''        for w in self._works:
             w.wait()
 ''',
-     r'''        if self._works:
+         r'''        if self._works:
             self._works[0].wait()   # the receive: that is the data we need
 '''),
-]
+    ],
+}

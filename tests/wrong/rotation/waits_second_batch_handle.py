@@ -7,12 +7,14 @@ CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate
 """
-REPLACE = [
-    ("""        for w in self._works:
+EDITS = {
+    "RotationHandle.wait": [
+        (r'''        for w in self._works:
             w.wait()
-        self._works, self._sent = [], None""",
-     """        if self._works:
+        self._works, self._sent = [], None''',
+         r'''        if self._works:
             self._works[0].wait()   # the send
             self._works[1].wait()   # the receive
-        self._works, self._sent = [], None"""),
-]
+        self._works, self._sent = [], None'''),
+    ],
+}

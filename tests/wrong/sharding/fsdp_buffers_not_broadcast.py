@@ -9,9 +9,11 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            for t in list(module.parameters()) + list(module.buffers()):
+EDITS = {
+    "FullyShardedDataParallel.__init__": [
+        (r'''            for t in list(module.parameters()) + list(module.buffers()):
 ''',
-     r'''            for t in module.parameters():
+         r'''            for t in module.parameters():
 '''),
-]
+    ],
+}

@@ -9,14 +9,16 @@ ONLY: FullyShardedDataParallel_accumulated
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    def _before_forward(self, module, args):
+EDITS = {
+    "_Unit._before_forward": [
+        (r'''    def _before_forward(self, module, args):
         self.wait_gathered()''',
-     r'''    def _before_forward(self, module, args):
+         r'''    def _before_forward(self, module, args):
         if self.handle is None and not self.ready:
             self.full = self.shard.new_empty(self.shard.numel() * self.owner.world)
             self.full.untyped_storage().resize_(0)
             self.full.requires_grad_(True)
             self.full.register_post_accumulate_grad_hook(self._after_backward)
         self.wait_gathered()'''),
-]
+    ],
+}

@@ -8,9 +8,11 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.handle = dist.all_gather_into_tensor(self.full.data, self.shard.detach(),
+EDITS = {
+    "_Unit.post_gather": [
+        (r'''        self.handle = dist.all_gather_into_tensor(self.full.data, self.shard.detach(),
 ''',
-     r'''        self.handle = dist.all_gather_into_tensor(self.full, self.shard.detach(),
+         r'''        self.handle = dist.all_gather_into_tensor(self.full, self.shard.detach(),
 '''),
-]
+    ],
+}

@@ -9,12 +9,14 @@ RULE: Accumulation
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        if self.shard.grad is None:
+EDITS = {
+    "_Unit._after_backward": [
+        (r'''        if self.shard.grad is None:
             self.shard.grad = grad
         else:
             self.shard.grad += grad
 ''',
-     r'''        self.shard.grad = grad                 # this backward's gradient
+         r'''        self.shard.grad = grad                 # this backward's gradient
 '''),
-]
+    ],
+}

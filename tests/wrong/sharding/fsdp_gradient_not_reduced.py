@@ -8,12 +8,14 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        grad = self.shard.new_empty(self.shard.numel())
+EDITS = {
+    "_Unit._after_backward": [
+        (r'''        grad = self.shard.new_empty(self.shard.numel())
         dist.reduce_scatter_tensor(grad, full.grad, group=self.owner.group)
         grad.div_(self.owner.world)
 ''',
-     r'''        size = self.shard.numel()
+         r'''        size = self.shard.numel()
         grad = full.grad[self.owner.rank * size:(self.owner.rank + 1) * size].clone()
 '''),
-]
+    ],
+}

@@ -9,19 +9,23 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.full.requires_grad_(True)
+EDITS = {
+    "_Unit.__init__": [
+        (r'''        self.full.requires_grad_(True)
         self.full.register_post_accumulate_grad_hook(self._after_backward)
 ''',
-     r'''        self.full.register_post_accumulate_grad_hook(self._after_backward)
+         r'''        self.full.register_post_accumulate_grad_hook(self._after_backward)
 '''),
-    (r'''        nxt = self._neighbour(+1)
+    ],
+    "_Unit._before_forward": [
+        (r'''        nxt = self._neighbour(+1)
         if nxt is not None:
             nxt.post_gather()                            # prefetch: travels while we compute
 ''',
-     r'''        nxt = self._neighbour(+1)
+         r'''        nxt = self._neighbour(+1)
         if nxt is not None:
             nxt.post_gather()                            # prefetch: travels while we compute
         self.full.requires_grad_(True)
 '''),
-]
+    ],
+}

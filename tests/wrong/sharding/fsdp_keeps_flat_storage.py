@@ -9,10 +9,12 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.numel = flat.numel()
+EDITS = {
+    "_Unit.__init__": [
+        (r'''        self.numel = flat.numel()
 ''',
-     r'''        self.numel = flat.numel()
+         r'''        self.numel = flat.numel()
         self.restore = (lambda kept: (lambda: kept))(flat.untyped_storage())
 '''),
-]
+    ],
+}

@@ -8,10 +8,12 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            self.shard.grad += grad
+EDITS = {
+    "_Unit._after_backward": [
+        (r'''            self.shard.grad += grad
         full.grad = None
 ''',
-     r'''            self.shard.grad += grad
+         r'''            self.shard.grad += grad
 '''),
-]
+    ],
+}

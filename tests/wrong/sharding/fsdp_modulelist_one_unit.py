@@ -9,11 +9,13 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        if isinstance(child, (nn.ModuleList, nn.Sequential)):
+EDITS = {
+    "units_of": [
+        (r'''        if isinstance(child, (nn.ModuleList, nn.Sequential)):
             found += units_of(child, f"{prefix}{name}.")
         elif any(True for _ in child.parameters()):
 ''',
-     r'''        if any(True for _ in child.parameters()):
+         r'''        if any(True for _ in child.parameters()):
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    def _after_forward(self, module, args, output):
+EDITS = {
+    "_Unit._after_forward": [
+        (r'''    def _after_forward(self, module, args, output):
         self.free()
 ''',
-     r'''    def _after_forward(self, module, args, output):
+         r'''    def _after_forward(self, module, args, output):
         pass
 '''),
-]
+    ],
+}

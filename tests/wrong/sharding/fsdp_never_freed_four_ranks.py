@@ -11,11 +11,13 @@ ONLY: FullyShardedDataParallel
 # The bug, as edits of the reference solution (solutions/sharding.py): as the student wrote
 # it, the forward hook does nothing; the backward pre-hook's gather is skipped for a unit that
 # is still gathered (the reference's `ready`).
-REPLACE = [
-    (r'''    def _after_forward(self, module, args, output):
+EDITS = {
+    "_Unit._after_forward": [
+        (r'''    def _after_forward(self, module, args, output):
         self.free()
 ''',
-     r'''    def _after_forward(self, module, args, output):
+         r'''    def _after_forward(self, module, args, output):
         pass
 '''),
-]
+    ],
+}

@@ -9,8 +9,10 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        module.register_full_backward_pre_hook(self._before_backward)
+EDITS = {
+    "_Unit.__init__": [
+        (r'''        module.register_full_backward_pre_hook(self._before_backward)
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

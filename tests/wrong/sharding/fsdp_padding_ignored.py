@@ -9,10 +9,12 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.shard = nn.Parameter(own_chunk(flat, rank, world))
+EDITS = {
+    "_Unit.__init__": [
+        (r'''        self.shard = nn.Parameter(own_chunk(flat, rank, world))
 ''',
-     r'''        size = flat.numel() // world
+         r'''        size = flat.numel() // world
         self.shard = nn.Parameter(flat[rank * size:(rank + 1) * size].clone())
 '''),
-]
+    ],
+}

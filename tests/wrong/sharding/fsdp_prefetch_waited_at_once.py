@@ -9,9 +9,11 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            nxt.post_gather()                            # prefetch: travels while we compute
+EDITS = {
+    "_Unit._before_forward": [
+        (r'''            nxt.post_gather()                            # prefetch: travels while we compute
 ''',
-     r'''            nxt.wait_gathered()
+         r'''            nxt.wait_gathered()
 '''),
-]
+    ],
+}

@@ -9,11 +9,13 @@ ONLY: FullyShardedDataParallel_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.module, self.group = module, group
+EDITS = {
+    "FullyShardedDataParallel.__init__": [
+        (r'''        self.module, self.group = module, group
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
 ''',
-     r'''        self.module, self.group = module, group
+         r'''        self.module, self.group = module, group
         self.world, self.rank = dist.get_world_size(group), dist.get_rank()
 '''),
-]
+    ],
+}

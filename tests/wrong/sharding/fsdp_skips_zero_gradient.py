@@ -8,15 +8,17 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    def _after_backward(self, full):
+EDITS = {
+    "_Unit._after_backward": [
+        (r'''    def _after_backward(self, full):
         grad = self.shard.new_empty(self.shard.numel())
 ''',
-     r'''    def _after_backward(self, full):
+         r'''    def _after_backward(self, full):
         if not full.grad.any():              # a zero gradient adds nothing to the sum
             full.grad = None
             self.free()
             return
         grad = self.shard.new_empty(self.shard.numel())
 '''),
-]
+    ],
+}

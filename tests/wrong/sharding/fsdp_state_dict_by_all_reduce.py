@@ -7,12 +7,14 @@ CLASS: traffic
 WORLD_SIZES: 2
 ONLY: FullyShardedDataParallel
 """
-REPLACE = [
-    ("""            full = unit.shard.new_empty(unit.shard.numel() * self.world)
-            dist.all_gather_into_tensor(full, unit.shard.detach(), group=self.group)""",
-     """            n = unit.shard.numel()
+EDITS = {
+    "FullyShardedDataParallel.full_state_dict": [
+        (r'''            full = unit.shard.new_empty(unit.shard.numel() * self.world)
+            dist.all_gather_into_tensor(full, unit.shard.detach(), group=self.group)''',
+         r'''            n = unit.shard.numel()
             full = unit.shard.new_zeros(n * self.world)
             mine = dist.get_rank(self.group)
             full[mine * n:(mine + 1) * n] = unit.shard.detach()
-            dist.all_reduce(full, group=self.group)"""),
-]
+            dist.all_reduce(full, group=self.group)'''),
+    ],
+}

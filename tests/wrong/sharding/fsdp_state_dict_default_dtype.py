@@ -9,10 +9,12 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''                state[f"{unit.name}.{qualified}"] = piece.view(shape).clone()
+EDITS = {
+    "FullyShardedDataParallel.full_state_dict": [
+        (r'''                state[f"{unit.name}.{qualified}"] = piece.view(shape).clone()
 ''',
-     r'''                state[f"{unit.name}.{qualified}"] = torch.empty(
+         r'''                state[f"{unit.name}.{qualified}"] = torch.empty(
                     shape, device=piece.device).copy_(piece.view(shape))
 '''),
-]
+    ],
+}

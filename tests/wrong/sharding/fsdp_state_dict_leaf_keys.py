@@ -9,11 +9,13 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            for (qualified, _, _, shape), piece in zip(unit.slots, unit.pieces(full)):
+EDITS = {
+    "FullyShardedDataParallel.full_state_dict": [
+        (r'''            for (qualified, _, _, shape), piece in zip(unit.slots, unit.pieces(full)):
                 state[f"{unit.name}.{qualified}"] = piece.view(shape).clone()
 ''',
-     r'''            for (_, _, leaf, shape), piece in zip(unit.slots, unit.pieces(full)):
+         r'''            for (_, _, leaf, shape), piece in zip(unit.slots, unit.pieces(full)):
                 state[f"{unit.name}.{leaf}"] = piece.view(shape).clone()
 '''),
-]
+    ],
+}

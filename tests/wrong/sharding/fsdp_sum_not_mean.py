@@ -8,10 +8,12 @@ ONLY: FullyShardedDataParallel
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        dist.reduce_scatter_tensor(grad, full.grad, group=self.owner.group)
+EDITS = {
+    "_Unit._after_backward": [
+        (r'''        dist.reduce_scatter_tensor(grad, full.grad, group=self.owner.group)
         grad.div_(self.owner.world)
 ''',
-     r'''        dist.reduce_scatter_tensor(grad, full.grad, group=self.owner.group)
+         r'''        dist.reduce_scatter_tensor(grad, full.grad, group=self.owner.group)
 '''),
-]
+    ],
+}

@@ -10,15 +10,17 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            grad = shard.new_empty(shard.numel())
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            grad = shard.new_empty(shard.numel())
             dist.reduce_scatter_tensor(grad, padded(p.grad.reshape(-1), self.world),
                                        group=self.group)
             shard.grad = grad.div_(self.world)
 ''',
-     r'''            total = padded(p.grad.reshape(-1), self.world).clone()
+         r'''            total = padded(p.grad.reshape(-1), self.world).clone()
             dist.all_reduce(total, group=self.group)
             size = shard.numel()
             shard.grad = total[self.rank * size:(self.rank + 1) * size].div(self.world)
 '''),
-]
+    ],
+}

@@ -8,9 +8,11 @@ ONLY: ShardedOptimizer_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    return dist.get_global_rank(group, 0) if group is not None else 0
+EDITS = {
+    "source": [
+        (r'''    return dist.get_global_rank(group, 0) if group is not None else 0
 ''',
-     r'''    return 0
+         r'''    return 0
 '''),
-]
+    ],
+}

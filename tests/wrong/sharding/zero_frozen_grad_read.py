@@ -8,12 +8,14 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            if p.grad is None:
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            if p.grad is None:
                 shard.grad = None
                 continue
             grad = shard.new_empty(shard.numel())
 ''',
-     r'''            grad = shard.new_empty(shard.numel())
+         r'''            grad = shard.new_empty(shard.numel())
 '''),
-]
+    ],
+}

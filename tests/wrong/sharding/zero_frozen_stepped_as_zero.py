@@ -9,15 +9,17 @@ ONLY: ShardedOptimizer ShardedOptimizer_weight_decay
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py), as the student wrote it:
-REPLACE = [
-    (r'''            if p.grad is None:
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            if p.grad is None:
                 shard.grad = None
                 continue
             grad = shard.new_empty(shard.numel())
             dist.reduce_scatter_tensor(grad, padded(p.grad.reshape(-1), self.world),
 ''',
-     r'''            given = p.grad if p.grad is not None else torch.zeros_like(p)
+         r'''            given = p.grad if p.grad is not None else torch.zeros_like(p)
             grad = shard.new_empty(shard.numel())
             dist.reduce_scatter_tensor(grad, padded(given.reshape(-1), self.world),
 '''),
-]
+    ],
+}

@@ -10,18 +10,21 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
+EDITS = {
+    "ShardedOptimizer.__init__": [
+        (r'''        self.optimizer = optimizer_cls(self.shards, **optimizer_kwargs)
 ''',
-     r'''        self.optimizer = optimizer_cls(self.params, **optimizer_kwargs)
+         r'''        self.optimizer = optimizer_cls(self.params, **optimizer_kwargs)
 '''),
-    (r'''        self.optimizer.step()
+    ],
+    "ShardedOptimizer.step": [
+        (r'''        self.optimizer.step()
         for p, shard in zip(self.params, self.shards):
             full = shard.new_empty(shard.numel() * self.world)
             dist.all_gather_into_tensor(full, shard.detach(), group=self.group)
             p.copy_(full[:p.numel()].view_as(p))
 ''',
-     r'''        for p, shard in zip(self.params, self.shards):
+         r'''        for p, shard in zip(self.params, self.shards):
             if shard.grad is None:                  # frozen: no gradient
                 continue
             full = shard.new_empty(shard.numel() * self.world)
@@ -29,4 +32,5 @@ REPLACE = [
             p.grad.copy_(full[:p.numel()].view_as(p))
         self.optimizer.step()
 '''),
-]
+    ],
+}

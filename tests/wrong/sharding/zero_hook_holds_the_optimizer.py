@@ -13,9 +13,15 @@ ONLY: ShardedOptimizer
 import runpy
 from pathlib import Path
 
-_HOOKS = (Path(__file__).resolve().parents[2] / "correct" / "sharding"
-          / "zero_reduce_scatter_in_hooks.py")
-REPLACE = [(old, new.replace("_reducer(weakref.ref(self), i)", "_reducer(self, i)")
+_HOOKS = runpy.run_path(str(Path(__file__).resolve().parents[2] / "correct" / "sharding"
+                            / "zero_reduce_scatter_in_hooks.py"))
+
+
+def _strong(new):
+    return (new.replace("_reducer(weakref.ref(self), i)", "_reducer(self, i)")
             .replace("def _reducer(ref, i):", "def _reducer(opt, i):")
             .replace("        opt = ref()\n", ""))
-           for old, new in runpy.run_path(str(_HOOKS))["REPLACE"]]
+
+
+EDITS = {key: [(old, _strong(new)) for old, new in pairs] for key, pairs in _HOOKS["EDITS"].items()}
+REPLACE = [(old, _strong(new)) for old, new in _HOOKS.get("REPLACE", [])]

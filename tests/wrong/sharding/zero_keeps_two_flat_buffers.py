@@ -9,23 +9,25 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            grad = shard.new_empty(shard.numel())
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            grad = shard.new_empty(shard.numel())
             dist.reduce_scatter_tensor(grad, padded(p.grad.reshape(-1), self.world),
                                        group=self.group)
 ''',
-     r'''            grad = shard.new_empty(shard.numel())
+         r'''            grad = shard.new_empty(shard.numel())
             self.__dict__.setdefault("sent", {})[id(p)] = padded(p.grad.reshape(-1),
                                                                   self.world).clone()
             dist.reduce_scatter_tensor(grad, self.sent[id(p)], group=self.group)
 '''),
-    (r'''            full = shard.new_empty(shard.numel() * self.world)
+        (r'''            full = shard.new_empty(shard.numel() * self.world)
             dist.all_gather_into_tensor(full, shard.detach(), group=self.group)
             p.copy_(full[:p.numel()].view_as(p))
 ''',
-     r'''            full = self.__dict__.setdefault("gathered", {}).setdefault(
+         r'''            full = self.__dict__.setdefault("gathered", {}).setdefault(
                 id(p), shard.new_empty(shard.numel() * self.world))
             dist.all_gather_into_tensor(full, shard.detach(), group=self.group)
             p.copy_(full[:p.numel()].view_as(p))
 '''),
-]
+    ],
+}

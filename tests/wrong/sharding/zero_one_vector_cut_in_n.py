@@ -9,14 +9,17 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)
+EDITS = {
+    "ShardedOptimizer.__init__": [
+        (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)
                        .requires_grad_(p.requires_grad) for p in self.params]
 ''',
-     r'''        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
+         r'''        flat = torch.cat([p.detach().reshape(-1) for p in self.params])
         self.shards = [own_chunk(flat, self.rank, self.world).requires_grad_(True)]
 '''),
-    (r'''        for p, shard in zip(self.params, self.shards):
+    ],
+    "ShardedOptimizer.step": [
+        (r'''        for p, shard in zip(self.params, self.shards):
             if p.grad is None:
                 shard.grad = None
                 continue
@@ -30,7 +33,7 @@ REPLACE = [
             dist.all_gather_into_tensor(full, shard.detach(), group=self.group)
             p.copy_(full[:p.numel()].view_as(p))
 ''',
-     r'''        shard = self.shards[0]
+         r'''        shard = self.shards[0]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         grad = shard.new_empty(shard.numel())
         dist.reduce_scatter_tensor(grad, padded(torch.cat([g.reshape(-1) for g in grads]),
@@ -44,4 +47,5 @@ REPLACE = [
             if p.grad is not None:
                 p.copy_(part.view_as(p))
 '''),
-]
+    ],
+}

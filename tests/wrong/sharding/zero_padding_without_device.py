@@ -10,9 +10,11 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    return F.pad(flat, (0, extra)) if extra else flat
+EDITS = {
+    "padded": [
+        (r'''    return F.pad(flat, (0, extra)) if extra else flat
 ''',
-     r'''    return torch.cat([flat, torch.zeros(extra, dtype=flat.dtype)]) if extra else flat
+         r'''    return torch.cat([flat, torch.zeros(extra, dtype=flat.dtype)]) if extra else flat
 '''),
-]
+    ],
+}

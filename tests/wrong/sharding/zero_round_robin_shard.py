@@ -10,21 +10,25 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)
+EDITS = {
+    "ShardedOptimizer.__init__": [
+        (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)
                        .requires_grad_(p.requires_grad) for p in self.params]
 ''',
-     r'''        self.shards = [padded(p.detach().reshape(-1), self.world)[self.rank::self.world]
+         r'''        self.shards = [padded(p.detach().reshape(-1), self.world)[self.rank::self.world]
                        .clone().requires_grad_(p.requires_grad) for p in self.params]
 '''),
-    (r'''            dist.reduce_scatter_tensor(grad, padded(p.grad.reshape(-1), self.world),
+    ],
+    "ShardedOptimizer.step": [
+        (r'''            dist.reduce_scatter_tensor(grad, padded(p.grad.reshape(-1), self.world),
                                        group=self.group)
 ''',
-     r'''            dealt = padded(p.grad.reshape(-1), self.world).view(-1, self.world).t()
+         r'''            dealt = padded(p.grad.reshape(-1), self.world).view(-1, self.world).t()
             dist.reduce_scatter_tensor(grad, dealt.contiguous().view(-1), group=self.group)
 '''),
-    (r'''            p.copy_(full[:p.numel()].view_as(p))
+        (r'''            p.copy_(full[:p.numel()].view_as(p))
 ''',
-     r'''            p.copy_(full.view(self.world, -1).t().reshape(-1)[:p.numel()].view_as(p))
+         r'''            p.copy_(full.view(self.world, -1).t().reshape(-1)[:p.numel()].view_as(p))
 '''),
-]
+    ],
+}

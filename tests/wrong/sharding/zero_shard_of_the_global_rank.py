@@ -8,7 +8,9 @@ ONLY: ShardedOptimizer_subgroups
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)''',
-     r'''        self.shards = [own_chunk(p.detach().reshape(-1), dist.get_rank(), self.world)'''),
-]
+EDITS = {
+    "ShardedOptimizer.__init__": [
+        (r'''        self.shards = [own_chunk(p.detach().reshape(-1), self.rank, self.world)''',
+         r'''        self.shards = [own_chunk(p.detach().reshape(-1), dist.get_rank(), self.world)'''),
+    ],
+}

@@ -8,9 +8,11 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''    return -(-numel // world_size)
+EDITS = {
+    "shard_size": [
+        (r'''    return -(-numel // world_size)
 ''',
-     r'''    return max(numel // world_size, 1)
+         r'''    return max(numel // world_size, 1)
 '''),
-]
+    ],
+}

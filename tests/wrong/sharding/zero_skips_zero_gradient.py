@@ -8,13 +8,15 @@ ONLY: ShardedOptimizer
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            if p.grad is None:
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            if p.grad is None:
                 shard.grad = None
                 continue
 ''',
-     r'''            if p.grad is None or not p.grad.any():     # nothing to add to the sum
+         r'''            if p.grad is None or not p.grad.any():     # nothing to add to the sum
                 shard.grad = None
                 continue
 '''),
-]
+    ],
+}

@@ -8,9 +8,11 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/sharding.py):
-REPLACE = [
-    (r'''            shard.grad = grad.div_(self.world)
+EDITS = {
+    "ShardedOptimizer.step": [
+        (r'''            shard.grad = grad.div_(self.world)
 ''',
-     r'''            shard.grad = grad
+         r'''            shard.grad = grad
 '''),
-]
+    ],
+}

@@ -10,10 +10,12 @@ A wrong implementation: solutions/tensor_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        self.local_heads = _divide(name, "num_heads", num_heads, self.tp_size)
+EDITS = {
+    "ParallelSelfAttention.__init__": [
+        (r'''        self.local_heads = _divide(name, "num_heads", num_heads, self.tp_size)
 ''',
-     r'''        _divide(name, "num_heads", num_heads, self.tp_size)
+         r'''        _divide(name, "num_heads", num_heads, self.tp_size)
         self.local_heads = num_heads
 '''),
-]
+    ],
+}

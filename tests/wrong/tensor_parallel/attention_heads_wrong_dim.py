@@ -9,6 +9,15 @@ ONLY: ParallelSelfAttention
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
+EDITS = {
+    "ParallelSelfAttention.forward": [
+        (r'''        y = comm.all_reduce(attention_forward(x, shard), self.group)   # sum over all heads
+''',
+         r'''        y = comm.all_reduce(_local_attention(x, shard), self.group)
+'''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
 REPLACE = [
     (r'''
 def _is_causal_mask(mask, seq):
@@ -34,9 +43,5 @@ def _local_attention(x, w):
 
 
 def _is_causal_mask(mask, seq):
-'''),
-    (r'''        y = comm.all_reduce(attention_forward(x, shard), self.group)   # sum over all heads
-''',
-     r'''        y = comm.all_reduce(_local_attention(x, shard), self.group)
 '''),
 ]

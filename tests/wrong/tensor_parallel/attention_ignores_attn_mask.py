@@ -9,11 +9,13 @@ ONLY: ParallelSelfAttention_from_MultiheadAttention
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        if attn_mask is not None:
+EDITS = {
+    "ParallelSelfAttention.forward": [
+        (r'''        if attn_mask is not None:
             if not _is_causal_mask(attn_mask, x.shape[1]):
                 raise NotImplementedError("ParallelSelfAttention: only the causal attn_mask is supported")
             masked = True
 ''',
-     r''''''),
-]
+         r''''''),
+    ],
+}

@@ -10,12 +10,14 @@ ONLY: ColumnParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''    def forward(self, x):
+EDITS = {
+    "ColumnParallelLinear.forward": [
+        (r'''    def forward(self, x):
         x = comm.duplicate(x, self.group)
         y = F.linear(x, self.weight, self.bias)
 ''',
-     r'''    def forward(self, x):
+         r'''    def forward(self, x):
         y = F.linear(x, self.weight, self.bias)
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ A wrong implementation: solutions/tensor_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return comm.all_gather(local, dim=-1, group=self.group)
+EDITS = {
+    "ParallelEmbedding.forward": [
+        (r'''        return comm.all_gather(local, dim=-1, group=self.group)
 ''',
-     r'''        return comm.all_gather(local, dim=-1)
+         r'''        return comm.all_gather(local, dim=-1)
 '''),
-]
+    ],
+}

@@ -7,9 +7,11 @@ ONLY: ParallelEmbedding_padding_idx
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        local = F.embedding(ids, self.weight, self.padding_idx)
+EDITS = {
+    "ParallelEmbedding.forward": [
+        (r'''        local = F.embedding(ids, self.weight, self.padding_idx)
 ''',
-     r'''        local = F.embedding(ids, self.weight)
+         r'''        local = F.embedding(ids, self.weight)
 '''),
-]
+    ],
+}

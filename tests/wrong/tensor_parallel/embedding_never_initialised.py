@@ -8,9 +8,11 @@ HIDDEN: yes
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        self.weight = nn.Parameter(torch.randn(num_embeddings, local, device=device, dtype=dtype))
+EDITS = {
+    "ParallelEmbedding.__init__": [
+        (r'''        self.weight = nn.Parameter(torch.randn(num_embeddings, local, device=device, dtype=dtype))
         if padding_idx is not None:''',
-     r'''        self.weight = nn.Parameter(torch.empty(num_embeddings, local, device=device, dtype=dtype))
+         r'''        self.weight = nn.Parameter(torch.empty(num_embeddings, local, device=device, dtype=dtype))
         if padding_idx is not None:'''),
-]
+    ],
+}

@@ -11,17 +11,21 @@ RULE: Layout
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        local = _divide(type(self).__name__, "embedding_dim", embedding_dim, self.tp_size)
+EDITS = {
+    "ParallelEmbedding.__init__": [
+        (r'''        local = _divide(type(self).__name__, "embedding_dim", embedding_dim, self.tp_size)
 ''',
-     r'''        local = _divide(type(self).__name__, "num_embeddings", num_embeddings, self.tp_size)
+         r'''        local = _divide(type(self).__name__, "num_embeddings", num_embeddings, self.tp_size)
 '''),
-    (r'''        self.weight = nn.Parameter(torch.randn(num_embeddings, local, device=device, dtype=dtype))
+        (r'''        self.weight = nn.Parameter(torch.randn(num_embeddings, local, device=device, dtype=dtype))
 ''',
-     r'''        self.weight = nn.Parameter(torch.randn(local, embedding_dim, device=device, dtype=dtype))
+         r'''        self.weight = nn.Parameter(torch.randn(local, embedding_dim, device=device, dtype=dtype))
 '''),
-    (r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
+    ],
+    "ParallelEmbedding.from_serial": [
+        (r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
 ''',
-     r'''            layer.weight.copy_(_slice(embedding.weight, 0, layer.tp_size, layer.tp_rank))
+         r'''            layer.weight.copy_(_slice(embedding.weight, 0, layer.tp_size, layer.tp_rank))
 '''),
-]
+    ],
+}

@@ -8,11 +8,13 @@ ONLY: ParallelEmbedding_padding_idx
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
+EDITS = {
+    "ParallelEmbedding.from_serial": [
+        (r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
 ''',
-     r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
+         r'''            layer.weight.copy_(_slice(embedding.weight, 1, layer.tp_size, layer.tp_rank))
             if layer.padding_idx is not None:
                 layer.weight[layer.padding_idx].zero_()
 '''),
-]
+    ],
+}

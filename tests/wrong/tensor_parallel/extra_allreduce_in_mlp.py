@@ -11,10 +11,12 @@ RULE: Communication
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return self.fc2(self.act(self.fc1(x)))
+EDITS = {
+    "ParallelMLP.forward": [
+        (r'''        return self.fc2(self.act(self.fc1(x)))
 ''',
-     r'''        hidden = comm.all_reduce(self.act(self.fc1(x)), self.fc2.group)   # sync before fc2
+         r'''        hidden = comm.all_reduce(self.act(self.fc1(x)), self.fc2.group)   # sync before fc2
         return self.fc2(hidden)
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ ONLY: ColumnParallelLinear_gather_output
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return comm.all_gather(y, dim=-1, group=self.group) if self.gather_output else y
+EDITS = {
+    "ColumnParallelLinear.forward": [
+        (r'''        return comm.all_gather(y, dim=-1, group=self.group) if self.gather_output else y
 ''',
-     r'''        return comm.all_gather(y, dim=0, group=self.group) if self.gather_output else y
+         r'''        return comm.all_gather(y, dim=0, group=self.group) if self.gather_output else y
 '''),
-]
+    ],
+}

@@ -11,9 +11,11 @@ RULE: Group
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''    return dist.get_world_size(group), dist.get_rank(group)
+EDITS = {
+    "_tp": [
+        (r'''    return dist.get_world_size(group), dist.get_rank(group)
 ''',
-     r'''    return dist.get_world_size(group), dist.get_rank()
+         r'''    return dist.get_world_size(group), dist.get_rank()
 '''),
-]
+    ],
+}

@@ -10,11 +10,12 @@ ONLY: ParallelSelfAttention
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        w = attention_weights(module)
+EDITS = {
+    "ParallelSelfAttention.from_serial": [
+        (r'''        w = attention_weights(module)
         layer = cls(w.wq.shape[1], w.num_heads, w.bq is not None, w.causal, group,
 ''',
-     r'''        w = attention_weights(module)
+         r'''        w = attention_weights(module)
         world, _ = _tp(group)
         heads, dim = w.num_heads, w.wq.shape[1] // w.num_heads
         order = [h for r in range(world) for h in range(r, heads, world)]   # deal heads out
@@ -23,4 +24,5 @@ REPLACE = [
                        bv=rows(w.bv), wo=w.wo.reshape(-1, heads, dim)[:, order].reshape(w.wo.shape))
         layer = cls(w.wq.shape[1], w.num_heads, w.bq is not None, w.causal, group,
 '''),
-]
+    ],
+}

@@ -8,12 +8,17 @@ ONLY: ParallelEmbedding
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return _frozen_like(layer, weight=embedding.weight)
+EDITS = {
+    "ParallelEmbedding.from_serial": [
+        (r'''        return _frozen_like(layer, weight=embedding.weight)
 ''',
-     r'''        _CHECKPOINT[id(layer)] = embedding.weight.detach().clone()
+         r'''        _CHECKPOINT[id(layer)] = embedding.weight.detach().clone()
         return _frozen_like(layer, weight=embedding.weight)
 '''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
     (r'''from . import comm
 ''',
      r'''from . import comm

@@ -9,10 +9,12 @@ ONLY: ParallelEmbedding
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return _frozen_like(layer, weight=embedding.weight)
+EDITS = {
+    "ParallelEmbedding.from_serial": [
+        (r'''        return _frozen_like(layer, weight=embedding.weight)
 ''',
-     r'''        layer._serial = embedding.weight.detach().clone().untyped_storage()
+         r'''        layer._serial = embedding.weight.detach().clone().untyped_storage()
         return _frozen_like(layer, weight=embedding.weight)
 '''),
-]
+    ],
+}

@@ -8,12 +8,14 @@ RULE: Memory
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+EDITS = {
+    "ColumnParallelLinear.from_tensors": [
+        (r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
                     device=weight.device, dtype=weight.dtype)
 ''',
-     r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+         r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
                     device=weight.device, dtype=weight.dtype)
         layer.__dict__["serial"] = {"weight": weight.detach().clone()}
 '''),
-]
+    ],
+}

@@ -9,9 +9,10 @@ ONLY: ColumnParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''class ColumnParallelLinear(nn.Module):''',
-     r'''class _Linear(torch.autograd.Function):
+EDITS = {
+    "ColumnParallelLinear": [
+        (r'''class ColumnParallelLinear(nn.Module):''',
+         r'''class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias):
         _Linear.x = x
@@ -29,8 +30,9 @@ REPLACE = [
 
 
 class ColumnParallelLinear(nn.Module):'''),
-    (r'''        x = comm.duplicate(x, self.group)
+        (r'''        x = comm.duplicate(x, self.group)
         y = F.linear(x, self.weight, self.bias)''',
-     r'''        x = comm.duplicate(x, self.group)
+         r'''        x = comm.duplicate(x, self.group)
         y = _Linear.apply(x, self.weight, self.bias)'''),
-]
+    ],
+}

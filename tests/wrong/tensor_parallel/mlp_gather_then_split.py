@@ -11,13 +11,15 @@ ONLY: ParallelMLP
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        mlp.fc1 = ColumnParallelLinear.from_serial(fc1, gather_output=False, group=group)
+EDITS = {
+    "ParallelMLP.from_linears": [
+        (r'''        mlp.fc1 = ColumnParallelLinear.from_serial(fc1, gather_output=False, group=group)
 ''',
-     r'''        mlp.fc1 = ColumnParallelLinear.from_serial(fc1, gather_output=True, group=group)
+         r'''        mlp.fc1 = ColumnParallelLinear.from_serial(fc1, gather_output=True, group=group)
 '''),
-    (r'''        mlp.fc2 = RowParallelLinear.from_serial(fc2, input_is_parallel=True, group=group)
+        (r'''        mlp.fc2 = RowParallelLinear.from_serial(fc2, input_is_parallel=True, group=group)
 ''',
-     r'''        mlp.fc2 = RowParallelLinear.from_serial(fc2, input_is_parallel=False, group=group)
+         r'''        mlp.fc2 = RowParallelLinear.from_serial(fc2, input_is_parallel=False, group=group)
 '''),
-]
+    ],
+}

@@ -11,10 +11,12 @@ RULE: Replicated
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        y = comm.all_reduce(F.linear(x, self.weight), self.group)
+EDITS = {
+    "RowParallelLinear.forward": [
+        (r'''        y = comm.all_reduce(F.linear(x, self.weight), self.group)
         return y + self.bias if self.bias is not None else y
 ''',
-     r'''        return comm.all_reduce(F.linear(x, self.weight, self.bias), self.group)
+         r'''        return comm.all_reduce(F.linear(x, self.weight, self.bias), self.group)
 '''),
-]
+    ],
+}

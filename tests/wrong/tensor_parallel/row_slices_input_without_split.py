@@ -7,10 +7,12 @@ CLASS: forgotten-collective
 WORLD_SIZES: 2
 ONLY: RowParallelLinear_full_input
 """
-REPLACE = [
-    ("""        if not self.input_is_parallel:
-            x = comm.split(x, dim=-1, group=self.group)""",
-     """        if not self.input_is_parallel:
+EDITS = {
+    "RowParallelLinear.forward": [
+        (r'''        if not self.input_is_parallel:
+            x = comm.split(x, dim=-1, group=self.group)''',
+         r'''        if not self.input_is_parallel:
             size = x.shape[-1] // self.tp_size
-            x = x.narrow(-1, self.tp_rank * size, size)"""),
-]
+            x = x.narrow(-1, self.tp_rank * size, size)'''),
+    ],
+}

@@ -8,11 +8,13 @@ ONLY: RowParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''            layer.weight.copy_(_slice(weight, 1, layer.tp_size, layer.tp_rank))
+EDITS = {
+    "RowParallelLinear.from_tensors": [
+        (r'''            layer.weight.copy_(_slice(weight, 1, layer.tp_size, layer.tp_rank))
             if bias is not None:
                 layer.bias.copy_(bias.detach())''',
-     r'''            layer.weight.data = _slice(weight, 1, layer.tp_size, layer.tp_rank)
+         r'''            layer.weight.data = _slice(weight, 1, layer.tp_size, layer.tp_rank)
             if bias is not None:
                 layer.bias.copy_(bias.detach())'''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ ONLY: RowParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''    return tensor.detach().narrow(dim, rank * size, size)
+EDITS = {
+    "_slice": [
+        (r'''    return tensor.detach().narrow(dim, rank * size, size)
 ''',
-     r'''    return tensor.detach().narrow(dim, 0, size)
+         r'''    return tensor.detach().narrow(dim, 0, size)
 '''),
-]
+    ],
+}

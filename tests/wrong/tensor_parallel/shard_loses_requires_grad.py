@@ -9,9 +9,11 @@ ONLY: parallelize_transformer_bert
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        return _frozen_like(layer, weight=embedding.weight)
+EDITS = {
+    "ParallelEmbedding.from_serial": [
+        (r'''        return _frozen_like(layer, weight=embedding.weight)
 ''',
-     r'''        return layer
+         r'''        return layer
 '''),
-]
+    ],
+}

@@ -8,16 +8,18 @@ ONLY: ColumnParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        with torch.no_grad():
+EDITS = {
+    "ColumnParallelLinear.from_tensors": [
+        (r'''        with torch.no_grad():
             layer.weight.copy_(_slice(weight, 0, layer.tp_size, layer.tp_rank))
             if bias is not None:
                 layer.bias.copy_(_slice(bias, 0, layer.tp_size, layer.tp_rank))
         return _frozen_like(layer, weight=weight, bias=bias)
 ''',
-     r'''        layer.weight = nn.Parameter(_slice(weight, 0, layer.tp_size, layer.tp_rank))
+         r'''        layer.weight = nn.Parameter(_slice(weight, 0, layer.tp_size, layer.tp_rank))
         if bias is not None:
             layer.bias = nn.Parameter(_slice(bias, 0, layer.tp_size, layer.tp_rank))
         return _frozen_like(layer, weight=weight, bias=bias)
 '''),
-]
+    ],
+}

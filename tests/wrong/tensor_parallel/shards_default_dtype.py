@@ -9,13 +9,15 @@ ONLY: ColumnParallelLinear
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+EDITS = {
+    "ColumnParallelLinear.from_tensors": [
+        (r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
                     device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
             layer.weight.copy_(_slice(weight, 0, layer.tp_size, layer.tp_rank))''',
-     r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+         r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
                     device=weight.device)
         with torch.no_grad():
             layer.weight.copy_(_slice(weight, 0, layer.tp_size, layer.tp_rank))'''),
-]
+    ],
+}

@@ -8,9 +8,11 @@ WORLD_SIZES: 2
 ONLY: ColumnParallelLinear
 RULE: Device
 """
-REPLACE = [
-    ("""        layer = cls(in_features, out_features, bias is not None, gather_output, group,
-                    device=weight.device, dtype=weight.dtype)""",
-     """        layer = cls(in_features, out_features, bias is not None, gather_output, group,
-                    dtype=weight.dtype)"""),
-]
+EDITS = {
+    "ColumnParallelLinear.from_tensors": [
+        (r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+                    device=weight.device, dtype=weight.dtype)''',
+         r'''        layer = cls(in_features, out_features, bias is not None, gather_output, group,
+                    dtype=weight.dtype)'''),
+    ],
+}

@@ -10,11 +10,13 @@ ONLY: parallelize_transformer_subgroup
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''        model.tok_emb = ParallelEmbedding.from_serial(model.tok_emb, group)
+EDITS = {
+    "parallelize_transformer": [
+        (r'''        model.tok_emb = ParallelEmbedding.from_serial(model.tok_emb, group)
         model.pos_emb = ParallelEmbedding.from_serial(model.pos_emb, group)
 ''',
-     r'''        model.tok_emb = ParallelEmbedding.from_serial(model.tok_emb)
+         r'''        model.tok_emb = ParallelEmbedding.from_serial(model.tok_emb)
         model.pos_emb = ParallelEmbedding.from_serial(model.pos_emb)
 '''),
-]
+    ],
+}

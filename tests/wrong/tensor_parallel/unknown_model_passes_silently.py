@@ -10,11 +10,13 @@ A wrong implementation: solutions/tensor_parallel.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/tensor_parallel.py):
-REPLACE = [
-    (r'''    else:
+EDITS = {
+    "parallelize_transformer": [
+        (r'''    else:
         raise TypeError(f"parallelize_transformer: expected a BertClassifier or TransformerLM, "
                         f"got {type(model).__name__}")
 ''',
-     r'''
+         r'''
 '''),
-]
+    ],
+}
