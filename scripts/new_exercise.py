@@ -160,8 +160,10 @@ def files(a) -> dict:
            f"rtp_course/checker/public/{a.module}.py": made("check.py.tmpl"),
            f"tests/hidden/{a.module}.py": made("hidden.py.tmpl"),
            f"scripts/notebook_src/{a.notebook}.py": made("notebook.py.tmpl")}
+    name = a.tasks[0][1][0]                       # the entries' edits start in the first task
     for rule, (cls, stem) in EVERY_RULE_ENTRIES.items():
-        out[f"tests/wrong/{a.module}/{stem}.py"] = made("wrong.py.tmpl", RULE=rule, CLASS=cls)
+        out[f"tests/wrong/{a.module}/{stem}.py"] = made("wrong.py.tmpl", RULE=rule, CLASS=cls,
+                                                        NAME=name)
     return out
 
 
@@ -229,7 +231,9 @@ Now write every TODO(author) (grep -rn 'TODO(author)'), then prove it:
   rtp-course check {m}                               the stub: every check 'not implemented'
   pytest tests/test_rules_stated.py -k {m}           the Rules section, a wrong entry per rule cell
   pytest tests/test_wrong_implementations.py -k {m}  each wrong entry caught with its message
-                                                     (at least 6 entries; tests/wrong/README)
+                                                     (at least 6 entries; tests/wrong/README.md)
+  pytest tests/unit/test_scoped_entries.py -k {m}    each entry's EDITS name the reference's
+                                                     definitions and build
   pytest tests/test_notebooks.py -k {nb}             the notebook's tasks, sections, check cells
   pytest tests/unit/test_docs_quote_the_code.py      the points table
 Own rules go in rtp_course/course/rules.py (a row, or this exercise's cell in a row), correct

@@ -54,6 +54,16 @@ def test_it_writes_the_skeleton_and_says_what_is_left(scaffolded):
     assert "grep -rn 'TODO(author)'" in said and "pytest tests/test_rules_stated.py -k toy" in said
 
 
+def test_its_wrong_entries_build_on_the_scaffolded_reference(scaffolded):
+    """Each wrong entry's EDITS name the reference's first task and apply inside it."""
+    copy, _ = scaffolded
+    sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+    import wrongs
+    for rel in WRITTEN:
+        if rel.startswith("tests/wrong/"):
+            assert "TODO(author): total with the bug" in wrongs.build(copy / rel, copy / "solutions")
+
+
 def test_the_stub_fails_its_check_with_the_authors_todo(scaffolded):
     copy, _ = scaffolded
     r = _run(copy, "-m", "rtp_course.cli", "check", "toy", "--world-size", "2")
