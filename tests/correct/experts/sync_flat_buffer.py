@@ -1,8 +1,9 @@
 """sync_gradients flattens the router's gradients into one buffer (one all-reduce per group)
 and the experts' into another, instead of one collective per parameter.
 """
-REPLACE = [
-    ("""    for p in model.router.parameters():
+EDITS = {
+    "sync_gradients": [
+        (r'''    for p in model.router.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=model.group)
             if dp_group is not None:
@@ -13,8 +14,8 @@ REPLACE = [
             if dp_group is not None:
                 dist.all_reduce(p.grad, group=dp_group)
             p.grad /= world * replicas
-""",
-     """    for params, groups in ((model.router.parameters(), [model.group, dp_group]),
+''',
+         r'''    for params, groups in ((model.router.parameters(), [model.group, dp_group]),
                            (model.experts.parameters(), [dp_group])):
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
@@ -26,5 +27,6 @@ REPLACE = [
         flat /= world * replicas
         for g, part in zip(grads, flat.split([g.numel() for g in grads])):
             g.copy_(part.view_as(g))
-"""),
-]
+'''),
+    ],
+}

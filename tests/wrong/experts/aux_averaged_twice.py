@@ -6,9 +6,11 @@ WORLD_SIZES: 2
 ONLY: ExpertParallelMoE
 """
 
-REPLACE = [
-    (r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert)
 ''',
-     r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert) / world
+         r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert) / world
 '''),
-]
+    ],
+}

@@ -6,10 +6,12 @@ WORLD_SIZES: 2 3
 ONLY: AllToAll
 """
 
-REPLACE = [
-    (r'''        dist.all_to_all_single(dx, grad.contiguous(), input_splits, output_splits,
+EDITS = {
+    "AllToAll.backward": [
+        (r'''        dist.all_to_all_single(dx, grad.contiguous(), input_splits, output_splits,
 ''',
-     r'''        dx = grad.new_empty((sum(output_splits),) + tuple(grad.shape[1:]))
+         r'''        dx = grad.new_empty((sum(output_splits),) + tuple(grad.shape[1:]))
         dist.all_to_all_single(dx, grad.contiguous(), output_splits, input_splits,
 '''),
-]
+    ],
+}

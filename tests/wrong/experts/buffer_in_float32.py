@@ -6,9 +6,11 @@ RULE: Dtypes
 WORLD_SIZES: 2
 """
 
-REPLACE = [
-    (r'''        out = x.new_empty((sum(output_splits),) + tuple(x.shape[1:]))
+EDITS = {
+    "AllToAll.forward": [
+        (r'''        out = x.new_empty((sum(output_splits),) + tuple(x.shape[1:]))
 ''',
-     r'''        out = torch.empty((sum(output_splits),) + tuple(x.shape[1:]), device=x.device)
+         r'''        out = torch.empty((sum(output_splits),) + tuple(x.shape[1:]), device=x.device)
 '''),
-]
+    ],
+}

@@ -6,9 +6,11 @@ RULE: Device
 WORLD_SIZES: 2
 """
 
-REPLACE = [
-    (r'''    received = torch.empty_like(sent)
+EDITS = {
+    "exchange_splits": [
+        (r'''    received = torch.empty_like(sent)
 ''',
-     r'''    received = torch.empty(sent.shape, dtype=sent.dtype)
+         r'''    received = torch.empty(sent.shape, dtype=sent.dtype)
 '''),
-]
+    ],
+}

@@ -6,10 +6,12 @@ WORLD_SIZES: 2
 ONLY: ExpertParallelMoE_top2_overflow
 """
 
-REPLACE = [
-    (r'''        cap = serial.capacity(x.shape[0], self.num_experts, self.top_k, self.capacity_factor)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        cap = serial.capacity(x.shape[0], self.num_experts, self.top_k, self.capacity_factor)
 ''',
-     r'''        cap = serial.capacity(x.shape[0] * world, self.num_experts, self.top_k,
+         r'''        cap = serial.capacity(x.shape[0] * world, self.num_experts, self.top_k,
                               self.capacity_factor)
 '''),
-]
+    ],
+}

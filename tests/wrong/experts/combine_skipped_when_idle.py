@@ -6,12 +6,14 @@ WORLD_SIZES: 2
 ONLY: ExpertParallelMoE_idle_last_rank ExpertParallelMoE_all_to_one_expert
 """
 
-REPLACE = [
-    (r'''        back = all_to_all(out, recv, send, self.group)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        back = all_to_all(out, recv, send, self.group)
 ''',
-     r'''        if tokens.shape[0] == 0:        # nothing to compute here: nothing to send back
+         r'''        if tokens.shape[0] == 0:        # nothing to compute here: nothing to send back
             back = x.new_zeros((sum(send), x.shape[1]))
         else:
             back = all_to_all(out, recv, send, self.group)
 '''),
-]
+    ],
+}

@@ -6,9 +6,11 @@ WORLD_SIZES: 2
 ONLY: ExpertParallelMoE
 """
 
-REPLACE = [
-    (r'''        y = x.new_zeros(x.shape).index_add(0, t, r.gate[t, j].unsqueeze(1) * back)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        y = x.new_zeros(x.shape).index_add(0, t, r.gate[t, j].unsqueeze(1) * back)
 ''',
-     r'''        y = x.new_zeros(x.shape).index_add(0, t, back)
+         r'''        y = x.new_zeros(x.shape).index_add(0, t, back)
 '''),
-]
+    ],
+}

@@ -6,12 +6,14 @@ RULE: Communication
 WORLD_SIZES: 2
 """
 
-REPLACE = [
-    (r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert)
 ''',
-     r'''        aux = serial.load_balancing_loss(probs, r.expert)
+         r'''        aux = serial.load_balancing_loss(probs, r.expert)
         mean = aux.detach().clone()
         dist.all_reduce(mean, group=self.group)
         return y.reshape(shape), aux - aux.detach() + mean / world
 '''),
-]
+    ],
+}

@@ -6,13 +6,15 @@ RULE: New tensors
 WORLD_SIZES: 2
 """
 
-REPLACE = [
-    (r'''    sent = counts.contiguous()
+EDITS = {
+    "exchange_splits": [
+        (r'''    sent = counts.contiguous()
     received = torch.empty_like(sent)
     dist.all_to_all_single(received, sent, group=group)
     return received
 ''',
-     r'''    dist.all_to_all_single(counts, counts.clone(), group=group)
+         r'''    dist.all_to_all_single(counts, counts.clone(), group=group)
     return counts
 '''),
-]
+    ],
+}

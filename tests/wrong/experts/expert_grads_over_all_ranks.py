@@ -6,14 +6,16 @@ WORLD_SIZES: 2
 ONLY: sync_gradients
 """
 
-REPLACE = [
-    (r'''    for p in model.experts.parameters():
+EDITS = {
+    "sync_gradients": [
+        (r'''    for p in model.experts.parameters():
         if p.grad is not None:
             if dp_group is not None:
 ''',
-     r'''    for p in model.experts.parameters():
+         r'''    for p in model.experts.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=model.group)
             if dp_group is not None:
 '''),
-]
+    ],
+}

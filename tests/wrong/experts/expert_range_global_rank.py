@@ -6,9 +6,11 @@ RULE: Group
 WORLD_SIZES: 4
 """
 
-REPLACE = [
-    (r'''        self.first = rank * self.num_local
+EDITS = {
+    "ExpertParallelMoE.__init__": [
+        (r'''        self.first = rank * self.num_local
 ''',
-     r'''        self.first = dist.get_rank() * self.num_local % self.num_experts
+         r'''        self.first = dist.get_rank() * self.num_local % self.num_experts
 '''),
-]
+    ],
+}

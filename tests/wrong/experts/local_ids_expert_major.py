@@ -6,11 +6,13 @@ WORLD_SIZES: 2 3
 ONLY: ExpertParallelMoE
 """
 
-REPLACE = [
-    (r'''        local = torch.arange(self.num_local, device=x.device).repeat(world)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        local = torch.arange(self.num_local, device=x.device).repeat(world)
         local = local.repeat_interleave(received.reshape(-1))         # each row's local expert
 ''',
-     r'''        local = torch.arange(self.num_local, device=x.device)
+         r'''        local = torch.arange(self.num_local, device=x.device)
         local = local.repeat_interleave(received.sum(0))
 '''),
-]
+    ],
+}

@@ -6,11 +6,13 @@ RULE: Raises
 WORLD_SIZES: 3
 """
 
-REPLACE = [
-    (r'''        if moe.num_experts % world:
+EDITS = {
+    "ExpertParallelMoE.__init__": [
+        (r'''        if moe.num_experts % world:
             raise ValueError(f"ExpertParallelMoE: {moe.num_experts} experts do not split over "
                              f"{world} ranks")
 ''',
-     r'''        # every rank takes E // N experts
+         r'''        # every rank takes E // N experts
 '''),
-]
+    ],
+}

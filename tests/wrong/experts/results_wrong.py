@@ -7,9 +7,11 @@ WORLD_SIZES: 2
 """
 
 # The bug, as edits of the reference solution (solutions/experts.py):
-REPLACE = [
-    (r'''        r = serial.route(probs, self.top_k, cap)
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        r = serial.route(probs, self.top_k, cap)
 ''',
-     r'''        r = serial.route(probs, self.top_k, None)
+         r'''        r = serial.route(probs, self.top_k, None)
 '''),
-]
+    ],
+}

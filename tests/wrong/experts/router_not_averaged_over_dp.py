@@ -6,13 +6,15 @@ WORLD_SIZES: 2 4
 ONLY: train_step_ep_dp
 """
 
-REPLACE = [
-    (r'''            dist.all_reduce(p.grad, group=model.group)
+EDITS = {
+    "sync_gradients": [
+        (r'''            dist.all_reduce(p.grad, group=model.group)
             if dp_group is not None:
                 dist.all_reduce(p.grad, group=dp_group)
             p.grad /= world * replicas
 ''',
-     r'''            dist.all_reduce(p.grad, group=model.group)
+         r'''            dist.all_reduce(p.grad, group=model.group)
             p.grad /= world
 '''),
-]
+    ],
+}

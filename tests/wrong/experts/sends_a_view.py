@@ -6,9 +6,11 @@ RULE: Contiguity
 WORLD_SIZES: 2
 """
 
-REPLACE = [
-    (r'''        dist.all_to_all_single(out, x.contiguous(), list(output_splits), list(input_splits),
+EDITS = {
+    "AllToAll.forward": [
+        (r'''        dist.all_to_all_single(out, x.contiguous(), list(output_splits), list(input_splits),
 ''',
-     r'''        dist.all_to_all_single(out, x, list(output_splits), list(input_splits),
+         r'''        dist.all_to_all_single(out, x, list(output_splits), list(input_splits),
 '''),
-]
+    ],
+}

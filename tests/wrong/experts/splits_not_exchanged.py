@@ -6,9 +6,11 @@ WORLD_SIZES: 2 3
 ONLY: ExpertParallelMoE ExpertParallelMoE_top2_overflow
 """
 
-REPLACE = [
-    (r'''        received = exchange_splits(counts, self.group)                 # [N, local]
+EDITS = {
+    "ExpertParallelMoE.forward": [
+        (r'''        received = exchange_splits(counts, self.group)                 # [N, local]
 ''',
-     r'''        received = counts                       # "everyone sends about the same"
+         r'''        received = counts                       # "everyone sends about the same"
 '''),
-]
+    ],
+}

@@ -6,13 +6,17 @@ WORLD_SIZES: 2 3
 ONLY: AllToAll
 """
 
-REPLACE = [
-    (r'''        ctx.splits, ctx.group = (list(input_splits), list(output_splits)), group
+EDITS = {
+    "AllToAll.forward": [
+        (r'''        ctx.splits, ctx.group = (list(input_splits), list(output_splits)), group
 ''',
-     r'''        AllToAll.splits, ctx.group = (list(input_splits), list(output_splits)), group
+         r'''        AllToAll.splits, ctx.group = (list(input_splits), list(output_splits)), group
 '''),
-    (r'''        input_splits, output_splits = ctx.splits
+    ],
+    "AllToAll.backward": [
+        (r'''        input_splits, output_splits = ctx.splits
 ''',
-     r'''        input_splits, output_splits = AllToAll.splits
+         r'''        input_splits, output_splits = AllToAll.splits
 '''),
-]
+    ],
+}

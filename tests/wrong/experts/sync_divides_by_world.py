@@ -6,12 +6,14 @@ WORLD_SIZES: 4
 ONLY: sync_gradients_subgroups
 """
 
-REPLACE = [
-    (r'''    world, _ = _world(model.group)
+EDITS = {
+    "sync_gradients": [
+        (r'''    world, _ = _world(model.group)
     replicas = 1 if dp_group is None else dist.get_world_size(dp_group)
 ''',
-     r'''    world, _ = _world(None)
+         r'''    world, _ = _world(None)
     world //= 1 if dp_group is None else dist.get_world_size(dp_group)
     replicas = 1 if dp_group is None else dist.get_world_size(dp_group)
 '''),
-]
+    ],
+}

@@ -6,14 +6,16 @@ WORLD_SIZES: 2
 ONLY: sync_gradients
 """
 
-REPLACE = [
-    (r'''            dist.all_reduce(p.grad, group=model.group)
+EDITS = {
+    "sync_gradients": [
+        (r'''            dist.all_reduce(p.grad, group=model.group)
             if dp_group is not None:
                 dist.all_reduce(p.grad, group=dp_group)
             p.grad /= world * replicas
 ''',
-     r'''            if dp_group is not None:
+         r'''            if dp_group is not None:
                 dist.all_reduce(p.grad, group=dp_group)
             p.grad /= world * replicas
 '''),
-]
+    ],
+}

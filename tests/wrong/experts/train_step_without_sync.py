@@ -6,12 +6,14 @@ WORLD_SIZES: 2
 ONLY: train_step
 """
 
-REPLACE = [
-    (r'''    loss.backward()
+EDITS = {
+    "train_step": [
+        (r'''    loss.backward()
     sync_gradients(model, dp_group)
     optimizer.step()
 ''',
-     r'''    loss.backward()
+         r'''    loss.backward()
     optimizer.step()
 '''),
-]
+    ],
+}
