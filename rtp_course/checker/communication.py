@@ -244,6 +244,7 @@ def _ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+# NCCL rule 'collectives that do not match' (DESIGN.md)
 def collectives_differ(outcomes: dict[int, Outcome],
                        statuses: dict[int, RankStatus] | None = None) -> dict | None:
     """A failed result's fields when two ranks' n-th collectives on one group are not the same

@@ -289,6 +289,7 @@ def _context_init():
     return DeviceContext, init, __init__
 
 
+# NCCL rule 'host tensors' (DESIGN.md)
 def refuse_host_tensors(kind: str, args, kwargs) -> None:
     """commlog's guard: NCCL takes device tensors only."""
     if not _HOST:

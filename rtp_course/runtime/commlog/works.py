@@ -39,6 +39,7 @@ class _Work:
                         self._events[i].overwritten = True
         self._sent = []
 
+    # NCCL rule 'repeated waits' (DESIGN.md)
     def wait(self, *a, **k):
         if self._program is STATE.program:
             STATE.program.append(("wait", list(self._indices)))
@@ -73,6 +74,7 @@ class _Work:
             raise error[0]
         return True
 
+    # NCCL rule 'completion without wait' (DESIGN.md)
     def is_completed(self):
         if self._waited:
             return True
@@ -105,6 +107,7 @@ class _Work:
             thread.start()
         return self._progress[1].is_set()
 
+    # NCCL rule 'a handle let go unwaited' (DESIGN.md)
     def __del__(self):
         """A handle let go unwaited. NCCL runs its operation all the same (the group's stream
         completes it); gloo's point-to-point work destroyed unwaited can leave the pair

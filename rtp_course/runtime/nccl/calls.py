@@ -62,6 +62,7 @@ def before_own_method(name: str, position, args: tuple, where: str) -> None:
     _refuse_non_contiguous(f"ProcessGroup.{name}", position, None, args, {}, where)
 
 
+# NCCL rule 'contiguity' (DESIGN.md)
 def _refuse_non_contiguous(kind, position, keyword, args, kwargs, where) -> None:
     arg = args[position] if position is not None and len(args) > position else \
         kwargs.get(keyword) if keyword else None
@@ -84,6 +85,7 @@ def _dense_as_nccl_wants(t: torch.Tensor) -> bool:
     return fmt is not None and asked.is_contiguous(t, memory_format=fmt)
 
 
+# NCCL rule 'any-source receive' (DESIGN.md)
 def _refuse_any_source(kind, args, kwargs, where) -> None:
     pos = _SRC_AT.get(kind)
     if pos is None:
@@ -96,6 +98,7 @@ def _refuse_any_source(kind, args, kwargs, where) -> None:
             f"source, which gloo has: name the rank the tensor comes from, src=...)")
 
 
+# NCCL rule 'bitwise reductions' (DESIGN.md)
 def _refuse_bitwise(kind, args, kwargs, where) -> None:
     pos = _OP_AT.get(kind)
     op = (args[pos] if len(args) > pos else kwargs.get("op")) if pos is not None else None
@@ -113,6 +116,7 @@ def tag_of(kind, args, kwargs) -> int:
     return tag if isinstance(tag, int) else 0
 
 
+# NCCL rule 'tags' (DESIGN.md)
 def _without_tag(kind, args, kwargs):
     pos = _TAG_AT.get(kind)
     if pos is None:
@@ -124,6 +128,7 @@ def _without_tag(kind, args, kwargs):
     return args, kwargs
 
 
+# NCCL rule 'ReduceOp.AVG' (DESIGN.md)
 def _average_by_sum(kind, args, kwargs):
     """ReduceOp.AVG on gloo, which lacks it: (args, kwargs) asking for SUM, and the function
     that divides the result by the group's size once it is there; None if not AVG."""
@@ -165,6 +170,7 @@ class Done:
         return future
 
 
+# NCCL rule 'uneven all_gather' (DESIGN.md)
 def _uneven_all_gather(kind, args, kwargs):
     """An all_gather whose outputs differ in size: NCCL gathers them with one broadcast per
     rank (ProcessGroupNCCL::allgather); gloo refuses. The same broadcasts, on CPU."""
@@ -190,6 +196,7 @@ def _uneven_all_gather(kind, args, kwargs):
     return gather
 
 
+# NCCL rule 'uneven all_to_all' (DESIGN.md)
 def _uneven_all_to_all(kind, args, kwargs):
     """An all_to_all (lists) whose tensors differ in size: NCCL sends each with its own size
     (ProcessGroupNCCL::alltoall); gloo refuses. One all_to_all_single of the flattened
@@ -218,6 +225,7 @@ def _uneven_all_to_all(kind, args, kwargs):
     return exchange
 
 
+# NCCL rule 'send to itself' (DESIGN.md)
 def self_ops(p2p_op_list):
     """(the operations of a batch that go to other ranks, the rank's sends to itself paired
     with its receives from itself): NCCL delivers a send to itself within a batch, gloo has
@@ -243,6 +251,7 @@ def _peer_of(op) -> int | None:
     return peer
 
 
+# NCCL rule 'one handle for a batch' (DESIGN.md)
 class OneHandle(list):
     """What batch_isend_irecv returns under NCCL's rules: a list of ONE handle for the whole
     batch. An index past it (works[1], the send's or the receive's handle as gloo would give
@@ -282,6 +291,7 @@ class Coalesced:
         return torch.futures.collect_all(futures)
 
 
+# NCCL rule 'first transfer' (DESIGN.md)
 def warm_up_ring(group, device) -> None:
     """One transfer each way with both ring neighbours, batched and not: NCCL connects a pair
     at its first transfer, blocking the host until the peer takes part; after this, posting

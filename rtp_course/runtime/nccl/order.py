@@ -57,6 +57,7 @@ def _entries(rank: int, program: list, ops: dict) -> list:
     return out
 
 
+# NCCL rule 'stream order' (DESIGN.md)
 def simulate(programs: dict) -> dict | None:
     """`programs`: {rank: (steps, {op id: op})}. None if every rank's program runs to its end
     under NCCL's rules; else {rank: the op it waits for (or None: it finished)} and the ops
