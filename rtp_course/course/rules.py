@@ -99,7 +99,8 @@ _OWN = (
           "rotation": ("ring_peers", "subgroup"), "flyweight": ("Linear_subgroup",),
           "groups": ("train_2d_bert",), "sharding": ("FullyShardedDataParallel_subgroups",),
           "context_parallel": ("subgroup", "subgroup_causal"),
-          "experts": ("train_step_ep_dp", "sync_gradients_subgroups")}),
+          "experts": ("train_step_ep_dp", "sync_gradients_subgroups"),
+          "pipeline": ("PipelineStage", "subgroup")}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",
          {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",),
@@ -116,12 +117,14 @@ _OWN = (
          "arriving.",
          {"tensor_parallel": ALL, "flyweight": ALL,
           "sharding": ("ShardedOptimizer", "FullyShardedDataParallel"),
-          "context_parallel": ("ring_attention", "ring_attention_backward")}),
+          "context_parallel": ("ring_attention", "ring_attention_backward"),
+          "pipeline": ("one_f_one_b",)}),
     Rule("Layout", "Which slice of each serial tensor (or which ranks) each rank holds: the "
          "exercise's table.",
          {"tensor_parallel": ALL, "flyweight": ALL, "groups": ("build_groups", "parallelize_2d"),
           "sharding": ("ShardedOptimizer", "FullyShardedDataParallel"),
-          "context_parallel": ("zigzag",), "experts": ("ExpertParallelMoE",)}),
+          "context_parallel": ("zigzag",), "experts": ("ExpertParallelMoE",),
+          "pipeline": ("stage_layers", "PipelineStage")}),
     Rule("Raises", "Raise the error a docstring promises (a size that does not divide, a bad "
          "argument), naming what is wrong, before anything else is done.",
          {"comm": ("Split",),
@@ -145,7 +148,8 @@ _OWN = (
          {"tensor_parallel": ALL}),
     Rule("Point-to-point only", "Rotations send and receive, never a collective.",
          {"rotation": ALL, "context_parallel": ("ring_attention", "ring_attention_causal",
-                                                "ring_attention_backward")}),
+                                                "ring_attention_backward"),
+          "pipeline": ("gpipe", "one_f_one_b")}),
     Rule("Post together", "Post a rotation's receive and send together, then wait: one "
          "batch_isend_irecv, or rank-parity order (a separate isend and irecv run one after "
          "the other on NCCL's stream).",
@@ -162,6 +166,10 @@ _OWN = (
          "gather before the current layer's compute.",
          {"flyweight": ALL, "sharding": ("FullyShardedDataParallel",),
           "context_parallel": ("ring_attention", "ring_attention_backward")}),
+    Rule("Schedule", "A pipeline schedule runs each stage's forwards and backwards in the order "
+         "its definition states (GPipe: every forward first; 1F1B: warm-up, one forward one "
+         "backward, cool-down); how the transfers between them are posted is free.",
+         {"pipeline": ("gpipe", "one_f_one_b")}),
 )
 
 RULES = {r.name: r for r in _COURSE_WIDE + _OWN}

@@ -1,0 +1,284 @@
+"""Public checks for E9 `pipeline`: stages, GPipe and 1F1B against serial training.
+
+Every rank builds the same model of L blocks (Linear(8, 8) + Tanh) and the same batch of 12
+rows; rank r's stage must hold blocks r*L//N .. (r+1)*L//N - 1 (rule 'Layout'). A schedule over
+M micro-batches must give the last stage the whole batch's mean loss, every stage serial
+training's gradients on the whole batch (added to .grad) and, after SGD and Adam steps,
+serial's weights. Each rank's stage is traced from outside (pipeline_harness.StageTrace): the
+order of its forwards and backwards (rule 'Schedule') and how many micro-batches' saved
+activations were alive at once (rule 'Memory'). Each rank's p2p calls are counted, their peers
+checked, and their order replayed under NCCL's stream rules (runtime/nccl: a mis-ordered
+send/recv that gloo completes is reported as the hang it would be on a GPU).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from rtp_course.checker.common import make_optimizer, seeded
+from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also the hidden checks'
+    ACCUMULATED, GPIPE_ORDER, GRADS, LOSS, MEMORY_1F1B, OPTIMIZERS, ORDER_1F1B, STEPS,
+    STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, own_names,
+    schedule_1f1b, schedule_gpipe, serial, traffic_rules)
+from rtp_course.checker.public.rotation_harness import others
+from rtp_course.checker.registry import Bound, Check, CommRule
+from rtp_course.checker.common import randn
+
+NOT_COMMUNICATE = "rule 'Communication': stage_layers and PipelineStage only compute: no communication"
+
+
+class StageLayers(Check):
+    """stage_layers for models of 4, 6 and 7 blocks (uneven cuts at 3 and 4 ranks)."""
+    exercise, name = "pipeline", "stage_layers"
+    cpu_budget = 20.0
+    sizes = (4, 6, 7)
+    hints = {"": WRONG_CUT}
+
+    def run(self, ctx):
+        for L in self.sizes:
+            with ctx.phase(f"L={L}"):
+                found = ctx.impl.pipeline.stage_layers(L, group=ctx.group)
+            try:
+                found = tuple(int(v) for v in found)
+            except Exception:  # noqa: BLE001 - anything else is reported as it is
+                found = repr(found)[:80]
+            ctx.record_value(f"L={L}/(start, stop) of stage {ctx.rank}", found)
+
+    def expected(self, world_size):
+        return {r: {f"L={L}/(start, stop) of stage {r}": cut(r, world_size, L) for L in self.sizes}
+                for r in range(world_size)}
+
+    def comm_rules(self, world_size):
+        return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
+
+
+class PipelineStageForward(Check):
+    """PipelineStage: which blocks it holds (the model's own), its neighbours, its forward."""
+    exercise, name = "pipeline", "PipelineStage"
+    cpu_budget = 20.0
+    num_layers = 6
+    hints = {"": WRONG_CUT,
+             "neighbours": "rule 'Group': is_first / is_last from the group rank; prev and next "
+                           "are the GLOBAL ranks of stages r-1 and r+1 "
+                           "(dist.get_global_rank(group, r - 1)), None where there is none",
+             "forward/output": "rule 'Results': forward(x) runs this stage's blocks, in order, "
+                               "on x: self.layers(x)"}
+
+    def run(self, ctx):
+        model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+        with ctx.phase("construct"):
+            stage = ctx.impl.pipeline.PipelineStage(model, group=ctx.group)
+        mine = {id(p) for p in stage.parameters()}
+        ctx.record_value("construct/blocks whose own parameters the stage holds",
+                         [i for i, b in enumerate(model) if any(id(p) in mine for p in b.parameters())])
+        ctx.record_value("neighbours/(is_first, is_last, prev, next)",
+                         repr((bool(stage.is_first), bool(stage.is_last), stage.prev, stage.next)))
+        start, stop = cut(ctx.rank, ctx.world_size, self.num_layers)
+        x = ctx.to(randn(310 + start, 3, WIDTH))
+        with ctx.phase("forward"):
+            ctx.record("forward/output", stage(x))
+
+    def expected(self, world_size):
+        model = seeded(lambda: blocks(self.num_layers), 0)
+        exp = {}
+        for r in range(world_size):
+            start, stop = cut(r, world_size, self.num_layers)
+            with torch.no_grad():
+                out = model[start:stop](randn(310 + start, 3, WIDTH))
+            exp[r] = {"construct/blocks whose own parameters the stage holds": list(range(start, stop)),
+                      "neighbours/(is_first, is_last, prev, next)": repr((
+                          r == 0, r == world_size - 1, r - 1 if r else None,
+                          r + 1 if r < world_size - 1 else None)),
+                      "forward/output": out}
+        return exp
+
+    def comm_rules(self, world_size):
+        return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
+
+
+class ScheduleCheck(Check):
+    """A schedule of the exercise on the whole batch, against serial training: the loss on the
+    last stage, every stage's gradients (and again, added, on a second call without zero_grad),
+    the order of its forwards and backwards, the activations alive at once, and the weights
+    after SGD and Adam steps. Subclasses name the function and what its rules expect."""
+    exercise, cpu_budget = "pipeline", 40.0
+    function = "gpipe"
+    num_layers = 6
+    cases = (6,)                # numbers of micro-batches; the first one also steps
+    steps = True
+    again = True                # a second call without zero_grad: gradients added
+
+    def members(self, world_size) -> list:
+        return list(range(world_size))
+
+    def call(self, ctx, stage, group, x, y, m):
+        fn = getattr(ctx.impl.pipeline, self.function)
+        return fn(stage, ctx.to(x), ctx.to(y), F.mse_loss, m, group=group)
+
+    def run(self, ctx):
+        members = self.members(ctx.world_size)
+        group = ctx.group if len(members) == ctx.world_size else ctx.new_group(members)
+        if ctx.rank not in members:
+            return
+        g, n = members.index(ctx.rank), len(members)
+        start, stop = cut(g, n, self.num_layers)
+        names = own_names(self.num_layers, start, stop)
+        for m in self.cases:
+            model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+            params = dict(model.named_parameters())
+            trace = StageTrace(model, start, stop)
+            stage = ctx.impl.pipeline.PipelineStage(model, group=group)
+            x, y = batch(0)
+            with ctx.phase(f"M={m}"), trace.saving():
+                loss = self.call(ctx, stage, group, x, y, m)
+            trace.remove()
+            if g == n - 1:
+                ctx.record(f"M={m}/loss", loss if isinstance(loss, torch.Tensor) else None)
+            else:
+                ctx.record_value(f"M={m}/returned", repr(loss)[:40])
+            for name in names:
+                ctx.record(f"M={m}/grad {name}", params[name].grad)
+            ctx.record_value(f"M={m}/forwards and backwards, in order", self.order(trace))
+            ctx.record_value(f"M={m}/micro-batches whose activations were alive at once",
+                             trace.peak)
+            if self.again and m == self.cases[0]:
+                with ctx.phase(f"again M={m}"):
+                    self.call(ctx, stage, group, x, y, m)
+                for name in names:
+                    ctx.record(f"again M={m}/grad {name}", params[name].grad)
+        for opt_name in OPTIMIZERS if self.steps else ():
+            model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+            stage = ctx.impl.pipeline.PipelineStage(model, group=group)
+            opt = make_optimizer(opt_name, model[start:stop].parameters())
+            for k in range(1, STEPS + 1):
+                with ctx.phase(f"step{k} {opt_name}"):
+                    opt.zero_grad()
+                    x, y = batch(k)
+                    self.call(ctx, stage, group, x, y, self.cases[0])
+                    opt.step()
+                params = dict(model.named_parameters())
+                for name in names:
+                    ctx.record(f"step{k} {opt_name}/{name}", params[name])
+
+    def order(self, trace) -> str:
+        return trace.letters()
+
+    def expected_order(self, g, n, m) -> str:
+        return schedule_gpipe(m)
+
+    def alive(self, g, n, m):
+        return Bound(high=m, what="the M micro-batches GPipe keeps")
+
+    def expected(self, world_size):
+        members = self.members(world_size)
+        n = len(members)
+        ref = serial(self.num_layers, self.steps)
+        exp = {r: {} for r in range(world_size)}
+        for g, r in enumerate(members):
+            e = exp[r]
+            names = own_names(self.num_layers, *cut(g, n, self.num_layers))
+            for m in self.cases:
+                if g == n - 1:
+                    e[f"M={m}/loss"] = ref["loss"]
+                else:
+                    e[f"M={m}/returned"] = "None"
+                for name in names:
+                    e[f"M={m}/grad {name}"] = ref["grads"][name]
+                e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
+                e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
+                if self.again and m == self.cases[0]:
+                    for name in names:
+                        e[f"again M={m}/grad {name}"] = 2 * ref["grads"][name]
+            for opt_name in OPTIMIZERS if self.steps else ():
+                for k in range(1, STEPS + 1):
+                    for name in names:
+                        e[f"step{k} {opt_name}/{name}"] = ref[(opt_name, k)][name]
+        return cast(exp, getattr(torch, self.dtype))
+
+    def factors(self, world_size):
+        m = self.cases[0]
+        return [(m, "each micro-batch's loss not scaled by 1/M",
+                 f"scale each micro-batch's loss by 1/M (here 1/{m}) before its backward: the "
+                 "M backwards ADD their gradients"),
+                (1 / m, "the loss scaled by 1/M twice (a mean of means)",
+                 "loss_fn already averages over the micro-batch's rows: divide by M once")]
+
+    def comm_rules(self, world_size):
+        members = self.members(world_size)
+        phases = [(f"M={m}", m) for m in self.cases]
+        phases += [(f"again M={self.cases[0]}", self.cases[0])] if self.again else []
+        phases += [(f"step{k} {o}", self.cases[0]) for o in (OPTIMIZERS if self.steps else ())
+                   for k in range(1, STEPS + 1)]
+        rules = {r: [rule for phase, m in phases
+                     for rule in traffic_rules(phase, members, m, r, self.function)]
+                 for r in range(world_size)}
+        if len(members) < world_size:       # rule 'Group': on the group given only
+            rules = {r: [CommRule(x.phase, x.kind, x.count, x.hint, x.nbytes, x.peers,
+                                  members=tuple(members)) if r in members else x for x in rs]
+                     for r, rs in rules.items()}
+        return rules
+
+
+class GPipe(ScheduleCheck):
+    """gpipe with 6 micro-batches of 2 rows, then SGD and Adam steps."""
+    name, function = "gpipe", "gpipe"
+    hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             "again": ACCUMULATED, "step": STEPS_WRONG,
+             "forwards and backwards": GPIPE_ORDER}
+
+
+class OneFOneB(ScheduleCheck):
+    """one_f_one_b with 6 micro-batches (more than the stages) and 2 (fewer, at 3 and 4 ranks:
+    the warm-up is then every micro-batch), then SGD and Adam steps."""
+    name, function = "one_f_one_b", "one_f_one_b"
+    cases = (6, 2)
+    hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             "again": ACCUMULATED, "step": STEPS_WRONG,
+             "forwards and backwards": ORDER_1F1B, "alive at once": MEMORY_1F1B,
+             "error/M=2": "rule 'Schedule': with fewer micro-batches than stages the warm-up is "
+                          "w = min(N - r - 1, M): never more forwards than there are "
+                          "micro-batches (M = 2 here, with up to 4 stages)"}
+
+    def order(self, trace):
+        return trace.order()
+
+    def expected_order(self, g, n, m):
+        return schedule_1f1b(g, n, m)
+
+    def alive(self, g, n, m):
+        return Bound(high=min(n - g, m), what="min(N - r, M) micro-batches (1F1B)")
+
+
+class Subgroup(OneFOneB):
+    """Both schedules on the group of every rank but rank 1 ({0, 2}, {0, 2, 3}): group ranks
+    differ from global ones, and the neighbours' global ranks are not r - 1 and r + 1."""
+    name, task = "subgroup", "E9.3"
+    world_sizes = (3, 4)
+    cases = (4,)
+    steps = again = False
+    hints = {**OneFOneB.hints, "": "rule 'Group': r and N are the GROUP rank and size; the p2p "
+             "calls take GLOBAL ranks: dist.get_global_rank(group, r - 1) and (group, r + 1)"}
+
+    def members(self, world_size):
+        return others(world_size)
+
+    def call(self, ctx, stage, group, x, y, m):
+        pipe = ctx.impl.pipeline
+        pipe.gpipe(stage, ctx.to(x), ctx.to(y), F.mse_loss, m, group=group)
+        for p in stage.parameters():
+            p.grad = None
+        return pipe.one_f_one_b(stage, ctx.to(x), ctx.to(y), F.mse_loss, m, group=group)
+
+    def order(self, trace):
+        m = self.cases[0]       # one_f_one_b's events, after gpipe's, numbered from 0 again
+        return " ".join(f"{e[0]}{int(e[1:]) - m}" for e in trace.events[2 * m:])
+
+    def alive(self, g, n, m):
+        return Bound(high=m, what="the M micro-batches gpipe keeps")
+
+    def comm_rules(self, world_size):
+        rules = super().comm_rules(world_size)
+        return {r: [CommRule(x.phase, x.kind, 2 * x.count if isinstance(x.count, int) and
+                             x.kind != "collective" and x.kind != "*" else x.count,
+                             x.hint, x.nbytes, x.peers, x.members) for x in rs]
+                for r, rs in rules.items()}

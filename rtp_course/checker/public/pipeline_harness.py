@@ -1,0 +1,190 @@
+"""What the pipeline checks share: the model of blocks, the batch, the serial run, each rank's
+trace of its stage (forwards, backwards, activations alive) and the rules of its traffic."""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rtp_course.checker.common import make_optimizer, named_params, randn, seeded
+from rtp_course.checker.registry import Bound, CommRule
+
+WIDTH, BATCH = 8, 12            # every block maps [b, 8] to [b, 8]; 12 rows: M = 2, 3, 4, 6
+OPTIMIZERS, STEPS = ("sgd", "adam"), 2
+SEND, RECV = "send|isend", "recv|irecv"
+
+
+def blocks(num_layers: int = 6) -> nn.Sequential:
+    """L blocks Linear(8, 8) + Tanh (smooth: no kink for float32 rounding to cross)."""
+    return nn.Sequential(*[nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+                           for _ in range(num_layers)])
+
+
+def cut(rank: int, world: int, num_layers: int) -> tuple:
+    """The rule 'Layout' cut: stage r of N holds blocks r*L//N .. (r+1)*L//N - 1."""
+    return rank * num_layers // world, (rank + 1) * num_layers // world
+
+
+def batch(step: int, seed: int = 0) -> tuple:
+    """The step's whole batch (inputs, targets), [12, 8] each, the same on every rank."""
+    return randn(300 + 7 * step + seed, BATCH, WIDTH), randn(301 + 7 * step + seed, BATCH, WIDTH)
+
+
+def own_names(num_layers: int, start: int, stop: int) -> list:
+    """The full model's parameter names of blocks start .. stop-1 ("2.0.weight")."""
+    return [n for n in named_params(blocks(num_layers)) if start <= int(n.split(".")[0]) < stop]
+
+
+def schedule_1f1b(rank: int, world: int, m: int) -> str:
+    """Rule 'Schedule' for one_f_one_b: F^w (F B)^(M-w) B^w, w = min(N - r - 1, M)."""
+    w = min(world - rank - 1, m)
+    order = [f"F{i}" for i in range(w)]
+    for i in range(m - w):
+        order += [f"F{w + i}", f"B{i}"]
+    return " ".join(order + [f"B{i}" for i in range(m - w, m)])
+
+
+def schedule_gpipe(m: int) -> str:
+    """Rule 'Schedule' for gpipe: every forward before the first backward (any backward order)."""
+    return "F" * m + "B" * m
+
+
+class StageTrace:
+    """One rank's stage seen from outside: a forward is its first block's call, a backward the
+    gradient reaching its last block's output (autograd's hook), both numbered by forward; a
+    micro-batch's activations are alive while anything autograd saved during its forward is
+    (saved_tensors_hooks: each saved tensor's holder, freed with the graph by its backward)."""
+
+    def __init__(self, model: nn.Sequential, start: int, stop: int):
+        self.events, self.count, self.current = [], 0, None
+        self.alive, self.peak = {}, 0
+        self.handles = [model[start].register_forward_pre_hook(self._forward),
+                        model[stop - 1].register_forward_hook(self._output)]
+
+    def _forward(self, module, args):
+        self.current, self.count = self.count, self.count + 1
+        self.events.append(f"F{self.current}")
+
+    def _output(self, module, args, out):
+        i = self.current
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(lambda g: self.events.append(f"B{i}"))
+
+    def pack(self, t):
+        holder = _Held(t)
+        i = self.current
+        self.alive[i] = self.alive.get(i, 0) + 1
+        weakref.finalize(holder, self._freed, i)
+        self.peak = max(self.peak, sum(1 for n in self.alive.values() if n > 0))
+        return holder
+
+    @staticmethod
+    def unpack(holder):
+        return holder.t
+
+    def _freed(self, i):
+        self.alive[i] -= 1
+
+    def saving(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+
+    def letters(self) -> str:
+        return "".join(e[0] for e in self.events)
+
+    def order(self) -> str:
+        return " ".join(self.events)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+class _Held:
+    __slots__ = ("t", "__weakref__")
+
+    def __init__(self, t):
+        self.t = t
+
+
+def serial(num_layers: int, steps=True, seed: int = 0, data_seed: int = 0) -> dict:
+    """Serial training on the whole batch: loss and gradients of step 0, weights after the
+    steps of each optimizer."""
+    out = {}
+    model = seeded(lambda: blocks(num_layers), seed)
+    x, y = batch(0, data_seed)
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    out["loss"] = loss.detach()
+    out["grads"] = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    for name in OPTIMIZERS if steps else ():
+        model = seeded(lambda: blocks(num_layers), seed)
+        opt = make_optimizer(name, model.parameters())
+        for k in range(1, STEPS + 1):
+            opt.zero_grad()
+            x, y = batch(k, data_seed)
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+            out[(name, k)] = named_params(model)
+    return out
+
+
+def traffic_rules(phase: str, members: list, m: int, rank: int, schedule: str) -> list:
+    """Rules 'Communication' and 'Point-to-point only' for global `rank` in a pipeline over
+    the global ranks `members` with m micro-batches in `phase`."""
+    if rank not in members:
+        return [CommRule(phase, "*", 0, "rule 'Group': a rank outside the group takes no part")]
+    g, n = members.index(rank), len(members)
+    if n == 1:
+        return [CommRule(phase, "*", 0, "rule 'Communication': with one stage there is no "
+                                         "neighbour: nothing is sent")]
+    neighbours = tuple(members[q] for q in (g - 1, g + 1) if 0 <= q < n)
+    count = m * ((g > 0) + (g < n - 1))
+    what = (f"stage {g} of {n} with M = {m}: {'M activations from the previous stage and ' if g else ''}"
+            f"{'M gradients from the next' if g < n - 1 else ''}")
+    return [CommRule(phase, "collective", 0, "rule 'Point-to-point only': activations and "
+                     f"gradients travel by send/recv or batch_isend_irecv in {schedule}, "
+                     "never a collective"),
+            CommRule(phase, RECV, count, f"rule 'Communication': {schedule} receives, per "
+                     f"micro-batch, one activation (from the previous stage) and one gradient "
+                     f"(from the next): {what}", peers=neighbours),
+            CommRule(phase, SEND, count, f"rule 'Communication': {schedule} sends, per "
+                     f"micro-batch, its output to the next stage and its input's gradient to "
+                     f"the previous one, to the neighbouring stages only (GLOBAL ranks)",
+                     peers=neighbours)]
+
+
+def cast(exp: dict, dtype) -> dict:
+    """Expected values in the check's dtype (serial runs in float64)."""
+    return {r: {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                for k, v in e.items()} for r, e in exp.items()}
+
+
+WRONG_CUT = ("rule 'Layout': stage r of N holds the model's own blocks model[start:stop] with "
+             "(start, stop) = (r * L // N, (r + 1) * L // N): slice the nn.Sequential (no copies, "
+             "so the caller's optimizer and the checker see the parameters)")
+LOSS = ("rule 'Results': the last stage returns the sum of loss_fn(out_i, target_i) / M over the "
+        "M micro-batches (the whole batch's mean loss), detached; the other stages return None")
+GRADS = ("rule 'Results': after the schedule, .grad holds serial training's gradient on the "
+         "whole batch: each micro-batch's loss scaled by 1/M, ONE backward per micro-batch, the "
+         "M gradients ADDED by autograd (never reset .grad in between); the gradient sent back "
+         "is x_i.grad of the received activation (x_i.requires_grad_() before the forward)")
+ACCUMULATED = ("rule 'Results': the schedule ADDS its gradients to what .grad holds, as "
+               "backward does: the caller zeroes them (never set .grad to None or zero inside)")
+STEPS_WRONG = ("the gradients were right but the weights after the steps are not: run the whole "
+               "schedule (every micro-batch's backward) before opt.step()")
+STUCK = ("on NCCL a rank's p2p operations run in the order posted and a send waits for its "
+         "receive: two neighbours that both send first, or both receive first, wait forever. "
+         "Post each pair that must progress together in ONE dist.batch_isend_irecv (1F1B's "
+         "steady state: send forward + receive backward, send backward + receive forward), and "
+         "check every peer is the neighbouring stage (GLOBAL rank)")
+GPIPE_ORDER = ("rule 'Schedule': gpipe runs all M forwards of a stage before its first backward "
+               "(F = a stage forward on one micro-batch, B = the backward from its output)")
+ORDER_1F1B = ("rule 'Schedule': stage r runs w = min(N - r - 1, M) warm-up forwards, then M - w "
+              "times one forward and the backward of the OLDEST micro-batch kept, then the w "
+              "backwards left: F^w (F B)^(M-w) B^w, micro-batches in order 0 .. M-1")
+MEMORY_1F1B = ("rule 'Memory': 1F1B's stage r keeps at most min(N - r, M) micro-batches' "
+               "activations (what autograd saved for their backward): run each backward without "
+               "retain_graph, and let go of the micro-batch (its input, output) once it ran, so "
+               "the graph is freed; holding every micro-batch's graph is GPipe's memory")

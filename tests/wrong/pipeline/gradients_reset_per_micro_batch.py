@@ -1,0 +1,20 @@
+r"""Each micro-batch's backward starts from zeroed gradients: only the last micro-batch's are left.
+
+EXPECT: M=6/grad 0.0.weight.*100% of entries wrong.*never reset .grad in between
+CLASS: accumulation values
+WORLD_SIZES: 2
+ONLY: gpipe
+
+A wrong implementation: solutions/pipeline.py with this one bug.
+"""
+
+# The bug, as edits of the reference solution (solutions/pipeline.py):
+REPLACE = [
+    (r'''    if stage.is_last:
+        out.backward()
+''',
+     r'''    stage.zero_grad()
+    if stage.is_last:
+        out.backward()
+'''),
+]
