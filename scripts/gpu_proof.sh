@@ -10,9 +10,10 @@
 #   environment      the GPU's model and memory, torch, CUDA, NCCL, the driver
 #   doctor           `rtp-course doctor --backend nccl`, its ranks sharing the GPU
 #   checks, 1 rank   the reference's public and hidden checks on NCCL at world size 1
-#   checks, 2-4      rotation (public and hidden) at 2, 3 and 4 ranks, flyweight at 2 and
-#                    experts (public and hidden) at 2, the ranks sharing the GPU (RTP_COURSE_SHARE_GPU=1: each its own NCCL host
-#                    id, sockets over the loopback)
+#   checks, 2-4      rotation (public and hidden) at 2, 3 and 4 ranks, flyweight, pipeline and
+#                    experts (public and hidden) at 2, the ranks sharing the GPU
+#                    (RTP_COURSE_SHARE_GPU=1: each its own NCCL host id, sockets over the
+#                    loopback)
 #   NCCL semantics   every pattern of tests/helpers/nccl_patterns.py on NCCL: its label against what
 #                    NCCL did (a hang is a timeout); a dry run tries one pattern per label, since
 #                    tests/test_nccl_semantics.py runs them all on CPU

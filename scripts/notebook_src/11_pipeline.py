@@ -9,36 +9,189 @@
 # %% [markdown]
 # # 11 · Pipeline parallelism: stages, GPipe and 1F1B (exercise E9)
 #
-# TODO(author): why this parallelism, what it splits, what it costs.
+# Data parallelism copies the model; tensor parallelism (notebooks 03-06) cuts every layer's
+# weights and pays a collective inside every layer. **Pipeline parallelism** cuts the model **by
+# depth**: rank $r$ of $N$ holds a *stage*, a run of consecutive layers, and the only messages are
+# the activations flowing forward between neighbouring stages and their gradients flowing back:
+# point-to-point, small, once per stage boundary. That is why it scales across nodes, where
+# tensor parallelism's all-reduces would be too slow, and why "3D parallelism" (data x tensor x
+# pipeline) is how the largest models train.
+#
+# Its cost is time: a stage waits for its input. With one batch, $N - 1$ of the $N$ ranks are idle
+# at any moment. Cutting the batch into $M$ **micro-batches** (GPipe, Huang et al. 2019,
+# arXiv 1811.06965) fills the pipe; what is left idle is the **bubble**,
+#
+# $$\text{bubble} = \frac{N - 1}{M + N - 1}.$$
+#
+# More micro-batches shrink it, but GPipe keeps every micro-batch's activations until its
+# backward: $M$ of them. **1F1B** (PipeDream-Flush, Narayanan et al. 2021, arXiv 2104.04473) runs
+# the same micro-batches in another order: same bubble, at most $N$ micro-batches alive.
+#
+# In this notebook you
+#
+# 1. **implement** the stages: which layers each rank holds;
+# 2. **implement** GPipe: all forwards, then all backwards, gradients exactly serial training's;
+# 3. **implement** 1F1B: warm-up, steady state, cool-down, at most $N - r$ micro-batches held;
+# 4. check your work;
+# 5. get graded.
 #
 # You will edit **`rtp_course/pipeline.py`**.
 
 # %%
+import matplotlib.pyplot as plt
+
 from rtp_course.checker import check
 from rtp_course.course.impl import default_impl
+from rtp_course.notebook import pipeline_schedule as ps
 from rtp_course.notebook import where_checks_run
+from rtp_course.notebook.demos import pipeline as demo
+from rtp_course.notebook.demos import run_demo
 
 print("exercise code under test:", default_impl())
 
 # %% [markdown]
-# ## 1. Task E9.1 · TODO(author): `stage_layers`, `PipelineStage`, `stage`
+# ## 1. Task E9.1 · Stages: `stage_layers`, `PipelineStage`
 #
-# TODO(author): the idea, a figure, the math, the communication.
+# The model is an `nn.Sequential` of $L$ blocks, each mapping $[b, D]$ to $[b, D]$ (here
+# `Linear(8, 8)` + `Tanh`; a transformer's decoder layers are the same shape). Stage $r$ of $N$
+# holds blocks
+#
+# $$\left\lfloor \frac{rL}{N} \right\rfloor \;\ldots\; \left\lfloor \frac{(r+1)L}{N} \right\rfloor - 1,$$
+#
+# consecutive runs that together hold every block once (with $L = 6$, $N = 4$: 1, 2, 1 and 2
+# blocks). Slicing the `nn.Sequential` (`model[start:stop]`) keeps the model's own modules, so
+# the caller's optimizer steps the very parameters the stage trains. The stage knows its
+# neighbours as **global** ranks, `dist.get_global_rank(group, r ± 1)`, for the point-to-point
+# calls.
+#
+# **Your task.** Implement `stage_layers(num_layers, group)` and `PipelineStage(model, group)`.
+# The cell runs 4 ranks: each builds its stage of an 8-block model, receives the activation from
+# the previous stage, runs its blocks and sends the result on; the last compares with the serial
+# model.
+
+# %%
+out = run_demo(demo.stage_demo, 4, needs="stage_layers and PipelineStage (rtp_course/pipeline.py)")
+if out is not None:
+    for r, res in enumerate(out):
+        print(f"stage {r}: blocks {res['blocks']} (the rule: {res['expected']})"
+              + (f"; output against serial: {res['error']:.1e}" if "error" in res else ""))
 
 # %% [markdown]
-# ## 2. Task E9.2 · TODO(author): `gpipe`
+# ## 2. Task E9.2 · GPipe: `gpipe`
 #
-# TODO(author): the idea, a figure, the math, the communication.
+# Cut the batch of $B$ rows into $M$ micro-batches of $b = B / M$ rows (`inputs.chunk(M)`). Each
+# stage runs the $M$ forwards, receiving each activation from the previous stage and sending its
+# output to the next; then the $M$ backwards, receiving the gradient of its output from the next
+# stage and sending the gradient of its input back. The last stage computes each micro-batch's
+# loss **divided by $M$**: `loss_fn` averages over a micro-batch's $b$ rows, so
+#
+# $$\sum_{i=1}^{M} \frac{1}{M}\,\frac{1}{b}\sum_{j \in i} \ell_j \;=\; \frac{1}{B}\sum_{j=1}^{B} \ell_j,$$
+#
+# the whole batch's mean, and the $M$ backward passes **add** their gradients in `.grad`, exactly
+# serial training's gradients on the whole batch. Every rank is given the whole batch (the first
+# stage reads the inputs, the last the targets).
+#
+# The timeline below is the ideal one (a backward costs twice a forward): stage $r$ starts $r$
+# forwards late, and the last stage's first backward waits for its last forward.
+
+# %%
+fig, axes = plt.subplots(2, 1, figsize=(11, 5))
+ps.draw(ps.simulate(4, 1, ps.gpipe_order), "one batch, N = 4:", axes[0])
+ps.draw(ps.simulate(4, 6, ps.gpipe_order), "GPipe, N = 4, M = 6:", axes[1])
+plt.tight_layout()
+plt.show()
 
 # %% [markdown]
-# ## 3. Task E9.3 · TODO(author): `one_f_one_b`
+# The step lasts $(M + N - 1)(t_F + t_B)$, of which each stage works $M (t_F + t_B)$: the bubble is
+# $(N - 1)/(M + N - 1)$ whatever the costs of a forward and a backward. The table compares the
+# formula with the ideal timeline:
+
+# %%
+for m in (1, 2, 4, 8, 16, 32):
+    sim = ps.bubble(ps.simulate(4, m, ps.gpipe_order))
+    print(f"N = 4, M = {m:>2}: bubble {sim:6.1%} (formula {(4 - 1) / (m + 4 - 1):6.1%}), "
+          f"activations of {m} micro-batches held on stage 0")
+
+# %% [markdown]
+# **Point-to-point under NCCL.** A rank's operations on a group run one after the other on one
+# CUDA stream, and a send does not finish before its receive runs on the peer. GPipe is a chain:
+# stage $r$ receives what $r - 1$ sends, so a single send or receive at a time is fine. Where two
+# neighbours must send to each other at once, post both halves in **one**
+# `dist.batch_isend_irecv` (section 3 needs this), and wait on every work it returns.
 #
-# TODO(author): the idea, a figure, the math, the communication.
+# **Your task.** Implement `gpipe(stage, inputs, targets, loss_fn, num_microbatches, group)`. The
+# cell runs one step on 4 stages with 6 micro-batches: every stage's gradient error against
+# serial training, the loss error on the last stage, the order of each stage's forwards and
+# backwards, how many micro-batches' activations it held at once, and its point-to-point calls.
+
+# %%
+gpipe_out = run_demo(demo.schedule_demo, 4, "gpipe", 6, needs="gpipe (rtp_course/pipeline.py)")
+if gpipe_out is not None:
+    print(demo.describe(gpipe_out, "gpipe"))
+
+# %% [markdown]
+# ## 3. Task E9.3 · 1F1B: `one_f_one_b`
+#
+# GPipe's memory grows with $M$, and $M$ must be large for a small bubble. 1F1B starts each
+# micro-batch's backward as early as possible. Stage $r$ runs $w = \min(N - r - 1, M)$ **warm-up**
+# forwards, then alternates one forward and one backward of the **oldest** micro-batch (the
+# **steady state**, $M - w$ of each), then the $w$ backwards left (**cool-down**):
+#
+#     N = 4, M = 6   stage 0:  F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5       (w = 3)
+#                    stage 3:  F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5       (w = 0)
+#
+# A micro-batch's activations are freed by its backward, so stage $r$ never holds more than
+# $\min(N - r, M)$ of them, and the bubble is GPipe's:
+
+# %%
+fig, ax = plt.subplots(figsize=(11, 2.6))
+ps.draw(ps.simulate(4, 6, ps.one_f_one_b_order), "1F1B, N = 4, M = 6:", ax)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# In the steady state stage $r$ sends an activation to $r + 1$ **while** $r + 1$ sends a gradient
+# to $r$. Two blocking sends would each wait for the other's receive: a deadlock on NCCL (the
+# checker replays your calls under NCCL's rules and reports it). Post together: the send of the
+# forward's output with the receive of the gradient you need next, and the send of the
+# backward's input gradient with the receive of the next activation, each pair in one
+# `dist.batch_isend_irecv` (or even stages first sending, odd stages first receiving).
+#
+# **Your task.** Implement `one_f_one_b(...)`, with the same arguments and results as `gpipe`.
+# The cell runs it as above, then draws both schedules from the ranks' own clocks. On CPU
+# processes sharing a few cores, with blocks this small, the transfers take longer than the
+# compute and the widths are noise: the order, and who waits for whom, is what to read.
+
+# %%
+ofob_out = run_demo(demo.schedule_demo, 4, "one_f_one_b", 6, needs="one_f_one_b (rtp_course/pipeline.py)")
+if ofob_out is not None:
+    print(demo.describe(ofob_out, "one_f_one_b"))
+runs = [(name, res) for name, res in (("GPipe", gpipe_out), ("1F1B", ofob_out)) if res is not None]
+if runs:
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 2.6 * len(runs)), squeeze=False)
+    for ax, (name, res) in zip(axes[:, 0], runs):
+        ps.draw(ps.measured(res), f"{name}, measured:", ax, xlabel="seconds", bubble_shown=False)
+    plt.tight_layout()
+    plt.show()
+
+# %% [markdown]
+# Memory of the two schedules, per stage: GPipe holds all $M$ micro-batches on every stage, 1F1B
+# holds $N - r$ on stage $r$ (stage 0 is the one that bounds the device's memory):
+
+# %%
+for name, order in (("GPipe", ps.gpipe_order), ("1F1B", ps.one_f_one_b_order)):
+    print(f"{name:>5}, N = 4, M = 8: micro-batches held per stage "
+          f"{list(ps.held(ps.simulate(4, 8, order)).values())}")
 
 # %% [markdown]
 # ## 4. Check your work
 #
-# TODO(author): what the checker compares, on which world sizes.
+# `rtp-course check pipeline` runs your code on 1, 2, 3 and 4 processes. On every stage it
+# compares the loss (last stage), the gradients, the gradients after a second call without
+# `zero_grad` (added) and the weights after SGD and Adam steps with serial training on the
+# whole batch; it records the order of each stage's forwards and backwards (rule 'Schedule'),
+# the micro-batches whose activations were alive at once (rule 'Memory', for 1F1B), and every
+# send and receive: their count, their peers, and whether NCCL would run them in that order.
 
 # %%
 print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo

@@ -45,22 +45,23 @@ CLASSES = {
                              "comm context_parallel data_parallel flyweight groups sharding "
                              "tensor_parallel experts"),
     "deadlock": ("a hang: mismatched or missing communication",
-                 "comm data_parallel groups rotation sharding experts"),
+                 "comm data_parallel groups pipeline rotation sharding experts"),
     "3-4-ranks": ("right with 1 or 2 ranks, wrong with 3 or 4",
-                  "comm context_parallel data_parallel flyweight rotation sharding "
+                  "comm context_parallel data_parallel flyweight pipeline rotation sharding "
                   "tensor_parallel experts"),
     "subgroup": ("ignores the `group` it is given (world ranks, world size)",
-                 "comm context_parallel data_parallel flyweight rotation sharding "
+                 "comm context_parallel data_parallel flyweight pipeline rotation sharding "
                  "tensor_parallel experts"),
     "uneven": ("a size the world size does not divide, where the contract allows it",
                "comm flyweight rotation sharding"),
     "traffic": ("more communication than the Rules allow", "*"),
     "memory": ("tensors held beyond the Memory rule",
-               "context_parallel flyweight sharding tensor_parallel"),
+               "context_parallel flyweight pipeline sharding tensor_parallel"),
     "overlap": ("waits where the Rules ask for overlap",
                 "context_parallel flyweight rotation sharding"),
     "direction": ("a wrong rotation direction", "context_parallel flyweight rotation"),
-    "off-by-one": ("an off-by-one ring or shard index", "context_parallel flyweight rotation"),
+    "off-by-one": ("an off-by-one ring or shard index",
+                   "context_parallel flyweight pipeline rotation"),
     "buffers": ("module buffers (running statistics, a rank's own draw) left out",
                 "data_parallel sharding"),
     "init": ("fresh layers initialised unlike the serial ones", "tensor_parallel"),
@@ -68,7 +69,8 @@ CLASSES = {
     "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
     "in-place": ("the caller's tensor changed in place", "comm context_parallel rotation experts"),
     "unwaited": ("a work never waited", "context_parallel rotation"),
-    "dtype": ("a buffer in another dtype", "context_parallel data_parallel sharding experts"),
+    "dtype": ("a buffer in another dtype",
+              "context_parallel data_parallel pipeline sharding experts"),
     "device": ("a tensor made without device= (in CPU memory on a GPU run)", "*"),
     # configurations real code meets (issue 37), in every exercise where each applies
     "view-shard": ("a shard that is a view of the full weight, which it keeps alive",
