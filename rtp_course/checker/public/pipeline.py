@@ -15,14 +15,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rtp_course.checker.common import make_optimizer, seeded
+from rtp_course.checker.common import make_optimizer, randn, seeded
 from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also the hidden checks'
     ACCUMULATED, GPIPE_ORDER, GRADS, LOSS, MEMORY_1F1B, OPTIMIZERS, ORDER_1F1B, STEPS,
-    STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, own_names,
-    schedule_1f1b, schedule_gpipe, serial, traffic_rules)
+    STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, mistakes,
+    own_names, schedule_1f1b, schedule_gpipe, serial, traffic_rules)
 from rtp_course.checker.public.rotation_harness import others
-from rtp_course.checker.registry import Bound, Check, CommRule
-from rtp_course.checker.common import randn
+from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
 NOT_COMMUNICATE = "rule 'Communication': stage_layers and PipelineStage only compute: no communication"
 
@@ -178,12 +177,14 @@ class ScheduleCheck(Check):
             e = exp[r]
             names = own_names(self.num_layers, *cut(g, n, self.num_layers))
             for m in self.cases:
+                wrong = mistakes(self.num_layers, m) if m > 1 else []
                 if g == n - 1:
-                    e[f"M={m}/loss"] = ref["loss"]
+                    e[f"M={m}/loss"] = Like(ref["loss"], tuple((w[0], w[2], w[3]) for w in wrong))
                 else:
                     e[f"M={m}/returned"] = "None"
                 for name in names:
-                    e[f"M={m}/grad {name}"] = ref["grads"][name]
+                    e[f"M={m}/grad {name}"] = Like(ref["grads"][name], tuple(
+                        (w[1][name], w[2], w[3]) for w in wrong))
                 e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
                 e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
                 if self.again and m == self.cases[0]:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rtp_course.checker.common import make_optimizer, named_params, randn, seeded
-from rtp_course.checker.registry import Bound, CommRule
+from rtp_course.checker.registry import Bound, CommRule, Like
 
 WIDTH, BATCH = 8, 12            # every block maps [b, 8] to [b, 8]; 12 rows: M = 2, 3, 4, 6
 OPTIMIZERS, STEPS = ("sgd", "adam"), 2
@@ -130,6 +130,28 @@ def serial(num_layers: int, steps=True, seed: int = 0, data_seed: int = 0) -> di
     return out
 
 
+def mistakes(num_layers: int, m: int, seed: int = 0) -> list:
+    """[(loss, {name: grad}, cause, hint)]: what two known mistakes give with m micro-batches."""
+    x, y = batch(0)
+    out = []
+    for cause, hint, loss_of in (
+            ("micro-batch i's output paired with the targets of micro-batch M-1-i",
+             "rule 'Schedule': micro-batch i is rows i*b .. (i+1)*b - 1 of inputs AND of targets: "
+             "the last stage pairs its i-th received activation with targets.chunk(M)[i], in the "
+             "order the first stage sent them",
+             lambda model: F.mse_loss(model(x), torch.cat(y.chunk(m)[::-1]))),
+            ("only the last micro-batch's gradient (.grad reset before each backward)",
+             ACCUMULATED.replace("the caller zeroes them", "the M micro-batches' gradients "
+                                 "add up; the caller zeroes them once"),
+             lambda model: F.mse_loss(model(x.chunk(m)[-1]), y.chunk(m)[-1]) / m)):
+        model = seeded(lambda: blocks(num_layers), seed)
+        loss = loss_of(model)
+        loss.backward()
+        out.append((loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()},
+                    cause, hint))
+    return out
+
+
 def traffic_rules(phase: str, members: list, m: int, rank: int, schedule: str) -> list:
     """Rules 'Communication' and 'Point-to-point only' for global `rank` in a pipeline over
     the global ranks `members` with m micro-batches in `phase`."""
@@ -156,9 +178,12 @@ def traffic_rules(phase: str, members: list, m: int, rank: int, schedule: str) -
 
 
 def cast(exp: dict, dtype) -> dict:
-    """Expected values in the check's dtype (serial runs in float64)."""
-    return {r: {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                for k, v in e.items()} for r, e in exp.items()}
+    """Expected values (and their lookalikes) in the check's dtype (serial runs in float64)."""
+    def to(v):
+        if isinstance(v, Like):
+            return Like(to(v.value), tuple((to(t), c, h) for t, c, h in v.lookalikes))
+        return v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    return {r: {k: to(v) for k, v in e.items()} for r, e in exp.items()}
 
 
 WRONG_CUT = ("rule 'Layout': stage r of N holds the model's own blocks model[start:stop] with "

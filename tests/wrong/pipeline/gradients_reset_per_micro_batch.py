@@ -1,6 +1,6 @@
 r"""Each micro-batch's backward starts from zeroed gradients: only the last micro-batch's are left.
 
-EXPECT: M=6/grad 0.0.weight.*100% of entries wrong.*never reset .grad in between
+EXPECT: M=6/grad 0.0.weight.*it equals what only the last micro-batch's gradient \(.grad reset before each backward\) gives
 CLASS: accumulation values
 WORLD_SIZES: 2
 ONLY: gpipe
