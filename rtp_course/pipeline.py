@@ -6,6 +6,7 @@ Tasks (each TODO below says its task; the notebook section of that number teache
     E9.1  section 1: `stage_layers`, `PipelineStage`
     E9.2  section 2: `gpipe`
     E9.3  section 3: `one_f_one_b`
+    E9.4  section 4: `data_parallel_pipeline`
 
 A model too deep for one device is CUT BY DEPTH: the N ranks of `group` each hold a STAGE, a
 run of consecutive layers, and a batch flows through them like cars on an assembly line.
@@ -41,6 +42,15 @@ backward (the STEADY state: M - w of each), then the w remaining backwards (COOL
 
 A stage never holds more than min(N - r, M) micro-batches' activations (GPipe: M).
 
+DP x PP (E9.4): D pipelines side by side, each of P stages, P * D ranks. Pipeline d is ranks
+d*P .. d*P + P - 1 (its `stage.group`); the D ranks holding the same stage s, ranks s, s + P, ...,
+form that stage's data-parallel group (`dp_group`). Replica d trains on its own D-th of the
+batch, inputs.chunk(D)[d] (d = its rank in dp_group), with 1F1B; then each stage's gradients
+are averaged over its dp_group once per step, as E1's average_gradients does.
+
+    P = 2, D = 2:   pipeline 0: ranks 0 -> 1      pipeline 1: ranks 2 -> 3
+                    dp groups:  stage 0: {0, 2}   stage 1: {1, 3}
+
 POINT-TO-POINT UNDER NCCL. On a GPU, a rank's operations on a group run one after the other
 on the group's stream, and a send does not finish until its receive runs on the peer. A
 blocking send to r+1 while r+1 sends to r waits forever. In 1F1B's steady state stage r sends
@@ -59,9 +69,12 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Communication: per micro-batch, each stage but the first receives its activation from the
   previous stage and sends the gradient of it back; each stage but the last sends its output
   to the next stage and receives the gradient of it: M sends and M receives each way, to and
-  from the neighbouring stages only; stage_layers and PipelineStage do not communicate.
+  from the neighbouring stages only; stage_layers and PipelineStage do not communicate;
+  data_parallel_pipeline adds, per step, one all-reduce of each of its stage's gradients (or
+  fewer, flattened) on dp_group, and nothing else.
 * Point-to-point only: activations and gradients travel by send/recv, isend/irecv or
-  dist.batch_isend_irecv of dist.P2POp, never a collective.
+  dist.batch_isend_irecv of dist.P2POp, never a collective (data_parallel_pipeline's gradient
+  average is the one collective).
 * Layout: stage r holds the model's own modules model[start:stop], (start, stop) =
   stage_layers(len(model), group), no copies of them: the caller's optimizer and the checker
   see its parameters.
@@ -76,7 +89,8 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Group: r and N are this rank's place in `group` and its size (dist.get_rank(group),
   dist.get_world_size(group)); the p2p calls take GLOBAL ranks: translate the neighbours with
   dist.get_global_rank(group, r - 1) and (group, r + 1) when a group is given. Its ranks need
-  not be consecutive.
+  not be consecutive. data_parallel_pipeline averages on dp_group, never on the world or on
+  the pipeline's group.
 """
 import torch
 import torch.distributed as dist
@@ -146,3 +160,18 @@ def one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, group=None):
     raise NotImplementedError("[E9.3] one_f_one_b: w = min(N - r - 1, M); w forwards; then "
                               "forward + backward of the oldest, M - w times, batching the "
                               "send/receive pairs; then w backwards")
+
+
+def data_parallel_pipeline(stage, inputs, targets, loss_fn, num_microbatches, dp_group=None):
+    """DP x PP: one_f_one_b on this replica's shard of the batch, then the gradients averaged.
+
+    inputs, targets: [B, D] the whole batch on every rank; replica d = dist.get_rank(dp_group)
+    of D = dist.get_world_size(dp_group) trains on inputs.chunk(D)[d], targets.chunk(D)[d]
+    (M = num_microbatches micro-batches of it), on its pipeline, stage.group. Then every
+    parameter's .grad of the stage is replaced by its mean over dp_group. Returns what
+    one_f_one_b returns: this replica's loss (its shard's mean) on its last stage, else None.
+    After it, .grad holds serial training's gradient on the WHOLE batch, on every rank.
+    """
+    raise NotImplementedError("[E9.4] data_parallel_pipeline: d, D from dp_group; one_f_one_b on "
+                              "inputs.chunk(D)[d], targets.chunk(D)[d] with stage.group; then "
+                              "all_reduce each .grad on dp_group and divide by D")

@@ -143,3 +143,16 @@ def one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, group=None):
         if dx is not None:
             _exchange(stage, send=[(dx, stage.prev)])
     return loss
+
+
+def data_parallel_pipeline(stage, inputs, targets, loss_fn, num_microbatches, dp_group=None):
+    """DP x PP: this pipeline replica runs 1F1B on its own shard of the batch, then each
+    stage's gradients are averaged over the replicas of that stage (dp_group)."""
+    replica, replicas = dist.get_rank(dp_group), dist.get_world_size(dp_group)
+    loss = one_f_one_b(stage, inputs.chunk(replicas)[replica], targets.chunk(replicas)[replica],
+                       loss_fn, num_microbatches, stage.group)
+    for p in stage.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=dp_group)
+            p.grad /= replicas
+    return loss

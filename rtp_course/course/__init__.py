@@ -103,7 +103,9 @@ COURSE = (
     Exercise('E9', 'pipeline', 'pipeline parallelism: stages, GPipe and 1F1B', '11_pipeline', 20, (
         Task('E9.1', ('stage_layers', 'PipelineStage'), 1),
         Task('E9.2', ('gpipe',), 2, ('E9.1',)),
-        Task('E9.3', ('one_f_one_b',), 3, ('E9.1',)),)),
+        Task('E9.3', ('one_f_one_b',), 3, ('E9.1',)),
+        # data_parallel_pipeline runs one_f_one_b and may average with E1's average_gradients
+        Task('E9.4', ('data_parallel_pipeline',), 4, ('E1.1', 'E9.3')),)),
     Exercise("E10", "experts", "mixture of experts: expert parallelism over all-to-all",
              "12_experts", 20, (
         Task("E10.1", ("AllToAll", "all_to_all"), 2),

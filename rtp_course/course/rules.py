@@ -100,7 +100,7 @@ _OWN = (
           "groups": ("train_2d_bert",), "sharding": ("FullyShardedDataParallel_subgroups",),
           "context_parallel": ("subgroup", "subgroup_causal"),
           "experts": ("train_step_ep_dp", "sync_gradients_subgroups"),
-          "pipeline": ("PipelineStage", "subgroup")}),
+          "pipeline": ("PipelineStage", "subgroup", "data_parallel_pipeline")}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",
          {"data_parallel": ("DataParallel_frozen_accumulated",), "flyweight": ("FlyweightWrapper",),

@@ -32,8 +32,9 @@
 # 1. **implement** the stages: which layers each rank holds;
 # 2. **implement** GPipe: all forwards, then all backwards, gradients exactly serial training's;
 # 3. **implement** 1F1B: warm-up, steady state, cool-down, at most $N - r$ micro-batches held;
-# 4. check your work;
-# 5. get graded.
+# 4. **implement** DP x PP: pipelines side by side, their gradients averaged;
+# 5. check your work;
+# 6. get graded.
 #
 # You will edit **`rtp_course/pipeline.py`**.
 
@@ -184,7 +185,28 @@ for name, order in (("GPipe", ps.gpipe_order), ("1F1B", ps.one_f_one_b_order)):
           f"{list(ps.held(ps.simulate(4, 8, order)).values())}")
 
 # %% [markdown]
-# ## 4. Check your work
+# ## 4. Task E9.4 · DP x PP: `data_parallel_pipeline`
+#
+# Pipelines compose with data parallelism: $D$ pipelines of $P$ stages on $P \cdot D$ ranks.
+# Pipeline $d$ is ranks $dP \ldots dP + P - 1$; the $D$ ranks that hold the same stage $s$
+# (ranks $s, s + P, \ldots$) form that stage's **data-parallel group**. Each pipeline trains on its
+# own $D$-th of the batch, then every stage averages its gradients over its data-parallel group,
+# once per step, as E1's `average_gradients` did (notebook 02):
+#
+#     P = 2, D = 2:   pipeline 0: ranks 0 -> 1      pipeline 1: ranks 2 -> 3
+#                     dp groups:  stage 0: {0, 2}   stage 1: {1, 3}
+#
+# The pipeline's sends stay inside a pipeline; the all-reduce stays inside a data-parallel
+# group. Averaging over the world (or over the pipeline) mixes different stages' gradients:
+# the checker names the group each call ran on.
+#
+# **Your task.** Implement `data_parallel_pipeline(stage, inputs, targets, loss_fn,
+# num_microbatches, dp_group)`: `one_f_one_b` on this replica's shard, then the average. The
+# checker runs it with two replicas of one stage (2 ranks), one pipeline of three (3 ranks) and
+# two pipelines of two (4 ranks), against serial training on the whole batch.
+
+# %% [markdown]
+# ## 5. Check your work
 #
 # `rtp-course check pipeline` runs your code on 1, 2, 3 and 4 processes. On every stage it
 # compares the loss (last stage), the gradients, the gradients after a second call without
@@ -207,12 +229,12 @@ if USE_SLURM:
     check_on_slurm(["pipeline"], gpus=GPUS)
 
 # %% [markdown]
-# ## 5. Grading
+# ## 6. Grading
 #
 # The cell below is read-only and graded after you submit: it runs the public and hidden checks on
 # your `rtp_course/pipeline.py` and awards up to 20 points, in proportion to the checks that
 # pass. In your copy the cell is empty: the grader puts the tests back. Use the check cell of
-# section 4 to know where you stand.
+# section 5 to know where you stand.
 
 # %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e9_pipeline", "locked": true, "points": 20.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS

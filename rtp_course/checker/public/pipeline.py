@@ -15,11 +15,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rtp_course.checker.common import make_optimizer, randn, seeded
+from rtp_course.checker.common import randn, seeded
 from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also the hidden checks'
-    ACCUMULATED, GPIPE_ORDER, GRADS, LOSS, MEMORY_1F1B, OPTIMIZERS, ORDER_1F1B, STEPS,
+    ACCUMULATED, DP_AVERAGE, DP_GRADS, DP_PP_STAGES, GPIPE_ORDER, GRADS, LOSS, MEMORY_1F1B,
+    OPTIMIZERS, ORDER_1F1B, STEPS,
     STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, mistakes,
-    own_names, schedule_1f1b, schedule_gpipe, serial, traffic_rules)
+    dp_pp_groups, own_names, record_steps, schedule_1f1b, schedule_gpipe, serial, shard_loss,
+    traffic_rules)
 from rtp_course.checker.public.rotation_harness import others
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
@@ -145,19 +147,9 @@ class ScheduleCheck(Check):
                     self.call(ctx, stage, group, x, y, m)
                 for name in names:
                     ctx.record(f"again M={m}/grad {name}", params[name].grad)
-        for opt_name in OPTIMIZERS if self.steps else ():
-            model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
-            stage = ctx.impl.pipeline.PipelineStage(model, group=group)
-            opt = make_optimizer(opt_name, model[start:stop].parameters())
-            for k in range(1, STEPS + 1):
-                with ctx.phase(f"step{k} {opt_name}"):
-                    opt.zero_grad()
-                    x, y = batch(k)
-                    self.call(ctx, stage, group, x, y, self.cases[0])
-                    opt.step()
-                params = dict(model.named_parameters())
-                for name in names:
-                    ctx.record(f"step{k} {opt_name}/{name}", params[name])
+        if self.steps:
+            record_steps(ctx, self.num_layers, names, group,
+                         lambda stage, k: self.call(ctx, stage, group, *batch(k), self.cases[0]))
 
     def order(self, trace) -> str:
         return trace.letters()
@@ -283,3 +275,88 @@ class Subgroup(OneFOneB):
                              x.kind != "collective" and x.kind != "*" else x.count,
                              x.hint, x.nbytes, x.peers, x.members) for x in rs]
                 for r, rs in rules.items()}
+
+
+class DataParallelPipeline(Check):
+    """DP x PP: D pipelines of P stages (2 ranks: two of one stage; 3: one of three; 4: two of
+    two), each replica on its own shard of the batch, the gradients averaged over each stage's
+    dp group: serial training's gradients and steps on the whole batch."""
+    exercise, name = "pipeline", "data_parallel_pipeline"
+    cpu_budget, num_layers, m = 40.0, 6, 3
+    hints = {"": DP_GRADS, "deadlock": STUCK, "/loss": "rule 'Results': the last stage of each "
+             "pipeline returns ITS replica's loss (the mean over its shard of the batch), the "
+             "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG}
+
+    def call(self, ctx, stage, dp, step):
+        x, y = batch(step)
+        return ctx.impl.pipeline.data_parallel_pipeline(stage, ctx.to(x), ctx.to(y), F.mse_loss,
+                                                        self.m, dp_group=dp)
+
+    def run(self, ctx):
+        pipelines, dps = dp_pp_groups(ctx.world_size)
+        made = [ctx.new_group(ranks) for ranks in pipelines + dps]    # every rank, same order
+        mine = next(i for i, ranks in enumerate(pipelines) if ctx.rank in ranks)
+        pp, dp = made[mine], made[len(pipelines) + ctx.rank % len(dps)]
+        stage_index, p = pipelines[mine].index(ctx.rank), len(pipelines[mine])
+        start, stop = cut(stage_index, p, self.num_layers)
+        names = own_names(self.num_layers, start, stop)
+        model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+        params = dict(model.named_parameters())
+        stage = ctx.impl.pipeline.PipelineStage(model, group=pp)
+        with ctx.phase("step0"):
+            loss = self.call(ctx, stage, dp, 0)
+        if stage_index == p - 1:
+            ctx.record("step0/loss", loss if isinstance(loss, torch.Tensor) else None)
+        else:
+            ctx.record_value("step0/returned", repr(loss)[:40])
+        for name in names:
+            ctx.record(f"step0/grad {name}", params[name].grad)
+        with ctx.phase("again"):
+            self.call(ctx, stage, dp, 0)
+        for name in names:
+            ctx.record(f"again/grad {name}", params[name].grad)
+        record_steps(ctx, self.num_layers, names, pp, lambda stage, k: self.call(ctx, stage, dp, k))
+
+    def expected(self, world_size):
+        pipelines, dps = dp_pp_groups(world_size)
+        ref = serial(self.num_layers)
+        exp = {}
+        for d, ranks in enumerate(pipelines):
+            for s, r in enumerate(ranks):
+                names = own_names(self.num_layers, *cut(s, len(ranks), self.num_layers))
+                e = exp[r] = {}
+                if s == len(ranks) - 1:
+                    e["step0/loss"] = Like(shard_loss(self.num_layers, d, len(pipelines)), ((
+                        ref["loss"], "every replica training on the whole batch", DP_GRADS),))
+                else:
+                    e["step0/returned"] = "None"
+                for name in names:
+                    e[f"step0/grad {name}"] = ref["grads"][name]
+                    e[f"again/grad {name}"] = 2 * ref["grads"][name]
+                for opt_name in OPTIMIZERS:
+                    for k in range(1, STEPS + 1):
+                        for name in names:
+                            e[f"step{k} {opt_name}/{name}"] = ref[(opt_name, k)][name]
+        return cast(exp, getattr(torch, self.dtype))
+
+    def factors(self, world_size):
+        replicas = world_size // DP_PP_STAGES[world_size]
+        return [(replicas, "the replicas' gradients summed, not averaged",
+                 "divide the all-reduced gradients by D, the size of dp_group")] if replicas > 1 else []
+
+    def comm_rules(self, world_size):
+        pipelines, dps = dp_pp_groups(world_size)
+        rules = {}
+        for ranks in pipelines:
+            for s, r in enumerate(ranks):
+                dp = dps[s]
+                count = Bound(1 if len(dp) > 1 else 0, 2 * len(own_names(
+                    self.num_layers, *cut(s, len(ranks), self.num_layers))))
+                rules[r] = []
+                for phase in ["step0", "again"] + [f"step{k} {o}" for o in OPTIMIZERS
+                                                    for k in range(1, STEPS + 1)]:
+                    rules[r] += [x for x in traffic_rules(phase, ranks, self.m, r, "1F1B")
+                                 if x.kind != "collective" and x.kind != "*"]
+                    rules[r].append(CommRule(phase, "collective", count, DP_AVERAGE,
+                                             members=tuple(dp)))
+        return rules

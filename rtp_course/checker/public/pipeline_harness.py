@@ -130,6 +130,24 @@ def serial(num_layers: int, steps=True, seed: int = 0, data_seed: int = 0) -> di
     return out
 
 
+def record_steps(ctx, num_layers: int, names: list, group, step) -> None:
+    """SGD and Adam, STEPS steps each, on a fresh model's stage: zero_grad, step(stage, k) (the
+    schedule on step k's batch), opt.step(); records the stage's weights after each step."""
+    start, stop = (int(names[0].split(".")[0]), int(names[-1].split(".")[0]) + 1)
+    for opt_name in OPTIMIZERS:
+        model = seeded(lambda: blocks(num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+        stage = ctx.impl.pipeline.PipelineStage(model, group=group)
+        opt = make_optimizer(opt_name, model[start:stop].parameters())
+        for k in range(1, STEPS + 1):
+            with ctx.phase(f"step{k} {opt_name}"):
+                opt.zero_grad()
+                step(stage, k)
+                opt.step()
+            params = dict(model.named_parameters())
+            for name in names:
+                ctx.record(f"step{k} {opt_name}/{name}", params[name])
+
+
 def mistakes(num_layers: int, m: int, seed: int = 0) -> list:
     """[(loss, {name: grad}, cause, hint)]: what two known mistakes give with m micro-batches."""
     x, y = batch(0)
@@ -213,3 +231,33 @@ MEMORY_1F1B = ("rule 'Memory': 1F1B's stage r keeps at most min(N - r, M) micro-
                "activations (what autograd saved for their backward): run each backward without "
                "retain_graph, and let go of the micro-batch (its input, output) once it ran, so "
                "the graph is freed; holding every micro-batch's graph is GPipe's memory")
+
+
+# DP x PP: the pipeline length P at each world size (D = N / P replicas): pure data parallelism
+# at 2 ranks (graded there), one pipeline of 3, two pipelines of 2 at 4.
+DP_PP_STAGES = {1: 1, 2: 1, 3: 3, 4: 2}
+
+
+def dp_pp_groups(world: int) -> tuple:
+    """(pipelines, dp groups) as lists of global ranks: pipeline d is ranks d*P .. d*P+P-1, the
+    dp group of stage s ranks s, s+P, ..."""
+    p = DP_PP_STAGES[world]
+    pipelines = [list(range(d * p, (d + 1) * p)) for d in range(world // p)]
+    return pipelines, [list(range(s, world, p)) for s in range(p)]
+
+
+def shard_loss(num_layers: int, replica: int, replicas: int, seed: int = 0) -> torch.Tensor:
+    """Serial loss of replica `replica`'s shard of step 0's batch."""
+    model = seeded(lambda: blocks(num_layers), seed)
+    x, y = batch(0)
+    with torch.no_grad():
+        return F.mse_loss(model(x.chunk(replicas)[replica]), y.chunk(replicas)[replica])
+
+
+DP_AVERAGE = ("rule 'Communication': after its replica's 1F1B, each stage's gradients are "
+              "averaged over dp_group (the ranks holding the same stage in the other "
+              "pipelines): one all-reduce per gradient (or fewer, flattened), then / D")
+DP_GRADS = ("rule 'Results': replica d trains on inputs.chunk(D)[d] (d its rank in dp_group), "
+            "then every .grad of its stage is all-reduced on dp_group and divided by D: the "
+            "mean over replicas of their shards' gradients is serial training's on the whole "
+            "batch")
