@@ -105,7 +105,8 @@ def stage_layers(num_layers, group=None):
     (1, 3), (3, 4), (4, 6)). The course's models have at least N blocks. Communication: none.
     """
     raise NotImplementedError("[E9.1] stage_layers: r, N = dist.get_rank(group), "
-                              "dist.get_world_size(group); return (r * num_layers // N, (r + 1) * num_layers // N)")
+                              "dist.get_world_size(group); return (r * num_layers // N, "
+                              "(r + 1) * num_layers // N)")
 
 
 class PipelineStage(nn.Module):

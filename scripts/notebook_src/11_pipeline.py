@@ -57,7 +57,7 @@ print("exercise code under test:", default_impl())
 # `Linear(8, 8)` + `Tanh`; a transformer's decoder layers are the same shape). Stage $r$ of $N$
 # holds blocks
 #
-# $$\left\lfloor \frac{rL}{N} \right\rfloor \;\ldots\; \left\lfloor \frac{(r+1)L}{N} \right\rfloor - 1,$$
+# $$\lfloor rL/N \rfloor \;\ldots\; \lfloor (r+1)L/N \rfloor - 1,$$
 #
 # consecutive runs that together hold every block once (with $L = 6$, $N = 4$: 1, 2, 1 and 2
 # blocks). Slicing the `nn.Sequential` (`model[start:stop]`) keeps the model's own modules, so
@@ -86,7 +86,7 @@ if out is not None:
 # stage and sending the gradient of its input back. The last stage computes each micro-batch's
 # loss **divided by $M$**: `loss_fn` averages over a micro-batch's $b$ rows, so
 #
-# $$\sum_{i=1}^{M} \frac{1}{M}\,\frac{1}{b}\sum_{j \in i} \ell_j \;=\; \frac{1}{B}\sum_{j=1}^{B} \ell_j,$$
+# $$\sum_{i=1}^{M} \frac{1}{M b}\sum_{j \in i} \ell_j = \frac{1}{B}\sum_{j=1}^{B} \ell_j,$$
 #
 # the whole batch's mean, and the $M$ backward passes **add** their gradients in `.grad`, exactly
 # serial training's gradients on the whole batch. Every rank is given the whole batch (the first
@@ -164,7 +164,8 @@ plt.show()
 # compute and the widths are noise: the order, and who waits for whom, is what to read.
 
 # %%
-ofob_out = run_demo(demo.schedule_demo, 4, "one_f_one_b", 6, needs="one_f_one_b (rtp_course/pipeline.py)")
+ofob_out = run_demo(demo.schedule_demo, 4, "one_f_one_b", 6,
+                    needs="one_f_one_b (rtp_course/pipeline.py)")
 if ofob_out is not None:
     print(demo.describe(ofob_out, "one_f_one_b"))
 runs = [(name, res) for name, res in (("GPipe", gpipe_out), ("1F1B", ofob_out)) if res is not None]

@@ -25,7 +25,8 @@ from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also th
 from rtp_course.checker.public.rotation_harness import others
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
-NOT_COMMUNICATE = "rule 'Communication': stage_layers and PipelineStage only compute: no communication"
+NOT_COMMUNICATE = ("rule 'Communication': stage_layers and PipelineStage only compute: no "
+                   "communication")
 
 
 class StageLayers(Check):
@@ -71,7 +72,8 @@ class PipelineStageForward(Check):
             stage = ctx.impl.pipeline.PipelineStage(model, group=ctx.group)
         mine = {id(p) for p in stage.parameters()}
         ctx.record_value("construct/blocks whose own parameters the stage holds",
-                         [i for i, b in enumerate(model) if any(id(p) in mine for p in b.parameters())])
+                         [i for i, b in enumerate(model)
+                          if any(id(p) in mine for p in b.parameters())])
         ctx.record_value("neighbours/(is_first, is_last, prev, next)",
                          repr((bool(stage.is_first), bool(stage.is_last), stage.prev, stage.next)))
         start, stop = cut(ctx.rank, ctx.world_size, self.num_layers)
@@ -86,7 +88,8 @@ class PipelineStageForward(Check):
             start, stop = cut(r, world_size, self.num_layers)
             with torch.no_grad():
                 out = model[start:stop](randn(310 + start, 3, WIDTH))
-            exp[r] = {"construct/blocks whose own parameters the stage holds": list(range(start, stop)),
+            exp[r] = {"construct/blocks whose own parameters the stage holds":
+                      list(range(start, stop)),
                       "neighbours/(is_first, is_last, prev, next)": repr((
                           r == 0, r == world_size - 1, r - 1 if r else None,
                           r + 1 if r < world_size - 1 else None)),
@@ -125,7 +128,8 @@ class ScheduleCheck(Check):
         start, stop = cut(g, n, self.num_layers)
         names = own_names(self.num_layers, start, stop)
         for m in self.cases:
-            model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
+            model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device,
+                                                                  dtype=ctx.dtype)
             params = dict(model.named_parameters())
             trace = StageTrace(model, start, stop)
             stage = ctx.impl.pipeline.PipelineStage(model, group=group)
@@ -341,8 +345,10 @@ class DataParallelPipeline(Check):
 
     def factors(self, world_size):
         replicas = world_size // DP_PP_STAGES[world_size]
+        if replicas == 1:
+            return []
         return [(replicas, "the replicas' gradients summed, not averaged",
-                 "divide the all-reduced gradients by D, the size of dp_group")] if replicas > 1 else []
+                 "divide the all-reduced gradients by D, the size of dp_group")]
 
     def comm_rules(self, world_size):
         pipelines, dps = dp_pp_groups(world_size)
@@ -350,7 +356,7 @@ class DataParallelPipeline(Check):
         for ranks in pipelines:
             for s, r in enumerate(ranks):
                 dp = dps[s]
-                count = Bound(1 if len(dp) > 1 else 0, 2 * len(own_names(
+                count = Bound(1 if len(dp) > 1 else 0, len(own_names(   # one per gradient at most
                     self.num_layers, *cut(s, len(ranks), self.num_layers))))
                 rules[r] = []
                 for phase in ["step0", "again"] + [f"step{k} {o}" for o in OPTIMIZERS

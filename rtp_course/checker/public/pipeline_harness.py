@@ -165,8 +165,8 @@ def mistakes(num_layers: int, m: int, seed: int = 0) -> list:
         model = seeded(lambda: blocks(num_layers), seed)
         loss = loss_of(model)
         loss.backward()
-        out.append((loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()},
-                    cause, hint))
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        out.append((loss.detach(), grads, cause, hint))
     return out
 
 
@@ -181,8 +181,9 @@ def traffic_rules(phase: str, members: list, m: int, rank: int, schedule: str) -
                                          "neighbour: nothing is sent")]
     neighbours = tuple(members[q] for q in (g - 1, g + 1) if 0 <= q < n)
     count = m * ((g > 0) + (g < n - 1))
-    what = (f"stage {g} of {n} with M = {m}: {'M activations from the previous stage and ' if g else ''}"
-            f"{'M gradients from the next' if g < n - 1 else ''}")
+    what = (f"stage {g} of {n} with M = {m}: "
+            + " and ".join(([] if g == 0 else ["M activations from the previous stage"])
+                           + ([] if g == n - 1 else ["M gradients from the next"])))
     return [CommRule(phase, "collective", 0, "rule 'Point-to-point only': activations and "
                      f"gradients travel by send/recv or batch_isend_irecv in {schedule}, "
                      "never a collective"),

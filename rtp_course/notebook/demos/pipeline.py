@@ -6,7 +6,8 @@ Workers (run with `launch` / `run_demo`):
 * ``schedule_demo``: gpipe or one_f_one_b on a model of 8 blocks and a batch of 24 rows, every
   rank with the same data: the loss and gradients against serial training, the order of this
   stage's forwards and backwards, the most micro-batches whose activations it held at once, its
-  point-to-point calls, and each forward and backward's start and end (time.time(), the node's clock).
+  point-to-point calls, and each forward and backward's start and end (time.time(), the
+  node's clock).
 """
 import time
 
