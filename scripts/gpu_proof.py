@@ -36,7 +36,7 @@ STEPS = (
     Step("environment", "environment", 15, 60),
     Step("doctor", "doctor, 2 and 4 ranks", 85, 150, shared=True),
     Step("checks_w1", "reference checks, public and hidden, 1 rank", 70, 150),
-    Step("checks_shared", "rotation and point-to-point checks, 2-4 ranks", 95, 180, shared=True),
+    Step("checks_shared", "rotation and point-to-point checks, 2-4 ranks", 80, 180, shared=True),
     Step("semantics", "NCCL semantics corpus (tests/helpers/nccl_patterns.py)", 110, 240, shared=True),
     Step("bench", "benchmark, one step per strategy", 60, 150, shared=True),
     Step("demos", "notebook demos", 50, 240, shared=True),
