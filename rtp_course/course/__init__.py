@@ -100,12 +100,12 @@ COURSE = (
         Task("E8.3", ("zigzag_shard", "zigzag_unshard", "zigzag"), 3, ("E4.3", "E8.2")),
         Task("E8.4", ("ring_attention_backward", "attention_layer"), 4, ("E4.2", "E8.3"))),
         trains=False),  # its checks write SGD and Adam out (Optimizer): no torch.optim
-    Exercise('E9', 'pipeline', 'pipeline parallelism: stages, GPipe and 1F1B', '11_pipeline', 20, (
-        Task('E9.1', ('stage_layers', 'PipelineStage'), 1),
-        Task('E9.2', ('gpipe',), 2, ('E9.1',)),
-        Task('E9.3', ('one_f_one_b',), 3, ('E9.1',)),
+    Exercise("E9", "pipeline", "pipeline parallelism: stages, GPipe and 1F1B", "11_pipeline", 20, (
+        Task("E9.1", ("stage_layers", "PipelineStage"), 1),
+        Task("E9.2", ("gpipe",), 2, ("E9.1",)),
+        Task("E9.3", ("one_f_one_b",), 3, ("E9.1",)),
         # data_parallel_pipeline runs one_f_one_b and may average with E1's average_gradients
-        Task('E9.4', ('data_parallel_pipeline',), 4, ('E1.1', 'E9.3')),)),
+        Task("E9.4", ("data_parallel_pipeline",), 4, ("E1.1", "E9.3")),)),
     Exercise("E10", "experts", "mixture of experts: expert parallelism over all-to-all",
              "12_experts", 20, (
         Task("E10.1", ("AllToAll", "all_to_all"), 2),

@@ -4,14 +4,15 @@ A correct implementation: solutions/pipeline.py with this one difference.
 """
 
 # The difference, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    ops = [dist.P2POp(dist.isend, t.contiguous(), peer, stage.group) for t, peer in send] + \
+EDITS = {
+    "_exchange": [
+        (r'''    ops = [dist.P2POp(dist.isend, t.contiguous(), peer, stage.group) for t, peer in send] + \
           [dist.P2POp(dist.irecv, buf, peer, stage.group) for buf, peer in recv]
     if ops:
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 ''',
-     r'''    posts = [lambda t=t, peer=peer: dist.isend(t.contiguous(), peer, group=stage.group)
+         r'''    posts = [lambda t=t, peer=peer: dist.isend(t.contiguous(), peer, group=stage.group)
              for t, peer in send]
     gets = [lambda buf=buf, peer=peer: dist.irecv(buf, peer, group=stage.group)
             for buf, peer in recv]
@@ -20,4 +21,5 @@ REPLACE = [
     for work in works:
         work.wait()
 '''),
-]
+    ],
+}

@@ -4,17 +4,21 @@ A correct implementation: solutions/pipeline.py with this one difference.
 """
 
 # The difference, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        self.layers = model[start:stop]
+EDITS = {
+    "PipelineStage.__init__": [
+        (r'''        self.layers = model[start:stop]
 ''',
-     r'''        self.layers = nn.ModuleList(model[i] for i in range(start, stop))
+         r'''        self.layers = nn.ModuleList(model[i] for i in range(start, stop))
 '''),
-    (r'''    def forward(self, x):
+    ],
+    "PipelineStage.forward": [
+        (r'''    def forward(self, x):
         return self.layers(x)
 ''',
-     r'''    def forward(self, x):
+         r'''    def forward(self, x):
         for layer in self.layers:
             x = layer(x)
         return x
 '''),
-]
+    ],
+}

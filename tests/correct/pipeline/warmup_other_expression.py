@@ -4,9 +4,11 @@ A correct implementation: solutions/pipeline.py with this one difference.
 """
 
 # The difference, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    warmup = min(world - rank - 1, m)
+EDITS = {
+    "one_f_one_b": [
+        (r'''    warmup = min(world - rank - 1, m)
 ''',
-     r'''    warmup = world - 1 - rank if world - 1 - rank < m else m
+         r'''    warmup = world - 1 - rank if world - 1 - rank < m else m
 '''),
-]
+    ],
+}

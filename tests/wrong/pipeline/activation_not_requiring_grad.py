@@ -9,10 +9,12 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        x.requires_grad_(not stage.is_first)
+EDITS = {
+    "gpipe": [
+        (r'''        x.requires_grad_(not stage.is_first)
         out = _forward(stage, x, ys[i], loss_fn, num_microbatches)
 ''',
-     r'''        out = _forward(stage, x, ys[i], loss_fn, num_microbatches)
+         r'''        out = _forward(stage, x, ys[i], loss_fn, num_microbatches)
 '''),
-]
+    ],
+}

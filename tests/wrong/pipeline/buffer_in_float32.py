@@ -10,11 +10,13 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    for x, out in kept:
+EDITS = {
+    "gpipe": [
+        (r'''    for x, out in kept:
         grad = None if stage.is_last else torch.empty_like(out)
 ''',
-     r'''    for x, out in kept:
+         r'''    for x, out in kept:
         grad = None if stage.is_last else torch.empty(out.shape, device=out.device)
 '''),
-]
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    return torch.empty_like(xs[i])
+EDITS = {
+    "_input": [
+        (r'''    return torch.empty_like(xs[i])
 ''',
-     r'''    return torch.empty(xs[i].shape, dtype=xs[i].dtype)
+         r'''    return torch.empty(xs[i].shape, dtype=xs[i].dtype)
 '''),
-]
+    ],
+}

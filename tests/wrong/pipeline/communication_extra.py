@@ -10,14 +10,15 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        if stage.is_last:
+EDITS = {
+    "gpipe": [
+        (r'''        if stage.is_last:
             loss = out.detach() if loss is None else loss + out.detach()
         else:
             _exchange(stage, send=[(out.detach(), stage.next)])
         kept.append((x, out))
 ''',
-     r'''        if stage.is_last:
+         r'''        if stage.is_last:
             loss = out.detach() if loss is None else loss + out.detach()
             if not stage.is_first:
                 _exchange(stage, send=[(out.detach(), dist.get_global_rank(stage.group, 0)
@@ -31,4 +32,5 @@ REPLACE = [
                                     if group is not None else last)])
         kept.append((x, out))
 '''),
-]
+    ],
+}

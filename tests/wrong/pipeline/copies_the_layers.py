@@ -9,11 +9,16 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        self.layers = model[start:stop]
+EDITS = {
+    "PipelineStage.__init__": [
+        (r'''        self.layers = model[start:stop]
 ''',
-     r'''        self.layers = copy.deepcopy(model[start:stop])
+         r'''        self.layers = copy.deepcopy(model[start:stop])
 '''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
     (r'''import torch
 ''',
      r'''import copy

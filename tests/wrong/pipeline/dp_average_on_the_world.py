@@ -10,15 +10,17 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    for p in stage.parameters():
+EDITS = {
+    "data_parallel_pipeline": [
+        (r'''    for p in stage.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad, group=dp_group)
             p.grad /= replicas
 ''',
-     r'''    for p in stage.parameters():
+         r'''    for p in stage.parameters():
         if p.grad is not None:
             dist.all_reduce(p.grad)
             p.grad /= dist.get_world_size()
 '''),
-]
+    ],
+}

@@ -9,10 +9,12 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    loss = one_f_one_b(stage, inputs.chunk(replicas)[replica], targets.chunk(replicas)[replica],
+EDITS = {
+    "data_parallel_pipeline": [
+        (r'''    loss = one_f_one_b(stage, inputs.chunk(replicas)[replica], targets.chunk(replicas)[replica],
                        loss_fn, num_microbatches, stage.group)
 ''',
-     r'''    loss = one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, stage.group)
+         r'''    loss = one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, stage.group)
 '''),
-]
+    ],
+}

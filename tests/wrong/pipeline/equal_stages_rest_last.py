@@ -10,10 +10,12 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    return rank * num_layers // world, (rank + 1) * num_layers // world
+EDITS = {
+    "stage_layers": [
+        (r'''    return rank * num_layers // world, (rank + 1) * num_layers // world
 ''',
-     r'''    size = num_layers // world
+         r'''    size = num_layers // world
     return rank * size, (rank + 1) * size if rank < world - 1 else num_layers
 '''),
-]
+    ],
+}

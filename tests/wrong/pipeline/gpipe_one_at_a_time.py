@@ -10,13 +10,18 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        kept.append((x, out))
+EDITS = {
+    "gpipe": [
+        (r'''        kept.append((x, out))
     for x, out in kept:
 ''',
-     r'''        kept = [(x, out)]
+         r'''        kept = [(x, out)]
         for x, out in kept:
 '''),
+    ],
+}
+# edits of module-level text, applied after EDITS:
+REPLACE = [
     (r'''        grad = None if stage.is_last else torch.empty_like(out)
         if grad is not None:
             _exchange(stage, recv=[(grad, stage.next)])

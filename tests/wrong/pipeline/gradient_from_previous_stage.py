@@ -9,11 +9,13 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        if grad is not None:
+EDITS = {
+    "gpipe": [
+        (r'''        if grad is not None:
             _exchange(stage, recv=[(grad, stage.next)])
 ''',
-     r'''        if grad is not None:
+         r'''        if grad is not None:
             _exchange(stage, recv=[(grad, stage.prev if not stage.is_first else stage.next)])
 '''),
-]
+    ],
+}

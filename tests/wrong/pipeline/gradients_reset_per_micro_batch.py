@@ -9,12 +9,14 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    if stage.is_last:
+EDITS = {
+    "_backward": [
+        (r'''    if stage.is_last:
         out.backward()
 ''',
-     r'''    stage.zero_grad()
+         r'''    stage.zero_grad()
     if stage.is_last:
         out.backward()
 '''),
-]
+    ],
+}

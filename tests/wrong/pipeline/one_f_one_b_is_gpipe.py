@@ -9,12 +9,14 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    m = num_microbatches
+EDITS = {
+    "one_f_one_b": [
+        (r'''    m = num_microbatches
     xs, ys = _micro_batches(inputs, targets, m)
 ''',
-     r'''    return gpipe(stage, inputs, targets, loss_fn, num_microbatches, group)
+         r'''    return gpipe(stage, inputs, targets, loss_fn, num_microbatches, group)
     m = num_microbatches
     xs, ys = _micro_batches(inputs, targets, m)
 '''),
-]
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    return loss_fn(out, target) / m if stage.is_last else out
+EDITS = {
+    "_forward": [
+        (r'''    return loss_fn(out, target) / m if stage.is_last else out
 ''',
-     r'''    return loss_fn(out, target) if stage.is_last else out
+         r'''    return loss_fn(out, target) if stage.is_last else out
 '''),
-]
+    ],
+}

@@ -10,9 +10,11 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        out.backward(grad)
+EDITS = {
+    "_backward": [
+        (r'''        out.backward(grad)
 ''',
-     r'''        out.backward(grad, retain_graph=True)
+         r'''        out.backward(grad, retain_graph=True)
 '''),
-]
+    ],
+}

@@ -9,16 +9,18 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    ops = [dist.P2POp(dist.isend, t.contiguous(), peer, stage.group) for t, peer in send] + \
+EDITS = {
+    "_exchange": [
+        (r'''    ops = [dist.P2POp(dist.isend, t.contiguous(), peer, stage.group) for t, peer in send] + \
           [dist.P2POp(dist.irecv, buf, peer, stage.group) for buf, peer in recv]
     if ops:
         for work in dist.batch_isend_irecv(ops):
             work.wait()
 ''',
-     r'''    for t, peer in send:
+         r'''    for t, peer in send:
         dist.send(t.contiguous(), peer, group=stage.group)
     for buf, peer in recv:
         dist.recv(buf, peer, group=stage.group)
 '''),
-]
+    ],
+}

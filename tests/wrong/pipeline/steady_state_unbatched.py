@@ -9,17 +9,19 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        _exchange(stage, send=[] if stage.is_last else [(out.detach(), stage.next)],
+EDITS = {
+    "one_f_one_b": [
+        (r'''        _exchange(stage, send=[] if stage.is_last else [(out.detach(), stage.next)],
                   recv=[] if stage.is_last else [(grad, stage.next)])
 ''',
-     r'''        _exchange(stage, send=[] if stage.is_last else [(out.detach(), stage.next)])
+         r'''        _exchange(stage, send=[] if stage.is_last else [(out.detach(), stage.next)])
         _exchange(stage, recv=[] if stage.is_last else [(grad, stage.next)])
 '''),
-    (r'''            _exchange(stage, send=[] if dx is None else [(dx, stage.prev)],
+        (r'''            _exchange(stage, send=[] if dx is None else [(dx, stage.prev)],
                       recv=[] if stage.is_first else [(x, stage.prev)])
 ''',
-     r'''            _exchange(stage, send=[] if dx is None else [(dx, stage.prev)])
+         r'''            _exchange(stage, send=[] if dx is None else [(dx, stage.prev)])
             _exchange(stage, recv=[] if stage.is_first else [(x, stage.prev)])
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        out = _forward(stage, x, ys[i], loss_fn, num_microbatches)
+EDITS = {
+    "gpipe": [
+        (r'''        out = _forward(stage, x, ys[i], loss_fn, num_microbatches)
 ''',
-     r'''        out = _forward(stage, x, ys[num_microbatches - 1 - i], loss_fn, num_microbatches)
+         r'''        out = _forward(stage, x, ys[num_microbatches - 1 - i], loss_fn, num_microbatches)
 '''),
-]
+    ],
+}

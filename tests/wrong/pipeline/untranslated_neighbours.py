@@ -10,13 +10,15 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''        self.prev = None if self.is_first else dist.get_global_rank(group, rank - 1) \
+EDITS = {
+    "PipelineStage.__init__": [
+        (r'''        self.prev = None if self.is_first else dist.get_global_rank(group, rank - 1) \
             if group is not None else rank - 1
         self.next = None if self.is_last else dist.get_global_rank(group, rank + 1) \
             if group is not None else rank + 1
 ''',
-     r'''        self.prev = None if self.is_first else rank - 1
+         r'''        self.prev = None if self.is_first else rank - 1
         self.next = None if self.is_last else rank + 1
 '''),
-]
+    ],
+}

@@ -9,9 +9,11 @@ A wrong implementation: solutions/pipeline.py with this one bug.
 """
 
 # The bug, as edits of the reference solution (solutions/pipeline.py):
-REPLACE = [
-    (r'''    warmup = min(world - rank - 1, m)
+EDITS = {
+    "one_f_one_b": [
+        (r'''    warmup = min(world - rank - 1, m)
 ''',
-     r'''    warmup = world - rank - 1
+         r'''    warmup = world - rank - 1
 '''),
-]
+    ],
+}
