@@ -15,10 +15,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from rtp_course.checker.common import seeded
-from rtp_course.checker.public.pipeline_harness import StageTrace, WIDTH, blocks, cut
 from rtp_course.course.impl import current
 from rtp_course.course.todo import needs_exercises
+from rtp_course.models.stages import WIDTH, StageTrace, blocks, cut
 from rtp_course.runtime import commlog
 from rtp_course.runtime.launcher import rank_device
 
@@ -35,7 +34,7 @@ def _data(device):
 def stage_demo(rank, world_size):
     """This rank's blocks, and the activation that leaves the last stage against serial."""
     pipe = current("pipeline")
-    model = seeded(lambda: blocks(LAYERS), 0, dtype=torch.float32).to(rank_device())
+    model = _blocks().to(rank_device())
     stage = pipe.PipelineStage(model, group=None)
     x, _ = _data(rank_device())
     h = x if stage.is_first else torch.empty_like(x)
@@ -52,6 +51,12 @@ def stage_demo(rank, world_size):
         with torch.no_grad():
             result["error"] = (out - model(x)).abs().max().item()
     return result
+
+
+def _blocks() -> torch.nn.Sequential:
+    """The same float32 blocks on every rank and in every demo."""
+    torch.manual_seed(0)
+    return blocks(LAYERS)
 
 
 class _Clock(StageTrace):
@@ -90,8 +95,8 @@ def schedule_demo(rank, world_size, schedule="gpipe", microbatches=6):
     pipe = current("pipeline")
     commlog.install()
     device = rank_device()
-    model = seeded(lambda: blocks(LAYERS), 0, dtype=torch.float32).to(device)
-    reference = seeded(lambda: blocks(LAYERS), 0, dtype=torch.float32).to(device)
+    model = _blocks().to(device)
+    reference = _blocks().to(device)
     start, stop = cut(rank, world_size, LAYERS)
     clock = _Clock(model, start, stop)
     stage = pipe.PipelineStage(model, group=None)
