@@ -321,6 +321,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
             if memory is not None:
                 memory.after_code_import(before_import)
             for i, cid in enumerate(job["check_ids"]):
+                groups_before = set(c10d._world.pg_map)
                 outcome = _run_check(checks[cid], i, rank, world_size, device, job, status,
                                      meeting, files, watch)
                 results[cid].write(outcome_file.dumps(outcome))    # one write: whole or empty
@@ -332,6 +333,11 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                 if device.type == "cuda" and not _all_ok(meeting, outcome):
                     _exit(3)                 # a fresh launch for the rest: no CUDA error or
                     #                          communicator of a failed check reaches them
+                if device.type == "cpu" and _all_ok(meeting, outcome, GRACE_AFTER_FAILURE):
+                    # gloo keeps two threads a rank for each group: a run of every check
+                    # would hold thousands (EAGAIN). A failed check's groups stay: a peer
+                    # may be stuck in them.
+                    _destroy_groups_since(groups_before)
     finally:
         os._exit = _exit
     return "done"
@@ -391,9 +397,15 @@ def _run_check(check, i: int, rank: int, world_size: int, device, job: dict, sta
     return outcome
 
 
-def _all_ok(meeting: _Meeting, outcome: dict) -> bool:
-    """Whether every rank's check ran without an error (called once all are past it)."""
+def _all_ok(meeting: _Meeting, outcome: dict, within: float | None = None) -> bool:
+    """Whether every rank's check ran without an error (called once all are past it);
+    False if some rank did not say so `within` seconds."""
     meeting.store.set(f"ok/{meeting.check}/{meeting.rank}",
                       "1" if outcome["status"] == "ok" else "0")
-    return all(meeting.store.get(f"ok/{meeting.check}/{r}") == b"1"
-               for r in range(meeting.world_size))
+    keys = [f"ok/{meeting.check}/{r}" for r in range(meeting.world_size)]
+    if within is not None:
+        try:
+            meeting.store.wait(keys, datetime.timedelta(seconds=within))
+        except Exception:  # noqa: BLE001 - a peer that left: keep what it may be stuck in
+            return False
+    return all(meeting.store.get(k) == b"1" for k in keys)
