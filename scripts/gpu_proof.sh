@@ -6,7 +6,7 @@
 #
 # On a machine with one GPU, a CUDA build of torch already installed, no internet, and the
 # course installed from this checkout without its dependencies (pip install --no-deps -e .),
-# in at most 8 minutes (--budget, default 480 s) it runs, each step within a time cap:
+# in at most 9 1/3 minutes (--budget, default 560 s) it runs, each step within a time cap:
 #   environment      the GPU's model and memory, torch, CUDA, NCCL, the driver
 #   doctor           `rtp-course doctor --backend nccl`, its ranks sharing the GPU
 #   checks, 1 rank   the reference's public and hidden checks on NCCL at world size 1
