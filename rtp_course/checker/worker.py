@@ -259,8 +259,13 @@ def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
 
 
 def _destroy_groups_since(before: set) -> None:
-    """Destroy every process group made since `before` (the check's and the code under test's)."""
-    for pg in [pg for pg in c10d._world.pg_map if pg not in before]:
+    """Destroy the process groups made since `before` (the check's and the code under test's)
+    that torch names by its counter. A group named by its ranks' hash (new_group with
+    use_local_synchronization) stays: made again, it would get the same name and meet the
+    destroyed one's rendezvous keys in the store."""
+    names = c10d._world.pg_names
+    for pg in [pg for pg in c10d._world.pg_map
+               if pg not in before and str(names.get(pg, "")).isdigit()]:
         with contextlib.suppress(Exception):     # a group the code under test broke
             dist.destroy_process_group(pg)
 
