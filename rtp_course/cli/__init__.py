@@ -26,7 +26,7 @@ def cmd_check(args) -> int:
     bar = Bar()
     try:
         results = engine.run(args.exercises or None, impl=args.impl, world_sizes=args.world_size,
-                             hidden=args.hidden, dtype=args.dtype, timeout_scale=args.timeout_scale,
+                             hidden=args.hidden, timeout_scale=args.timeout_scale,
                              timeout=args.timeout,
                              backend=args.backend, only=args.only,
                              progress=None if args.quiet else bar)
@@ -154,10 +154,6 @@ def _check_command(sub) -> None:
     c.add_argument("--json", metavar="FILE", help="also write a machine-readable report")
     c.add_argument("--hidden", action="store_true", help="add the hidden checks (instructor edition)")
     c.add_argument("--only", nargs="+", metavar="CHECK", help="run only these checks (by name)")
-    c.add_argument("--dtype", choices=["float64", "float32"],
-                   help="override the checks' dtype (to explore; grades use each check's own: in "
-                        "float32 a ReLU input within rounding of 0 can flip a model check's "
-                        "gradient on a rare draw of the data)")
     c.add_argument("--backend", choices=["gloo", "nccl"], help="default: nccl if enough GPUs, else gloo")
     c.add_argument("--timeout", type=float, metavar="S",
                    help="let every check use S CPU-seconds and lift the exercise and run budgets "
