@@ -20,6 +20,7 @@ def _from_serial(expected):
             "replica_grads": [part(expected["replica_grads"][s][d]) for s in range(threed.STEPS)],
             "grads": [part(expected["grads"][s]) for s in range(threed.STEPS)],
             "weights": part(expected["weights"]),
+            "groups": threed.layout_of(rank),
             "talks": {("all_reduce", tuple(threed.layout_of(rank)["dp"]), "x.py:1 in f"): 4}})
     return results
 
@@ -80,8 +81,37 @@ def test_a_stage_holding_other_blocks_breaks_the_layout_rule():
     assert str(list(range(start, stop))) in problem, problem
 
 
+def test_a_stage_of_copies_or_tp_layers_of_other_names_are_named():
+    expected = threed.serial()
+    results = _from_serial(expected)
+    results[5]["weights"] = {}                      # the stage keeps copies, not the model's own
+    assert "none of the model's own parameters" in threed.compare(results, expected).problem
+    results = _from_serial(expected)
+    results[1]["weights"]["0.0.w"] = results[1]["weights"].pop("0.0.weight")
+    problem = threed.compare(results, expected).problem
+    assert "The TP layers on rank 1" in problem and "['0.0.w']" in problem, problem
+
+
 def test_a_gradient_that_never_came_is_a_difference():
     expected = threed.serial()
     results = _from_serial(expected)
     results[1]["replica_grads"][0]["0.0.bias"] = None
     assert "0.0.bias" in threed.compare(results, expected).problem
+
+
+def test_the_mesh_picture_joins_each_dimensions_groups_and_shows_calls_outside_them():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rtp_course.notebook import diagrams
+    flows = {"tp": {"all_reduce": 112}, "pp": {"isend": 32, "irecv": 32},
+             "other": {"all_reduce on ranks [0, 1, 2, 3, 4, 5, 6, 7] at x.py:1 in f": 128}}
+    ax = diagrams.device_mesh(threed.layout(), flows)
+    links = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
+    assert len(links) == 3 * 4                        # 3 dimensions of 4 pairs each
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[0].startswith("tp {0,1} {2,3} {4,5} {6,7}") and "ran all_reduce x 112" in legend[0]
+    assert legend[1].startswith("pp {0,2} {1,3} {4,6} {5,7}") and "isend x 32" in legend[1]
+    assert legend[2].startswith("dp {0,4} {1,5} {2,6} {3,7}") and "ran" not in legend[2]
+    assert "ranks [0, 1, 2, 3, 4, 5, 6, 7] at x.py:1 in f x 128" in ax.get_xlabel()
+    plt.close(ax.figure)

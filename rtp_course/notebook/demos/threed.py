@@ -98,15 +98,14 @@ def _grads(params) -> dict:
 
 @needs_exercises
 def train(rank, world_size):
-    """STEPS SGD steps of the 3D-parallel model. This rank's mesh coordinates and groups, its
-    replica's loss per step (last stage), its parameters' gradients per step before and after
-    the DP average and its weights after the last step, by serial name, and who it talked to."""
+    """STEPS SGD steps of the 3D-parallel model. This rank's groups of the mesh, its replica's
+    loss per step (last stage), its parameters' gradients per step before and after the DP
+    average and its weights after the last step, by serial name, and who it talked to."""
     from torch.distributed.device_mesh import init_device_mesh
     pipe, dp = current("pipeline"), current("data_parallel")
     device = rank_device()
     mesh = init_device_mesh(device.type, SHAPE, mesh_dim_names=DIMS)
     groups = {d: mesh.get_group(d) for d in DIMS}
-    coords = {d: mesh.get_local_rank(d) for d in DIMS}
     commlog.install()
     commlog.reset("capstone")
     model = _tensor_parallel(serial_model().to(device), groups["tp"])
@@ -115,8 +114,8 @@ def train(rank, world_size):
     params = {n: p for n, p in model.named_parameters() if id(p) in mine}
     optimizer = torch.optim.SGD(params.values(), lr=LR)
     inputs, targets = batches()
-    rows = _replica_rows(coords["dp"])
-    out = {"coords": coords, "losses": [], "replica_grads": [], "grads": []}
+    rows = _replica_rows(mesh.get_local_rank("dp"))
+    out = {"losses": [], "replica_grads": [], "grads": []}
     for step in range(STEPS):
         optimizer.zero_grad()
         x, y = inputs[step, rows].to(device), targets[step, rows].to(device)
@@ -139,19 +138,18 @@ def _replica_rows(d: int) -> slice:
 
 def serial() -> dict:
     """The serial model on the same global batches: per step the loss and gradients of each
-    replica's rows and of the whole batch, and the weights after the last step."""
+    replica's rows, the gradients of the whole batch (what it steps on), and the weights after
+    the last step."""
     model = serial_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     inputs, targets = batches()
-    out = {"losses": [], "replica_losses": [], "replica_grads": [], "grads": []}
+    out = {"replica_losses": [], "replica_grads": [], "grads": []}
     for step in range(STEPS):
         per_replica = [_loss_and_grads(model, inputs[step, _replica_rows(d)],
                                        targets[step, _replica_rows(d)]) for d in range(SHAPE[0])]
         out["replica_losses"].append([loss for loss, _ in per_replica])
         out["replica_grads"].append([grads for _, grads in per_replica])
-        loss, grads = _loss_and_grads(model, inputs[step], targets[step])
-        out["losses"].append(loss)
-        out["grads"].append(grads)
+        out["grads"].append(_loss_and_grads(model, inputs[step], targets[step])[1])
         optimizer.step()                 # on the whole batch's gradients, still in .grad
     out["weights"] = {n: p.detach().clone() for n, p in model.named_parameters()}
     return out
@@ -234,14 +232,28 @@ def compare(results: list, expected: dict) -> Verdict:
 
 
 def _layout_problem(results) -> str | None:
+    """What a rank holds, before any value: its stage's blocks (E9.1), named as E3 names them,
+    on the mesh's groups (which this judge assumes)."""
     for rank, res in enumerate(results):
         held, want = set(res["weights"]), _stage_names(_coords(rank)[1])
+        if _blocks(held) != _blocks(want):
+            holds = (f"the parameters of blocks {_blocks(held)}" if held else
+                     "none of the model's own parameters (copies of them?)")
+            return (f"PipelineStage (E9.1) on {_who(rank)} holds {holds}; rule 'Layout': stage "
+                    f"{_coords(rank)[1]} of {SHAPE[1]} holds blocks {_blocks(want)} of the model, "
+                    f"its own modules")
         if held != want:
-            blocks = sorted({int(n.split(".")[0]) for n in held})
-            return (f"PipelineStage (E9.1) on {_who(rank)} holds the parameters of blocks {blocks}; "
-                    f"rule 'Layout': stage {_coords(rank)[1]} of {SHAPE[1]} holds blocks "
-                    f"{sorted({int(n.split('.')[0]) for n in want})} of the model, its own modules")
+            return (f"The TP layers on {_who(rank)} hold {sorted(held - want)} where E3's "
+                    f"ColumnParallelLinear and RowParallelLinear hold `weight` and `bias`: "
+                    f"{sorted(want - held)}")
+        if res["groups"] != layout_of(rank):
+            return (f"{_who(rank)} is in the mesh's groups {res['groups']}, not in those this "
+                    f"capstone judges by, {layout_of(rank)}: a bug of the course, please report it")
     return None
+
+
+def _blocks(names) -> list:
+    return sorted({int(n.split(".")[0]) for n in names})
 
 
 def _first_difference(results, expected, flows) -> str | None:
@@ -339,14 +351,15 @@ def _step_problem(first) -> str:
 
 def _summary(rank, res, expected) -> str:
     def worst(got, want):
-        return max((_error(got[n], _shard(n, want[n], _coords(rank)[2])) for n in got), default=0.0)
+        return max((_error(got[n], _shard(n, want[n], _coords(rank)[2])) if n in want
+                    else float("inf") for n in got), default=0.0)
     d, p, _ = _coords(rank)
     grads = max(worst(res["grads"][s], expected["grads"][s]) for s in range(STEPS))
     line = (f"{_who(rank)}: blocks {list(range(*cut(p, SHAPE[1], LAYERS)))}, gradient error "
             f"{grads:.1e}, weight error {worst(res['weights'], expected['weights']):.1e}")
     if p == SHAPE[1] - 1:
-        loss = max(abs((res["losses"][s] or float("inf")) - expected["replica_losses"][s][d])
-                   for s in range(STEPS))
+        loss = max(float("inf") if res["losses"][s] is None else
+                   abs(res["losses"][s] - expected["replica_losses"][s][d]) for s in range(STEPS))
         line += f", loss error {loss:.1e}"
     return line
 
