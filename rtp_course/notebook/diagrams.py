@@ -404,8 +404,8 @@ def device_mesh(layout, traffic=None, ax=None):
                             arrowprops=dict(arrowstyle=arrow, shrinkA=22, shrinkB=22, **style))
         calls = ", ".join(f"{op} x {n}" for op, n in (traffic or {}).get(dim, {}).items())
         groups = " ".join("{" + ",".join(map(str, g)) + "}" for g in layout[dim])
-        handles.append(Line2D([], [], **style,
-                              label=f"{dim} {groups}: {what}" + (f"; ran {calls}" if calls else "")))
+        label = f"{dim} {groups}: {what}" + (f"; ran {calls}" if calls else "")
+        handles.append(Line2D([], [], **style, label=label))
     for rank, c in coords.items():
         x, y = at(rank)
         ax.add_patch(FancyBboxPatch((x - 0.45, y - 0.3), 0.9, 0.6, boxstyle="round,pad=0.04",
@@ -417,8 +417,8 @@ def device_mesh(layout, traffic=None, ax=None):
               frameon=False)
     other = (traffic or {}).get("other", {})
     if other:
-        ax.set_xlabel("outside the mesh's groups: " + "; ".join(f"{k} x {n}" for k, n in other.items()),
-                      color="#C44E52", fontsize=8)
+        calls = "; ".join(f"{k} x {n}" for k, n in other.items())
+        ax.set_xlabel(f"outside the mesh's groups: {calls}", color="#C44E52", fontsize=8)
     xs, ys = zip(*(at(r) for r in coords))
     ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
     ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)

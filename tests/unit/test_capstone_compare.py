@@ -16,7 +16,8 @@ def _from_serial(expected):
             return {n: threed._shard(n, full[n], t).clone() for n in names}
         last = p == threed.SHAPE[1] - 1
         results.append({
-            "losses": [expected["replica_losses"][s][d] if last else None for s in range(threed.STEPS)],
+            "losses": [expected["replica_losses"][s][d] if last else None
+                       for s in range(threed.STEPS)],
             "replica_grads": [part(expected["replica_grads"][s][d]) for s in range(threed.STEPS)],
             "grads": [part(expected["grads"][s]) for s in range(threed.STEPS)],
             "weights": part(expected["weights"]),
@@ -64,7 +65,8 @@ def test_gradients_right_before_the_average_and_wrong_after_it_name_average_grad
     expected = threed.serial()
     results = _from_serial(expected)
     results[3]["grads"][0]["3.0.weight"] *= 2
-    results[3]["talks"][("all_reduce", tuple(range(8)), "data_parallel.py:9 in average_gradients")] = 2
+    world_call = ("all_reduce", tuple(range(8)), "data_parallel.py:9 in average_gradients")
+    results[3]["talks"][world_call] = 2
     verdict = threed.compare(results, expected)
     assert "after average_gradients" in verdict.problem and "E1.1" in verdict.problem, verdict
     assert "all_reduce on ranks [0, 1, 2, 3, 4, 5, 6, 7] at data_parallel.py:9" in verdict.problem
@@ -110,7 +112,8 @@ def test_the_mesh_picture_joins_each_dimensions_groups_and_shows_calls_outside_t
     links = [c for c in ax.get_children() if isinstance(c, matplotlib.text.Annotation)]
     assert len(links) == 3 * 4                        # 3 dimensions of 4 pairs each
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[0].startswith("tp {0,1} {2,3} {4,5} {6,7}") and "ran all_reduce x 112" in legend[0]
+    assert legend[0].startswith("tp {0,1} {2,3} {4,5} {6,7}")
+    assert "ran all_reduce x 112" in legend[0]
     assert legend[1].startswith("pp {0,2} {1,3} {4,6} {5,7}") and "isend x 32" in legend[1]
     assert legend[2].startswith("dp {0,4} {1,5} {2,6} {3,7}") and "ran" not in legend[2]
     assert "ranks [0, 1, 2, 3, 4, 5, 6, 7] at x.py:1 in f x 128" in ax.get_xlabel()

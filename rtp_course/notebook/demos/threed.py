@@ -76,8 +76,10 @@ def _tensor_parallel(model, tp_group):
     """Every block's fc1 column-parallel, fc2 row-parallel over tp_group (E3), in place."""
     tp = current("tensor_parallel")
     for block in model:
-        block[0] = tp.ColumnParallelLinear.from_serial(block[0], gather_output=False, group=tp_group)
-        block[2] = tp.RowParallelLinear.from_serial(block[2], input_is_parallel=True, group=tp_group)
+        block[0] = tp.ColumnParallelLinear.from_serial(block[0], gather_output=False,
+                                                       group=tp_group)
+        block[2] = tp.RowParallelLinear.from_serial(block[2], input_is_parallel=True,
+                                                    group=tp_group)
     return model
 
 
@@ -293,8 +295,8 @@ def _forward_problem(step, rank, err, results, expected) -> str:
     d = _coords(rank)[0]
     got, want = results[rank]["losses"][step], expected["replica_losses"][step][d]
     return (f"The first difference, step {step + 1}, forward: {_who(rank)} says replica {d}'s "
-            f"loss is {_number(got)}, serial training's on the same rows {want:.6f}. The forward runs "
-            f"your TP layers inside each stage (E3: ColumnParallelLinear, then RowParallelLinear's "
+            f"loss is {_number(got)}, serial training's on the same rows {want:.6f}. The forward "
+            f"runs your TP layers inside each stage (E3: ColumnParallelLinear, then RowParallelLinear's "
             f"all-reduce of the partial sums over tp) and one_f_one_b's forwards (E9.3: each "
             f"activation sent to the next stage, each micro-batch's loss divided by M). "
             f"`rtp-course check tensor_parallel pipeline` names the function.")
