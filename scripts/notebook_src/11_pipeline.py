@@ -34,7 +34,8 @@
 # 3. **implement** 1F1B: warm-up, steady state, cool-down, at most $N - r$ micro-batches held;
 # 4. **implement** DP x PP: pipelines side by side, their gradients averaged;
 # 5. check your work;
-# 6. get graded.
+# 6. get graded;
+# 7. compose DP x TP x PP on 8 processes from your own E1, E3 and E9 (the capstone, not graded).
 #
 # You will edit **`rtp_course/pipeline.py`**.
 
