@@ -15,10 +15,13 @@ Nothing here communicates.
   attention's forward and backward, with the gradient accumulators of backward (10).
 * ``causal_work``: the causal mask of a sequence, each query row coloured by the rank that
   holds it, contiguous and zig-zag, with each rank's count of unmasked scores (10).
+* ``device_mesh``: the ranks of a (dp, pp, tp) mesh as a cube, each dimension's groups joined
+  by what travels between them, with the calls a run counted (11's capstone).
 """
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 from matplotlib.patches import FancyBboxPatch, Patch, Rectangle
 
 from rtp_course.notebook.plots import RANK_COLORS
@@ -357,3 +360,73 @@ def causal_work(world_size, chunk=2, axes=None):
         bars.set_ylabel("unmasked scores")
         bars.set_title(f"most / least: {max(work) / min(work):.2f}", fontsize=9)
     return axes
+
+
+# what travels along each dimension of a (dp, pp, tp) mesh, and how it is drawn
+MESH_LINKS = {
+    "tp": ("activations all-reduced in every block (E3)", dict(color="#C44E52", linewidth=3)),
+    "pp": ("activations forward, their gradients back (E9)",
+           dict(color="#4C72B0", linewidth=2, arrowstyle="<|-|>")),
+    "dp": ("gradients averaged once a step (E1)", dict(color="#55A868", linewidth=2,
+                                                          linestyle="--")),
+}
+
+
+def _mesh_coords(layout):
+    """{rank: {dim: its index in its group along dim}} from {dim: [groups of global ranks]}."""
+    coords = {}
+    for dim, groups in layout.items():
+        for group in groups:
+            for i, rank in enumerate(group):
+                coords.setdefault(rank, {})[dim] = i
+    return coords
+
+
+def device_mesh(layout, traffic=None, ax=None):
+    """The ranks of a mesh with dims dp, pp, tp drawn as a cube (tp across, pp down, dp in
+    depth), each group of a dimension joined by that dimension's link. `layout`: {dim: [[global
+    ranks of one group], ...]}; `traffic` (optional): {dim: {operation: calls}} a run counted,
+    with "other" for calls on no group of the mesh (listed under the picture, in red)."""
+    coords = _mesh_coords(layout)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 5.2))
+
+    def at(rank):
+        c = coords[rank]
+        return 2.6 * c["tp"] + 1.3 * c["dp"], -2.0 * c["pp"] + 1.0 * c["dp"]
+    handles = []
+    for dim, (what, style) in MESH_LINKS.items():
+        style = dict(style)
+        arrow = style.pop("arrowstyle", "-")
+        for group in layout[dim]:
+            for a, b in zip(group, group[1:]):
+                ax.annotate("", xy=at(b), xytext=at(a), zorder=1,
+                            arrowprops=dict(arrowstyle=arrow, shrinkA=22, shrinkB=22, **style))
+        calls = ", ".join(f"{op} x {n}" for op, n in (traffic or {}).get(dim, {}).items())
+        groups = " ".join("{" + ",".join(map(str, g)) + "}" for g in layout[dim])
+        label = f"{dim} {groups}: {what}" + (f"; ran {calls}" if calls else "")
+        handles.append(Line2D([], [], **style, label=label))
+    for rank, c in coords.items():
+        x, y = at(rank)
+        ax.add_patch(FancyBboxPatch((x - 0.45, y - 0.3), 0.9, 0.6, boxstyle="round,pad=0.04",
+                                    facecolor=_color(c["pp"]), edgecolor="#333333", zorder=2,
+                                    alpha=1.0 if c["dp"] == 0 else 0.75))
+        ax.text(x, y, f"rank {rank}\n({c['dp']},{c['pp']},{c['tp']})", ha="center",
+                va="center", color="white", fontsize=8, fontweight="bold", zorder=3)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), fontsize=8,
+              frameon=False)
+    other = (traffic or {}).get("other", {})
+    if other:
+        calls = "; ".join(f"{k} x {n}" for k, n in other.items())
+        ax.set_xlabel(f"outside the mesh's groups: {calls}", color="#C44E52", fontsize=8)
+    xs, ys = zip(*(at(r) for r in coords))
+    ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+    ax.set_ylim(min(ys) - 0.7, max(ys) + 0.7)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title("DeviceMesh (dp, pp, tp): rank (dp, pp, tp), coloured by pipeline stage; the back "
+                 "face is replica dp = 1", fontsize=9)
+    return ax

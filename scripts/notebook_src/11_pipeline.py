@@ -34,7 +34,8 @@
 # 3. **implement** 1F1B: warm-up, steady state, cool-down, at most $N - r$ micro-batches held;
 # 4. **implement** DP x PP: pipelines side by side, their gradients averaged;
 # 5. check your work;
-# 6. get graded.
+# 6. get graded;
+# 7. compose DP x TP x PP on 8 processes from your own E1, E3 and E9 (the capstone, not graded).
 #
 # You will edit **`rtp_course/pipeline.py`**.
 
@@ -242,3 +243,38 @@ if USE_SLURM:
 from rtp_course.instructor.grading import grade
 grade("pipeline")
 ### END HIDDEN TESTS
+
+# %% [markdown]
+# ## 7. Capstone · DP x TP x PP on a device mesh
+#
+# Large models train with the three at once ("3D parallelism"). Here your own code composes them
+# on $2 \times 2 \times 2 = 8$ CPU processes, a torch `DeviceMesh` with dimensions
+# `("dp", "pp", "tp")`, rank $= 4\,dp + 2\,pp + tp$:
+#
+# * **tp** (innermost, as notebook 08 laid it out): every block of the model, `Linear(4, 8)`,
+#   `Tanh`, `Linear(8, 4)`, `Tanh`, is your E3 pair, `ColumnParallelLinear.from_serial` then
+#   `RowParallelLinear.from_serial`, over `mesh["tp"]`;
+# * **pp**: the 4 blocks are cut into 2 stages by your `PipelineStage` over `mesh["pp"]`, and
+#   your `one_f_one_b` runs 2 micro-batches through them;
+# * **dp** (outermost): each of the 2 replicas trains on its half of the global batch of 8 rows,
+#   then your E1 `average_gradients(stage, group=mesh["dp"])` averages each stage's gradients.
+#
+# Two SGD steps, in float64, are compared parameter by parameter with serial training of the
+# same model on the same global batch: each replica's loss, every gradient before and after the
+# average, and the weights after the steps. The first difference is located (forward, backward,
+# average or step; the block where it entered) and named with the exercise to look at.
+#
+# **What it needs:** E1.1 `average_gradients` (notebook 02), E3.1 `ColumnParallelLinear` and
+# E3.2 `RowParallelLinear` (notebook 04, on your E2 `comm`, notebook 03), E9.1 `PipelineStage`
+# and E9.3 `one_f_one_b` (sections 1 and 3). Until they are all done the cell says which one to
+# implement first, and where it is taught; it grades nothing. The picture shows the mesh: which
+# ranks each dimension's groups join, what travels between them, and the calls the run made
+# (a call on no group of the mesh is listed in red).
+
+# %%
+from rtp_course.notebook import diagrams
+from rtp_course.notebook.demos import threed
+
+verdict = threed.capstone()
+diagrams.device_mesh(threed.layout(), verdict.traffic if verdict is not None else None)
+plt.show()

@@ -11,6 +11,7 @@ So every function a notebook passes to `launch` lives in this package:
     rotation.py       notebook 05: the ring rotation, its async form, overlap timelines
     context_parallel.py  notebook 10: ring attention against serial attention, its timeline
     sharding.py       notebook 09: ZeRO-1 against DDP, one FSDP step, FSDP's prefetch timeline
+    threed.py         notebook 11's capstone: DP x TP x PP on a 2 x 2 x 2 DeviceMesh against serial
 
 Demos that use an exercise load it with `rtp_course.course.impl.current(name)`, so
 they run the student's code (or the reference solutions when
