@@ -1,3 +1,4 @@
 """Training the course models: `data` (synthetic, no downloads), `memory` (bytes by category),
-`strategies` (DDP / FSDP2 / TP / RTP wrappers), `train` (the training entry point) and
-`bench` (`rtp-course bench`)."""
+`strategies` (DDP / FSDP2 / TP / RTP wrappers), `train` (the training entry point),
+`bench` (`rtp-course bench`), `timing` (its interleaved step times) and `workloads` (what
+each of its rows trains; `pipeline_rows` and `expert_rows`: E9's and E10's rows)."""
