@@ -18,6 +18,13 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
     DDP with their range (--sequential: each timed alone, as above);
   * the global-batch loss on a fixed evaluation batch before and after training:
     equal across strategies (up to rounding), since they train the same model.
+Rows with models of their own (training/workloads.py says what each row trains):
+  * pp_gpipe, pp_1f1b: your pipeline.py (E9) over the N ranks as stages, on E9's blocks at
+    the LM's width; besides the above, each stage's measured bubble against (N-1)/(M+N-1) and
+    the micro-batches whose activations the first stage held at once, against M (GPipe) and
+    min(N, M) (1F1B) (training/pipeline_rows.py);
+  * ep: your experts.py (E10) on the given MoE layer, against ep_ddp, the same layer under
+    DDP, which it is paired with for "vs DDP" (training/expert_rows.py).
 Output (written by the command, cli/bench.py): a table (stdout and bench.txt), bench.csv
 (every rank) and bench.png under --out; --json FILE: every figure, for scripts.
 
@@ -368,7 +375,9 @@ def _own_rows(rows) -> list[str]:
                      f"{human_bytes(first['activations'])}")
     lines.append("  bubble: the share of the step's schedule a stage spends outside its forwards "
                  "and backwards (median over the timed steps); transfers, and ranks sharing "
-                 "cores, add to the ideal's")
+                 "cores, add to the ideal's. activ, pipeline rows: the most bytes saved for "
+                 "backward alive at once during a step (stage 0's include the batch's input "
+                 "tensor, whose slices it saves)")
     return lines
 
 
