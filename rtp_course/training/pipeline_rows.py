@@ -78,20 +78,26 @@ class HeldTrace(stages.StageTrace):
 
 
 class StageClock:
-    """Time one stage spends computing during a schedule call, and the call's wall time."""
+    """Time one stage spends computing during a schedule call, and the call's wall time. On a
+    GPU each time is read after a synchronize: kernels run after their launch returns."""
 
-    def __init__(self, model, start, stop):
-        self.busy, self.began, self.records = 0.0, None, []
+    def __init__(self, model, start, stop, device):
+        self.busy, self.began, self.records, self.device = 0.0, None, [], device
         self.handles = [model[start].register_forward_pre_hook(self._forward_starts),
                         model[stop - 1].register_forward_hook(self._forward_ends)]
         self.timing = False
 
+    def _now(self):
+        if self.timing and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
     def _forward_starts(self, module, args):
-        self.began = time.perf_counter()
+        self.began = self._now()
 
     def _forward_ends(self, module, args, out):
         if self.timing and self.began is not None:
-            self.busy += time.perf_counter() - self.began
+            self.busy += self._now() - self.began
         self.began = None
 
     def __call__(self, schedule, *args):
@@ -99,19 +105,19 @@ class StageClock:
         original = torch.autograd.backward
 
         def backward(*a, **k):
-            began = time.perf_counter()
+            began = self._now()
             try:
                 return original(*a, **k)
             finally:
-                self.busy += time.perf_counter() - began
+                self.busy += self._now() - began
 
         self.busy, self.timing = 0.0, True
         torch.autograd.backward = backward
-        began = time.perf_counter()
+        began = self._now()
         try:
             return schedule(*args)
         finally:
-            wall = time.perf_counter() - began
+            wall = self._now() - began
             torch.autograd.backward, self.timing = original, False
             self.records.append((self.busy, wall))
 
@@ -149,7 +155,7 @@ class Pipeline(OwnModel):
         start, stop = stages.cut(self.rank, self.world, self.layers)
         return SimpleNamespace(model=stage, serial=serial, cut=(start, stop),
                                optimizer=self.optimizer(stage.parameters()),
-                               clock=StageClock(serial, start, stop))
+                               clock=StageClock(serial, start, stop, self.device))
 
     def _run(self, state, batch):
         x, y = batch
