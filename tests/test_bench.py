@@ -260,8 +260,8 @@ def test_pipeline_rows_measure_a_bubble_against_the_formula(own_rows):
             assert float(rows[s, r]["bubble_ideal"]) == pytest.approx((2 - 1) / (M + 2 - 1))
         assert "ratio" not in doc["step_time"][s]                # no DDP of the blocks here
         assert doc["step_time"][s]["median_s"] > 0
-    assert "the first stage held 4 micro-batches at once (expected M = 4)" in text
-    assert "the first stage held 2 micro-batches at once (expected min(N, M) = 2)" in text
+    assert "the first stage held 4 micro-batch(es) at once (expected M = 4)" in text
+    assert "the first stage held 2 micro-batch(es) at once (expected min(N, M) = 2)" in text
     assert "ideal (N-1)/(M+N-1) = 0.20" in text
     # both schedules train the same model on the same data
     for k in ("loss_start", "loss_end"):

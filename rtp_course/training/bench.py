@@ -370,7 +370,7 @@ def _own_rows(rows) -> list[str]:
         lines.append(f"  {strategies.LABELS[s]}: bubble by stage "
                      f"{' '.join(format(r['bubble'], '.2f') for r in ranks)} (ideal (N-1)/(M+N-1) "
                      f"= {first['bubble_ideal']:.2f}, N {len(ranks)}, M {first['microbatches']}); "
-                     f"the first stage held {first['microbatches_held']} micro-batches at once "
+                     f"the first stage held {first['microbatches_held']} micro-batch(es) at once "
                      f"(expected {rule} = {first['held_expected']}), "
                      f"{human_bytes(first['activations'])}")
     lines.append("  bubble: the share of the step's schedule a stage spends outside its forwards "
