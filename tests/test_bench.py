@@ -316,19 +316,23 @@ def test_a_one_f_one_b_that_holds_m_micro_batches_is_seen(one_rank_group, monkey
     holds M, and the row says so beside what it should hold."""
     import torch
     from rtp_course.models import TINY_CONFIGS
-    from rtp_course.training import workloads
+    from rtp_course.training import bench_rows
     from rtp_course.training.train import Task
     monkeypatch.setenv("RTP_COURSE_IMPL", str(_wrong_pipeline(tmp_path)) if impl == "wrong"
                        else impl)
     opts = dict(task=Task("lm", dict(TINY_CONFIGS["lm"]), global_batch=2), optimizer="adam",
                 lr=1e-3, microbatches=M)
-    w = workloads.workload("pp_1f1b", opts, torch.device("cpu"))
+    w = bench_rows.workload("pp_1f1b", opts, torch.device("cpu"))
     state = w.build()
     row = w.instrumented_step(state, w.batch(0))
     assert (row["microbatches_held"], row["held_expected"]) == (held, 1)
     for k in range(2):
         w.step(state, w.batch(k))
-    assert 0 <= w.timed(state, 2)["bubble"] <= 1 and w.timed(state, 2)["bubble_ideal"] == 0
+    row.update(w.timed(state, 2), strategy="pp_1f1b", rank=0, status="ok", about=w.describe())
+    assert 0 <= row["bubble"] <= 1 and row["bubble_ideal"] == 0
+    said = "\n".join(bench._own_rows([row]))
+    assert f"held {held} micro-batch(es) at once (expected min(N, M) = 1" in said
+    assert ("MORE than the schedule allows" in said) == (impl == "wrong")
 
 
 @pytest.mark.parametrize("strategy, exercise, task", [
@@ -338,11 +342,11 @@ def test_own_rows_say_which_exercise_to_implement(one_rank_group, monkeypatch, s
                                                   exercise, task):
     import torch
     from rtp_course.models import TINY_CONFIGS
-    from rtp_course.training import workloads
+    from rtp_course.training import bench_rows
     from rtp_course.training.train import Task
     monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")
     opts = dict(task=Task("lm", dict(TINY_CONFIGS["lm"]), global_batch=2), optimizer="adam",
                 lr=1e-3)
     with pytest.raises(todo.ExerciseNotImplemented, match=f"implement {exercise} in "
                        f"rtp_course/.*py first \\(task {task}"):
-        workloads.workload(strategy, opts, torch.device("cpu")).build()
+        bench_rows.workload(strategy, opts, torch.device("cpu")).build()

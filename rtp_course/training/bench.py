@@ -18,7 +18,7 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
     DDP with their range (--sequential: each timed alone, as above);
   * the global-batch loss on a fixed evaluation batch before and after training:
     equal across strategies (up to rounding), since they train the same model.
-Rows with models of their own (training/workloads.py says what each row trains):
+Rows with models of their own (training/bench_rows.py says what each row trains):
   * pp_gpipe, pp_1f1b: your pipeline.py (E9) over the N ranks as stages, on E9's blocks at
     the LM's width; besides the above, each stage's measured bubble against (N-1)/(M+N-1) and
     the micro-batches whose activations the first stage held at once, against M (GPipe) and
@@ -48,7 +48,7 @@ import torch.distributed as dist
 
 from rtp_course.course import todo
 from rtp_course.runtime import launcher
-from rtp_course.training import pipeline_rows, strategies, timing, workloads
+from rtp_course.training import bench_rows, pipeline_rows, strategies, timing
 from rtp_course.training.expert_rows import DEFAULT_EXPERTS
 from rtp_course.training.memory import device_used_bytes, human_bytes
 from rtp_course.training.train import Task, add_model_arguments, model_config
@@ -84,7 +84,7 @@ PAPER_GB = {"ddp": 46.3, "fsdp": 26.1, "rtp": 5.9}
 
 def add_bench_arguments(p):
     p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
-    p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES + workloads.ROW_NAMES,
+    p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES + bench_rows.NAMES,
                    default=list(DEFAULT_STRATEGIES),
                    help=f"default: {' '.join(DEFAULT_STRATEGIES)} (fsdp: PyTorch's FSDP2; "
                         f"fsdp_yours and zero1: your sharding.py; pp_gpipe, pp_1f1b: your "
@@ -186,7 +186,7 @@ def bench_strategy(strategy, rank, world_size, device, opts) -> dict:
     row = dict(strategy=strategy, rank=rank, world_size=world_size, model=opts["task"].model,
                device=str(device), dtype=opts.get("dtype") or "float32", status="ok")
     try:
-        w = workloads.workload(strategy, opts, device)
+        w = bench_rows.workload(strategy, opts, device)
         row.update(model=w.model_name or row["model"], about=w.describe())
         state = w.build()
     except (todo.ExerciseNotImplemented, ValueError, TypeError) as e:
@@ -211,7 +211,7 @@ def _interleave(rows, device, opts):
     ok = [r["strategy"] for r in rows if r["status"] == "ok"]
     if not ok:
         return
-    built = {s: workloads.workload(s, opts, device) for s in ok}
+    built = {s: bench_rows.workload(s, opts, device) for s in ok}
     states = {}
 
     def build(s):
@@ -219,7 +219,8 @@ def _interleave(rows, device, opts):
         return states[s]
 
     times = timing.interleaved(ok, build, lambda s, st, b: built[s].step(st, b),
-                               lambda s, k: built[s].batch(k), opts["warmup"], opts["steps"], device)
+                               lambda s, k: built[s].batch(k), opts["warmup"], opts["steps"],
+                               device)
     for r in rows:
         if r["strategy"] in times:
             r.update(built[r["strategy"]].timed(states[r["strategy"]], opts["steps"]))
@@ -249,7 +250,7 @@ def run_bench(args) -> tuple[list[dict], dict]:
     if args.warmup < 1 or args.steps < 1:
         raise ValueError("--warmup and --steps must be at least 1")
     task = Task(args.model, model_config(args), args.batch_size * args.world_size, args.seed)
-    names = workloads.with_baselines(args.strategies)
+    names = bench_rows.with_baselines(args.strategies)
     opts = dict(task=task, strategies=names, steps=args.steps,
                 warmup=args.warmup, optimizer=args.optimizer, lr=args.lr, dtype=args.dtype,
                 impl=args.impl or default_impl(), interleave=not getattr(args, "sequential", False),
@@ -267,7 +268,7 @@ def run_bench(args) -> tuple[list[dict], dict]:
                 wall_s=time.perf_counter() - start, interleaved=opts["interleave"])
     timed = [{r["strategy"]: r["step_times_s"] for r in rows if r.get("step_times_s")}
              for rows in per_rank]
-    info["timing"] = timing.paired(timed, bases=workloads.baselines(names)) \
+    info["timing"] = timing.paired(timed, bases=bench_rows.baselines(names)) \
         if timed and timed[0] else {}
     return [row for rows in zip(*per_rank) for row in rows], info
 
@@ -367,11 +368,13 @@ def _own_rows(rows) -> list[str]:
         if not ranks:
             continue
         first, rule = ranks[0], "M" if s == "pp_gpipe" else "min(N, M)"
+        over = first["microbatches_held"] > first["held_expected"]
         lines.append(f"  {strategies.LABELS[s]}: bubble by stage "
                      f"{' '.join(format(r['bubble'], '.2f') for r in ranks)} (ideal (N-1)/(M+N-1) "
                      f"= {first['bubble_ideal']:.2f}, N {len(ranks)}, M {first['microbatches']}); "
                      f"the first stage held {first['microbatches_held']} micro-batch(es) at once "
-                     f"(expected {rule} = {first['held_expected']}), "
+                     f"(expected {rule} = {first['held_expected']}"
+                     f"{': MORE than the schedule allows' if over else ''}), "
                      f"{human_bytes(first['activations'])}")
     lines.append("  bubble: the share of the step's schedule a stage spends outside its forwards "
                  "and backwards (median over the timed steps); transfers, and ranks sharing "

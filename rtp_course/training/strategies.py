@@ -48,7 +48,7 @@ except ImportError:                                     # torch < 2.5
 STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "dp", "zero1", "fsdp_yours")
 LABELS = {"ddp": "DDP", "fsdp": "FSDP", "tp": "TP", "rtp": "RTP", "dp": "mini-DDP",
           "zero1": "ZeRO-1 (yours)", "fsdp_yours": "FSDP (yours)",
-          # the benchmark's rows with models of their own (training/pipeline_rows.py, expert_rows.py)
+          # the bench's rows with models of their own (training/pipeline_rows.py, expert_rows.py)
           "pp_gpipe": "PP GPipe", "pp_1f1b": "PP 1F1B", "ep": "EP (MoE)", "ep_ddp": "MoE DDP"}
 SAME_BATCH = ("tp",)                      # strategies whose ranks all feed the global batch
 EXERCISE_OF = {"tp": "tensor_parallel", "rtp": "flyweight", "dp": "data_parallel",

@@ -2,17 +2,18 @@
 step, and how its memory is read. `rtp_course.training.bench` measures every row alike through
 this interface:
 
-    w = workload(strategy, opts, device)     # opts: bench's options (task, optimizer, dtype ...)
-    state = w.build()                        # the wrapped model and its optimizer
-    w.step(state, w.batch(k))                # training step k (what the timing measures)
-    w.evaluate(state)                        # the global loss on the fixed evaluation batch
-    w.instrumented_step(state, batch)        # a step that also measures activations and buffers
-    w.held(state)                            # parameters, gradients, optimizer state, buffers
-    w.timed(state, steps)                    # figures of the last `steps` steps (PP: the bubble)
+    w = bench_rows.workload(strategy, opts, device)  # opts: the bench's (task, optimizer, ...)
+    state = w.build()                               # the wrapped model and its optimizer
+    w.step(state, w.batch(k))                       # training step k (what is timed)
+    w.evaluate(state)                               # the global loss on the evaluation batch
+    w.instrumented_step(state, batch)               # a step measuring activations, buffers
+    w.held(state)                                   # parameters, gradients, optimizer, buffers
+    w.timed(state, steps)                           # the last `steps` steps' figures (PP: bubble)
 
 `Workload` is the course model (`opts["task"]`) under a strategy of
-rtp_course.training.strategies; the pipeline rows (E9) and the expert-parallel rows (E10)
-train models of their own (training/pipeline_rows.py, training/expert_rows.py).
+rtp_course.training.strategies; `OwnModel`, a row that trains a model of its own: the
+pipeline rows (E9, training/pipeline_rows.py) and the expert-parallel rows (E10,
+training/expert_rows.py). training/bench_rows.py says which row trains which.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from rtp_course.training import strategies
+from rtp_course.training.data import rank_batch
 from rtp_course.training.strategies import DTensor
 from rtp_course.training.train import make_optimizer, to_device, train_step
 
@@ -124,7 +126,8 @@ class Workload:
         optimizer.zero_grad(set_to_none=True)
         with probe:
             with SavedBytes(probe.sample) as saved:
-                loss = self.loss(model, batch)   # forward only: backward's recomputations are not activations
+                # forward only: backward's recomputations are not activations
+                loss = self.loss(model, batch)
             self.backward_and_step(state, loss)
         return {"activations": saved.total(), "communication": probe.peak_bytes()}
 
@@ -162,7 +165,6 @@ class OwnModel(Workload):
         x = torch.randn(self.rows, self.config["ninp"], generator=g)
         batch = (x, torch.sin(x))
         if not self.every_rank_feeds_all:
-            from rtp_course.training.data import rank_batch
             batch = rank_batch(batch, dist.get_rank(), dist.get_world_size())
         return feed(batch, self.device, self.dtype)
 
@@ -174,34 +176,3 @@ class OwnModel(Workload):
         task = self.opts["task"]
         return self._data(task.eval_seed + task.seed)
 
-
-def _own_rows() -> dict:
-    from rtp_course.training import expert_rows, pipeline_rows
-    return {**pipeline_rows.ROWS, **expert_rows.ROWS}
-
-
-ROW_NAMES = ("pp_gpipe", "pp_1f1b", "ep", "ep_ddp")     # the rows with models of their own
-
-
-def workload(strategy, opts, device) -> Workload:
-    """The row's workload: E9's and E10's rows train their own models, the others the task's."""
-    return _own_rows().get(strategy, Workload)(strategy, opts, device)
-
-
-def baselines(names) -> dict:
-    """{row: the row its "vs DDP" ratio is taken against (None: none)} for the own rows."""
-    own = _own_rows()
-    return {n: own[n].baseline for n in names if n in own}
-
-
-def with_baselines(names) -> list:
-    """`names` without repeats, each own row's baseline put before it when missing
-    (ep: ep_ddp, the same MoE layer under DDP)."""
-    out = []
-    for n in dict.fromkeys(names):
-        base = baselines([n]).get(n)
-        if base and base not in out and base not in names:
-            out.append(base)
-        if n not in out:
-            out.append(n)
-    return out
