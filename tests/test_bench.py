@@ -350,3 +350,24 @@ def test_own_rows_say_which_exercise_to_implement(one_rank_group, monkeypatch, s
     with pytest.raises(todo.ExerciseNotImplemented, match=f"implement {exercise} in "
                        f"rtp_course/.*py first \\(task {task}"):
         bench_rows.workload(strategy, opts, torch.device("cpu")).build()
+
+
+@pytest.mark.extended
+def test_at_four_stages_each_holds_what_its_schedule_allows(tmp_path):
+    """Four stages, eight micro-batches: GPipe's stages each hold 8, 1F1B's stage r holds
+    min(4 - r, 8) = 4, 3, 2, 1; EP keeps a quarter of the experts a rank."""
+    m, n = 8, 4
+    code = cli.main(["bench", "--world-size", str(n), "--tiny", "--num-decoder-layers", str(n),
+                     "--warmup", "1", "--steps", "1", "--sequential", "--microbatches", str(m),
+                     "--strategies", "pp_gpipe", "pp_1f1b", "ep", "--impl", "solutions",
+                     "--timeout", "300", "--out", str(tmp_path)])
+    with open(tmp_path / "bench.csv") as fh:
+        rows = {(r["strategy"], int(r["rank"])): r for r in csv.DictReader(fh)}
+    assert code == 0
+    for r in range(n):
+        assert int(rows["pp_gpipe", r]["microbatches_held"]) == m
+        assert int(rows["pp_1f1b", r]["microbatches_held"]) == min(n - r, m)
+        assert 0 <= float(rows["pp_1f1b", r]["bubble"]) <= 1
+        assert float(rows["pp_1f1b", r]["bubble_ideal"]) == pytest.approx((n - 1) / (m + n - 1))
+        experts = ("parameters", "gradients", "optimizer")
+        assert _bytes(rows["ep", r], *experts) < 0.3 * _bytes(rows["ep_ddp", r], *experts)
