@@ -216,3 +216,158 @@ def test_memory_as_the_device_sees_it_is_reported_beside_the_categories(monkeypa
     head = next(line for line in text.splitlines() if line.startswith("strategy"))
     assert "cuda peak" in head and "device" in head.split("cuda peak")[1]
     assert "53.7 GB" in text and "CUDA context, NCCL's buffers" in text and "preset gpu" in text
+
+
+# ------------------------------------------------------------------ E9's and E10's rows
+M = 4                                      # micro-batches: more than the 2 stages
+
+
+@pytest.fixture(scope="module")
+def own_rows(tmp_path_factory):
+    """GPipe, 1F1B and EP (its DDP baseline added by the bench) at 2 ranks, the reference."""
+    import json
+    out = tmp_path_factory.mktemp("bench_own")
+    code = cli.main(["bench", "--world-size", "2", "--tiny", "--warmup", "1", "--steps", "2",
+                     "--strategies", "pp_gpipe", "pp_1f1b", "ep", "--microbatches", str(M),
+                     "--impl", "solutions", "--timeout", "300", "--out", str(out),
+                     "--json", str(out / "bench.json")])
+    with open(out / "bench.csv") as fh:
+        rows = {(r["strategy"], int(r["rank"])): r for r in csv.DictReader(fh)}
+    return code, rows, json.loads((out / "bench.json").read_text()), (out / "bench.txt").read_text()
+
+
+def test_pipeline_rows_hold_what_their_schedule_allows(own_rows):
+    """Stage r holds M micro-batches' activations under GPipe, min(N - r, M) under 1F1B: a
+    count, exact. A 1F1B that held M would fail here (M = 4 > N = 2)."""
+    code, rows, _, _ = own_rows
+    assert code == 0
+    n = 2
+    for r in range(n):
+        gpipe, one = rows["pp_gpipe", r], rows["pp_1f1b", r]
+        assert gpipe["status"] == one["status"] == "ok"
+        assert int(gpipe["microbatches_held"]) == M
+        assert int(one["microbatches_held"]) == min(n - r, M)
+        assert int(gpipe["held_expected"]) == M and int(one["held_expected"]) == min(n - r, M)
+        assert int(one["activations"]) < int(gpipe["activations"])      # bytes follow the count
+        assert int(gpipe["parameters"]) > 0 and int(gpipe["optimizer"]) > 0
+
+
+def test_pipeline_rows_measure_a_bubble_against_the_formula(own_rows):
+    _, rows, doc, text = own_rows
+    for s in ("pp_gpipe", "pp_1f1b"):
+        for r in (0, 1):
+            assert 0 <= float(rows[s, r]["bubble"]) <= 1          # a timeline: not exact
+            assert float(rows[s, r]["bubble_ideal"]) == pytest.approx((2 - 1) / (M + 2 - 1))
+        assert "ratio" not in doc["step_time"][s]                # no DDP of the blocks here
+        assert doc["step_time"][s]["median_s"] > 0
+    assert "the first stage held 4 micro-batch(es) at once (expected M = 4)" in text
+    assert "the first stage held 2 micro-batch(es) at once (expected min(N, M) = 2)" in text
+    assert "ideal (N-1)/(M+N-1) = 0.20" in text
+    # both schedules train the same model on the same data
+    for k in ("loss_start", "loss_end"):
+        assert abs(float(rows["pp_gpipe", 0][k]) - float(rows["pp_1f1b", 0][k])) < 1e-6
+    assert float(rows["pp_1f1b", 0]["loss_end"]) < float(rows["pp_1f1b", 0]["loss_start"])
+
+
+def test_expert_parallelism_against_the_moe_layer_under_ddp(own_rows):
+    """EP keeps E/N experts a rank (the router replicated), DDP all of them; both train the
+    same layer, and EP's step time is paired with that DDP's, not the LM's."""
+    _, rows, doc, text = own_rows
+    states = ("parameters", "gradients", "optimizer")
+    for r in (0, 1):
+        ep, ddp = rows["ep", r], rows["ep_ddp", r]
+        assert ep["status"] == ddp["status"] == "ok" and ep["model"] == "moe"
+        assert _bytes(ep, *states) < 0.6 * _bytes(ddp, *states)
+        assert int(ddp["communication"]) > 0                     # DDP's buckets
+        assert abs(float(ep["loss_start"]) - float(ddp["loss_start"])) < 1e-5
+        assert abs(float(ep["loss_end"]) - float(ddp["loss_end"])) < 1e-4
+    assert float(rows["ep", 0]["loss_end"]) < float(rows["ep", 0]["loss_start"])
+    assert doc["step_time"]["ep_ddp"]["ratio"] == 1.0 and "ratio" in doc["step_time"]["ep"]
+    assert [r["strategy"] for r in doc["rows"] if r["rank"] == 0] == ["pp_gpipe", "pp_1f1b",
+                                                                      "ep_ddp", "ep"]
+    assert "\nEP (MoE) " in text and "\nMoE DDP " in text and "8 experts, top-2" in text
+
+
+def test_paired_ratios_take_each_rows_own_base():
+    from rtp_course.training import timing
+    t = timing.paired([{"ddp": [1.0], "ep_ddp": [2.0], "ep": [3.0], "pp_gpipe": [4.0]}],
+                      bases={"ep": "ep_ddp", "ep_ddp": "ep_ddp", "pp_gpipe": None})
+    assert t["ep"]["ratio"] == 1.5 and t["ep_ddp"]["ratio"] == 1.0
+    assert "ratio" not in t["pp_gpipe"] and t["ddp"]["ratio"] == 1.0
+
+
+def _wrong_pipeline(tmp_path):
+    """The reference, but its 1F1B is GPipe: right gradients, M micro-batches held."""
+    import shutil
+    from rtp_course.course.material import solutions_dir
+    impl = tmp_path / "impl"
+    shutil.copytree(solutions_dir(), impl)
+    with open(impl / "pipeline.py", "a") as fh:
+        fh.write("\n\ndef one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, "
+                 "group=None):\n    return gpipe(stage, inputs, targets, loss_fn, "
+                 "num_microbatches, group)\n")
+    return impl
+
+
+@pytest.mark.parametrize("impl, held", [("solutions", 1), ("wrong", M)])
+def test_a_one_f_one_b_that_holds_m_micro_batches_is_seen(one_rank_group, monkeypatch, tmp_path,
+                                                         impl, held):
+    """One stage (N = 1): 1F1B holds min(N, M) = 1 micro-batch; one that runs GPipe's order
+    holds M, and the row says so beside what it should hold."""
+    import torch
+    from rtp_course.models import TINY_CONFIGS
+    from rtp_course.training import bench_rows
+    from rtp_course.training.train import Task
+    monkeypatch.setenv("RTP_COURSE_IMPL", str(_wrong_pipeline(tmp_path)) if impl == "wrong"
+                       else impl)
+    opts = dict(task=Task("lm", dict(TINY_CONFIGS["lm"]), global_batch=2), optimizer="adam",
+                lr=1e-3, microbatches=M)
+    w = bench_rows.workload("pp_1f1b", opts, torch.device("cpu"))
+    state = w.build()
+    row = w.instrumented_step(state, w.batch(0))
+    assert (row["microbatches_held"], row["held_expected"]) == (held, 1)
+    for k in range(2):
+        w.step(state, w.batch(k))
+    row.update(w.timed(state, 2), strategy="pp_1f1b", rank=0, status="ok", about=w.describe())
+    assert 0 <= row["bubble"] <= 1 and row["bubble_ideal"] == 0
+    said = "\n".join(bench._own_rows([row]))
+    assert f"held {held} micro-batch(es) at once (expected min(N, M) = 1" in said
+    assert ("MORE than the schedule allows" in said) == (impl == "wrong")
+
+
+@pytest.mark.parametrize("strategy, exercise, task", [
+    ("pp_gpipe", "pipeline.PipelineStage", "E9.1, notebook 11"),
+    ("ep", "experts.ExpertParallelMoE", "E10.2, notebook 12")])
+def test_own_rows_say_which_exercise_to_implement(one_rank_group, monkeypatch, strategy,
+                                                  exercise, task):
+    import torch
+    from rtp_course.models import TINY_CONFIGS
+    from rtp_course.training import bench_rows
+    from rtp_course.training.train import Task
+    monkeypatch.setenv("RTP_COURSE_IMPL", "rtp_course")
+    opts = dict(task=Task("lm", dict(TINY_CONFIGS["lm"]), global_batch=2), optimizer="adam",
+                lr=1e-3)
+    with pytest.raises(todo.ExerciseNotImplemented, match=f"implement {exercise} in "
+                       f"rtp_course/.*py first \\(task {task}"):
+        bench_rows.workload(strategy, opts, torch.device("cpu")).build()
+
+
+@pytest.mark.extended
+def test_at_four_stages_each_holds_what_its_schedule_allows(tmp_path):
+    """Four stages, eight micro-batches: GPipe's stages each hold 8, 1F1B's stage r holds
+    min(4 - r, 8) = 4, 3, 2, 1; EP keeps a quarter of the experts a rank."""
+    m, n = 8, 4
+    code = cli.main(["bench", "--world-size", str(n), "--tiny", "--num-decoder-layers", str(n),
+                     "--warmup", "1", "--steps", "1", "--sequential", "--microbatches", str(m),
+                     "--strategies", "pp_gpipe", "pp_1f1b", "ep", "--impl", "solutions",
+                     "--timeout", "300", "--out", str(tmp_path)])
+    with open(tmp_path / "bench.csv") as fh:
+        rows = {(r["strategy"], int(r["rank"])): r for r in csv.DictReader(fh)}
+    assert code == 0
+    for r in range(n):
+        assert int(rows["pp_gpipe", r]["microbatches_held"]) == m
+        assert int(rows["pp_1f1b", r]["microbatches_held"]) == min(n - r, m)
+        assert 0 <= float(rows["pp_1f1b", r]["bubble"]) <= 1
+        assert float(rows["pp_1f1b", r]["bubble_ideal"]) == pytest.approx((n - 1) / (m + n - 1))
+        experts = ("parameters", "gradients", "optimizer")
+        assert _bytes(rows["ep", r], *experts) < 0.3 * _bytes(rows["ep_ddp", r], *experts)

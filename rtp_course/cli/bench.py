@@ -38,8 +38,13 @@ def figure(rows, info, path):
               color="#4C72B0")
     right.set_ylabel("ms per step (median, slowest rank)")
     right.set_title(f"step time, {info['backend']}")
+    models = {}                           # rows that train models of their own, by model
+    for r in (r for r in ok if r.get("about")):
+        models.setdefault(r["model"], []).append(LABELS[r["strategy"]])
+    own = "; ".join(f"{m}: {', '.join(labels)}" for m, labels in models.items())
     fig.suptitle(f"{info['task'].model}: {info['num_params'] / 1e6:.2f} M parameters, "
-                 f"{info['world_size']} ranks", fontsize=11)
+                 f"{info['world_size']} ranks" + (f"; own models, {own}" if own else ""),
+                 fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

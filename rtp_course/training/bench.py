@@ -18,6 +18,13 @@ feeds what) for warm-up steps, then timed steps, and reports per rank:
     DDP with their range (--sequential: each timed alone, as above);
   * the global-batch loss on a fixed evaluation batch before and after training:
     equal across strategies (up to rounding), since they train the same model.
+Rows with models of their own (training/bench_rows.py says what each row trains):
+  * pp_gpipe, pp_1f1b: your pipeline.py (E9) over the N ranks as stages, on E9's blocks at
+    the LM's width; besides the above, each stage's measured bubble against (N-1)/(M+N-1) and
+    the micro-batches whose activations the first stage held at once, against M (GPipe) and
+    min(N, M) (1F1B) (training/pipeline_rows.py);
+  * ep: your experts.py (E10) on the given MoE layer, against ep_ddp, the same layer under
+    DDP, which it is paired with for "vs DDP" (training/expert_rows.py).
 Output (written by the command, cli/bench.py): a table (stdout and bench.txt), bench.csv
 (every rank) and bench.png under --out; --json FILE: every figure, for scripts.
 
@@ -41,17 +48,17 @@ import torch.distributed as dist
 
 from rtp_course.course import todo
 from rtp_course.runtime import launcher
-from rtp_course.training import strategies, timing
+from rtp_course.training import bench_rows, pipeline_rows, strategies, timing
+from rtp_course.training.expert_rows import DEFAULT_EXPERTS
 from rtp_course.training.memory import device_used_bytes, human_bytes
-from rtp_course.training.strategies import DTensor
-from rtp_course.training.train import (Task, add_model_arguments, make_optimizer, model_config, to_device,
-                              train_step)
+from rtp_course.training.train import Task, add_model_arguments, model_config
 
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "buffers", "communication")
 DEFAULT_STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "fsdp_yours")
 COLUMNS = ("strategy", "rank", "world_size", "model", "device", "dtype", *CATEGORIES, "total",
            "cuda_max_allocated", "device_base", "device_used", "step_time_s", "loss_start",
-           "loss_end", "status")
+           "loss_end", "status", "bubble", "bubble_ideal", "microbatches", "microbatches_held",
+           "held_expected")
 MEASURED_HOW = {
     "parameters": "this rank's parameter tensors (its local shard for FSDP's DTensors)",
     "gradients": "this rank's .grad tensors after the last step",
@@ -77,10 +84,18 @@ PAPER_GB = {"ddp": 46.3, "fsdp": 26.1, "rtp": 5.9}
 
 def add_bench_arguments(p):
     p.add_argument("--world-size", type=int, default=2, metavar="N", help="ranks (default 2)")
-    p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES,
+    p.add_argument("--strategies", nargs="+", choices=strategies.STRATEGIES + bench_rows.NAMES,
                    default=list(DEFAULT_STRATEGIES),
                    help=f"default: {' '.join(DEFAULT_STRATEGIES)} (fsdp: PyTorch's FSDP2; "
-                        f"fsdp_yours and zero1: your sharding.py)")
+                        f"fsdp_yours and zero1: your sharding.py; pp_gpipe, pp_1f1b: your "
+                        f"pipeline.py on a stack of blocks, the ranks its stages; ep: your "
+                        f"experts.py on a MoE layer, with ep_ddp, the layer under DDP)")
+    p.add_argument("--microbatches", type=int, default=pipeline_rows.DEFAULT_MICROBATCHES,
+                   metavar="M", help=f"pp rows: micro-batches a step (default "
+                                     f"{pipeline_rows.DEFAULT_MICROBATCHES})")
+    p.add_argument("--experts", type=int, default=DEFAULT_EXPERTS, metavar="E",
+                   help=f"ep rows: experts of the MoE layer, a multiple of N (default "
+                        f"{DEFAULT_EXPERTS})")
     p.add_argument("--steps", type=int, default=10,
                    help="timed steps (default 10: on a shared machine the median of 10 paired "
                         "ratios holds, that of 5 did not)")
@@ -119,95 +134,35 @@ def apply_preset(args) -> None:
 
 
 # ------------------------------------------------------------------ measuring, in each rank
-def _local_bytes(t) -> int:
-    if t is None:
-        return 0
-    t = t.to_local() if isinstance(t, DTensor) else t
-    return t.numel() * t.element_size()
-
-
-def _held_bytes(model, optimizer) -> dict:
-    params = {id(p): p for p in model.parameters()}.values()
-    optim = sum(_local_bytes(t) for t in strategies.optimizer_tensors(optimizer))
-    return {"parameters": sum(_local_bytes(p) for p in params),
-            "gradients": sum(_local_bytes(p.grad) for p in params), "optimizer": optim,
-            "buffers": sum(_local_bytes(b) for b in model.buffers())}
-
-
-def _instrumented_step(strategy, model, optimizer, task, batch) -> dict:
-    """A training step that also measures activations and communication buffers."""
-    saved = {}
-    probe = strategies.CommunicationProbe(strategy, model, optimizer)
-
-    def pack(t):
-        base = t if t._base is None else t._base
-        if not (base.is_leaf and base.requires_grad):
-            s = t.untyped_storage()
-            saved[(t.device, s.data_ptr())] = s.nbytes()
-        probe.sample()
-        return t
-
-    def unpack(t):
-        probe.sample()
-        return t
-
-    optimizer.zero_grad(set_to_none=True)
-    with probe:
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            loss = task.loss(model, batch)  # forward only: backward's recomputations are not activations
-        loss.backward()
-        optimizer.step()
-    return {"activations": sum(saved.values()), "communication": probe.peak_bytes()}
-
-
-@torch.no_grad()
-def _evaluate(strategy, model, task, device, dtype=None) -> float:
-    batch = _feed(strategies.local_batch(strategy, task.eval_batch()), device, dtype)
-    return strategies.global_loss(strategy, task.loss(model, batch))
-
-
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _feed(batch, device, dtype):
-    """A batch on `device`, its floating tensors (the CNN's images) in the parameters' dtype."""
-    return tuple(t.to(dtype) if dtype is not None and t.is_floating_point() else t
-                 for t in to_device(batch, device))
-
-
-def _dtype(opts):
-    return getattr(torch, opts["dtype"]) if opts.get("dtype") else None
-
-
-def _measure(strategy, model, device, opts) -> dict:
+def _measure(w, state, device, opts) -> dict:
     """Losses, warm-up (the last step instrumented), timed steps, then what the rank holds."""
-    task, row = opts["task"], {"device_base": device_used_bytes(device)}
-    optimizer = make_optimizer(model.parameters(), opts["optimizer"], opts["lr"], strategy)
-    batches = lambda step: _feed(strategies.local_batch(strategy, task.batch(step)), device,
-                                 _dtype(opts))
-    row["loss_start"] = _evaluate(strategy, model, task, device, _dtype(opts))
+    row = {"device_base": device_used_bytes(device), "loss_start": w.evaluate(state)}
     for step in range(opts["warmup"] - 1):
-        train_step(model, optimizer, task, batches(step))
-    row.update(_instrumented_step(strategy, model, optimizer, task, batches(opts["warmup"] - 1)))
+        w.step(state, w.batch(step))
+    row.update(w.instrumented_step(state, w.batch(opts["warmup"] - 1)))
     gc.collect()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []
     for step in range(opts["warmup"], opts["warmup"] + opts["steps"]):
-        batch = batches(step)
+        batch = w.batch(step)
         dist.barrier()
         _sync(device)
         start = time.perf_counter()
-        train_step(model, optimizer, task, batch)
+        w.step(state, batch)
         _sync(device)
         times.append(time.perf_counter() - start)
     if device.type == "cuda":
         row["cuda_max_allocated"] = torch.cuda.max_memory_allocated(device)
         row["device_used"] = device_used_bytes(device)
-    row.update(_held_bytes(model, optimizer))
-    row["loss_end"] = _evaluate(strategy, model, task, device, _dtype(opts))
+    row.update(w.timed(state, opts["steps"]))
+    row.update(w.held(state))
+    row["loss_end"] = w.evaluate(state)
     row["step_time_s"] = statistics.median(times)
     row["step_times_s"] = times   # --sequential: paired with DDP's step k; else replaced below
     row["total"] = sum(row[c] for c in CATEGORIES)
@@ -231,21 +186,46 @@ def bench_strategy(strategy, rank, world_size, device, opts) -> dict:
     row = dict(strategy=strategy, rank=rank, world_size=world_size, model=opts["task"].model,
                device=str(device), dtype=opts.get("dtype") or "float32", status="ok")
     try:
-        model = strategies.wrap(opts["task"].build(), strategy, device=device, dtype=_dtype(opts))
+        w = bench_rows.workload(strategy, opts, device)
+        row.update(model=w.model_name or row["model"], about=w.describe())
+        state = w.build()
     except (todo.ExerciseNotImplemented, ValueError, TypeError) as e:
         return {**row, "status": f"skipped: {e}"}
     try:
         with strategies.exercise_guard(strategy):
-            row.update(_measure(strategy, model, device, opts))
+            row.update(_measure(w, state, device, opts))
     except todo.ExerciseNotImplemented as e:
         row["status"] = f"skipped: {e}"
     except Exception as e:  # noqa: BLE001 -- reported in the table, the other strategies still run
         row["status"] = f"failed: {_where(e)}"
-    del model
+    del state
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return row
+
+
+def _interleave(rows, device, opts):
+    """Step times again, every ok row's steps interleaved; their timed figures (the bubble)
+    replace the sequential ones."""
+    ok = [r["strategy"] for r in rows if r["status"] == "ok"]
+    if not ok:
+        return
+    built = {s: bench_rows.workload(s, opts, device) for s in ok}
+    states = {}
+
+    def build(s):
+        states[s] = built[s].build()
+        return states[s]
+
+    times = timing.interleaved(ok, build, lambda s, st, b: built[s].step(st, b),
+                               lambda s, k: built[s].batch(k), opts["warmup"], opts["steps"],
+                               device)
+    for r in rows:
+        if r["strategy"] in times:
+            r.update(built[r["strategy"]].timed(states[r["strategy"]], opts["steps"]))
+            r["step_times_s"] = times[r["strategy"]]
+            r["step_time_s"] = statistics.median(times[r["strategy"]])
 
 
 def _worker(rank, world_size, opts):
@@ -257,22 +237,8 @@ def _worker(rank, world_size, opts):
     for strategy in opts["strategies"]:
         rows.append(bench_strategy(strategy, rank, world_size, device, opts))
         dist.barrier()
-    ok = [r["strategy"] for r in rows if r["status"] == "ok"]
-    if opts.get("interleave", True) and ok:
-        task = opts["task"]
-
-        def build(s):
-            model = strategies.wrap(task.build(), s, device=device, dtype=_dtype(opts))
-            return model, make_optimizer(model.parameters(), opts["optimizer"], opts["lr"], s)
-
-        times = timing.interleaved(
-            ok, build, lambda s, st, b: train_step(st[0], st[1], task, b),
-            lambda s, k: _feed(strategies.local_batch(s, task.batch(k)), device, _dtype(opts)),
-            opts["warmup"], opts["steps"], device)
-        for r in rows:
-            if r["strategy"] in times:
-                r["step_times_s"] = times[r["strategy"]]
-                r["step_time_s"] = statistics.median(times[r["strategy"]])
+    if opts.get("interleave", True):
+        _interleave(rows, device, opts)
     return rows
 
 
@@ -284,9 +250,12 @@ def run_bench(args) -> tuple[list[dict], dict]:
     if args.warmup < 1 or args.steps < 1:
         raise ValueError("--warmup and --steps must be at least 1")
     task = Task(args.model, model_config(args), args.batch_size * args.world_size, args.seed)
-    opts = dict(task=task, strategies=list(dict.fromkeys(args.strategies)), steps=args.steps,
+    names = bench_rows.with_baselines(args.strategies)
+    opts = dict(task=task, strategies=names, steps=args.steps,
                 warmup=args.warmup, optimizer=args.optimizer, lr=args.lr, dtype=args.dtype,
-                impl=args.impl or default_impl(), interleave=not getattr(args, "sequential", False))
+                impl=args.impl or default_impl(), interleave=not getattr(args, "sequential", False),
+                microbatches=getattr(args, "microbatches", None),
+                experts=getattr(args, "experts", None))
     backend = args.backend or launcher.default_backend(args.world_size)
     start = time.perf_counter()
     per_rank = launcher.launch(_worker, args.world_size, (opts,), backend=backend,
@@ -299,7 +268,8 @@ def run_bench(args) -> tuple[list[dict], dict]:
                 wall_s=time.perf_counter() - start, interleaved=opts["interleave"])
     timed = [{r["strategy"]: r["step_times_s"] for r in rows if r.get("step_times_s")}
              for rows in per_rank]
-    info["timing"] = timing.paired(timed) if timed and timed[0] else {}
+    info["timing"] = timing.paired(timed, bases=bench_rows.baselines(names)) \
+        if timed and timed[0] else {}
     return [row for rows in zip(*per_rank) for row in rows], info
 
 
@@ -357,6 +327,7 @@ def report(rows, info) -> str:
         else:
             lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                                    for i, (c, w) in enumerate(zip(row, widths))))
+    lines += _own_rows(rows)
     lines += ["", "how each category is measured:"]
     lines += [f"  {c}: {MEASURED_HOW[c]}" for c in CATEGORIES if c != "communication"]
     lines += [f"  communication, {strategies.LABELS[s]}: {strategies.COMMUNICATION[s]}"
@@ -369,7 +340,8 @@ def report(rows, info) -> str:
               "DDP, FSDP, RTP, mini-DDP: each rank feeds its own slice (the loss is the mean over "
               "ranks); TP: every rank feeds the whole global batch. Same weights, same samples "
               "per step: the same model, up to float rounding.", "", PAPER]
-    ours = {r["strategy"]: r["total"] for r in rank0(rows) if r["status"] == "ok"}
+    ours = {r["strategy"]: r["total"] for r in rank0(rows)   # the task's model only
+            if r["status"] == "ok" and not r.get("about")}
     if "ddp" in ours:
         ratio = lambda s, v: f"{strategies.LABELS[s]} {v:.2f}"
         lines.append("  per-rank total relative to DDP -- paper (8 GPUs): "
@@ -378,6 +350,38 @@ def report(rows, info) -> str:
                      + ", ".join(ratio(s, v / ours["ddp"]) for s, v in ours.items()))
     lines.append(f"\nbench wall time: {info['wall_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _own_rows(rows) -> list[str]:
+    """The rows that train models of their own: what they train, what "vs DDP" means for
+    them, and the pipeline's bubble and activations against the schedules' formulas."""
+    about = {r["strategy"]: r["about"] for r in rank0(rows) if r.get("about")}
+    if not about:
+        return []
+    lines = ["", "rows with models of their own (their losses are theirs: not the task's):"]
+    lines += [f"  {strategies.LABELS[s]}: {text}" for s, text in about.items()]
+    lines.append("  vs DDP: EP against MoE DDP (the same layer replicated); the pipeline rows: "
+                 "none (no DDP of their model here)")
+    for s in pipeline_rows.SCHEDULES:
+        ranks = sorted((r for r in rows if r["strategy"] == s and r["status"] == "ok"),
+                       key=lambda r: r["rank"])
+        if not ranks:
+            continue
+        first, rule = ranks[0], "M" if s == "pp_gpipe" else "min(N, M)"
+        over = first["microbatches_held"] > first["held_expected"]
+        lines.append(f"  {strategies.LABELS[s]}: bubble by stage "
+                     f"{' '.join(format(r['bubble'], '.2f') for r in ranks)} (ideal (N-1)/(M+N-1) "
+                     f"= {first['bubble_ideal']:.2f}, N {len(ranks)}, M {first['microbatches']}); "
+                     f"the first stage held {first['microbatches_held']} micro-batch(es) at once "
+                     f"(expected {rule} = {first['held_expected']}"
+                     f"{': MORE than the schedule allows' if over else ''}), "
+                     f"{human_bytes(first['activations'])}")
+    lines.append("  bubble: the share of the step's schedule a stage spends outside its forwards "
+                 "and backwards (median over the timed steps); transfers, and ranks sharing "
+                 "cores, add to the ideal's. activ, pipeline rows: the most bytes saved for "
+                 "backward alive at once during a step (stage 0's include the batch's input "
+                 "tensor, whose slices it saves)")
+    return lines
 
 
 def write_csv(rows, path):

@@ -47,10 +47,13 @@ except ImportError:                                     # torch < 2.5
 
 STRATEGIES = ("ddp", "fsdp", "tp", "rtp", "dp", "zero1", "fsdp_yours")
 LABELS = {"ddp": "DDP", "fsdp": "FSDP", "tp": "TP", "rtp": "RTP", "dp": "mini-DDP",
-          "zero1": "ZeRO-1 (yours)", "fsdp_yours": "FSDP (yours)"}
+          "zero1": "ZeRO-1 (yours)", "fsdp_yours": "FSDP (yours)",
+          # the bench's rows with models of their own (training/pipeline_rows.py, expert_rows.py)
+          "pp_gpipe": "PP GPipe", "pp_1f1b": "PP 1F1B", "ep": "EP (MoE)", "ep_ddp": "MoE DDP"}
 SAME_BATCH = ("tp",)                      # strategies whose ranks all feed the global batch
 EXERCISE_OF = {"tp": "tensor_parallel", "rtp": "flyweight", "dp": "data_parallel",
-               "zero1": "sharding", "fsdp_yours": "sharding"}
+               "zero1": "sharding", "fsdp_yours": "sharding", "pp_gpipe": "pipeline",
+               "pp_1f1b": "pipeline", "ep": "experts"}
 
 
 def _check(strategy):
@@ -184,6 +187,13 @@ COMMUNICATION = {   # what each strategy's buffers are, and how CommunicationPro
     "fsdp_yours": "gathered units and full gradients alive at once (tensors given to your "
                   "all-gathers and reduce-scatters, while their storage exists), sampled at "
                   "each of those calls and at every tensor saved or used by autograd",
+    "pp_gpipe": "none apart from activations: what a stage receives is a micro-batch's "
+                "activation (held until its backward: activations) or its gradient (one at a time)",
+    "pp_1f1b": "none apart from activations, as GPipe",
+    "ep": "not measured: the all-to-alls' dispatched and combined tokens (about top-k x the "
+          "rank's tokens each way) live during forward; the experts' copies of them are "
+          "saved for backward (activations)",
+    "ep_ddp": "gradient buckets, as DDP's",
 }
 
 
@@ -201,7 +211,8 @@ class CommunicationProbe:
     SHARDING = ("all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor")
 
     def __init__(self, strategy, model, optimizer=None):
-        _check(strategy)
+        if strategy not in LABELS:                  # the benchmark's own rows included
+            _check(strategy)
         self.strategy, self.model = strategy, model
         self.kept = list(model.parameters()) + (optimizer_tensors(optimizer) if optimizer else [])
         self.live = self.received = self.gathered = 0
@@ -279,7 +290,7 @@ class CommunicationProbe:
             setattr(dist, n, fn)
 
     def peak_bytes(self) -> int:
-        if self.strategy == "ddp":
+        if hasattr(self.model, "_get_ddp_logging_data"):     # torch's DDP, on any model
             info = self.model._get_ddp_logging_data()
             sizes = info.get("rebuilt_bucket_sizes") or info.get("bucket_sizes") or ""
             return sum(int(n) for n in re.findall(r"\d+", str(sizes)))

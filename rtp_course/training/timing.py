@@ -50,17 +50,19 @@ def interleaved(names, build, step, batch, warmup: int, steps: int, device) -> d
     return times
 
 
-def paired(per_rank: list[dict], base: str = "ddp") -> dict:
+def paired(per_rank: list[dict], base: str = "ddp", bases: dict | None = None) -> dict:
     """From every rank's {name: [seconds]}: per name, the step time of the group (the slowest
-    rank at each step), its median, and the median and range of its ratios to `base` taken
-    step by step. {name: {"median_s", "steps_s", "ratio", "ratio_low", "ratio_high"}}."""
+    rank at each step), its median, and the median and range of its ratios to its base taken
+    step by step: bases[name] where given (None: no ratio), else `base`.
+    {name: {"median_s", "steps_s", "ratio", "ratio_low", "ratio_high"}}."""
     names = per_rank[0].keys() if per_rank else []
     slowest = {n: [max(r[n][k] for r in per_rank) for k in range(len(per_rank[0][n]))] for n in names}
     out = {}
     for n, ts in slowest.items():
         row = {"median_s": statistics.median(ts), "steps_s": ts}
-        if base in slowest and slowest[base]:
-            ratios = [t / b for t, b in zip(ts, slowest[base])]
+        own = (bases or {}).get(n, base)
+        if own in slowest and slowest[own]:
+            ratios = [t / b for t, b in zip(ts, slowest[own])]
             row.update(ratio=statistics.median(ratios), ratio_low=min(ratios), ratio_high=max(ratios))
         out[n] = row
     return out
