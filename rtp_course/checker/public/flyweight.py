@@ -319,9 +319,11 @@ class RTPMoE(RTPCheck):
     hints = dict(HINTS, **{
         "forward/output": MOE, "error/forward": MOE + "; " + HINTS["error/forward"],
         "backward/grad router": MOE_GRADS,
-        "backward/grad input": "d x sums the router's part (autograd, outside your Function) "
-                               "and the experts': for each shard in hand, recompute its "
-                               "experts' part from the saved tokens and gates; "
+        "backward/grad input": "d x sums the experts' part (your Function: for each shard in "
+                               "hand, recompute its experts' part from the saved tokens and "
+                               "gates) and the router's (autograd, outside your Function, "
+                               "through the aux loss AND the gates: the gates are an input of "
+                               "your Function, never detached, and it returns their gradient); "
                                + HINTS["backward/grad input"],
         "structure/": "an MoE's units are its experts, cut like torch.tensor_split: shard s "
                       "holds experts [start[s], start[s] + sizes[s]), all of each one's "
