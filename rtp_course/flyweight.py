@@ -29,8 +29,9 @@ of ANY shard from its index: that is how a receiver allocates its buffer.
                                             out_proj.weight[:, a*d:b*d],
                                             out_proj.bias: all of it in shard 0, none elsewhere
     MoE (models/moe.py)   num_experts       experts a..b-1, each parameter whole:
-                                            experts.e.{fc1,fc2}.{weight,bias} rows [0, rows)
-                                            for a <= e < b, empty ([]: 0 rows) for the others;
+                                            experts.e.{fc1,fc2}.{weight,bias}: dim 0,
+                                            [(0, that Linear's out_features)] for a <= e < b,
+                                            [] (0 rows: empty) for the other experts;
                                             router: in no shard (replicated, see MOE)
 
 ATTENTION. A wrapped nn.MultiheadAttention is called exactly as the module it
