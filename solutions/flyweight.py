@@ -229,9 +229,6 @@ class FlyweightWrapper(nn.Module):
             raise ValueError(f"FlyweightWrapper: unexpected parameters {sorted(self.full_shapes)}")
         src = _rank0(group)
         with torch.no_grad():
-            for key, p in module.named_parameters():     # kept whole, from rank 0 too
-                if key.startswith(whole):
-                    dist.broadcast(p, src=src, group=group)
             for key in self.keys:
                 full = module.get_parameter(key)
                 dist.broadcast(full, src=src, group=group)   # everyone starts from rank 0
@@ -239,6 +236,9 @@ class FlyweightWrapper(nn.Module):
                 *path, leaf = key.split(".")
                 setattr(module.get_submodule(".".join(path)), leaf,
                         nn.Parameter(shard, requires_grad=full.requires_grad))
+            for key, p in module.named_parameters():     # kept whole, from rank 0 too
+                if key.startswith(whole):
+                    dist.broadcast(p, src=src, group=group)
 
     def shard_ranges(self, index):
         """{param key: (dim, [(start, stop), ...])}: the slices of the full parameter
