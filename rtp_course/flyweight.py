@@ -5,6 +5,7 @@ Tasks (each TODO below says its task; the notebook section of that number teache
 
     E5.1  section 2: `FlyweightWrapper`
     E5.2  section 3: `RotatedTensorParallel`
+    E5.3  section 5: `FlyweightMoE`
 
 RTP is a drop-in replacement for DistributedDataParallel (DDP): every rank
 feeds its OWN batch and gets the same results as DDP, but stores only 1/N of
@@ -27,6 +28,11 @@ of ANY shard from its index: that is how a receiver allocates its buffer.
                                             q, k, v blocks (at 0, E, 2E), same for in_proj_bias,
                                             out_proj.weight[:, a*d:b*d],
                                             out_proj.bias: all of it in shard 0, none elsewhere
+    MoE (models/moe.py)   num_experts       experts a..b-1, each parameter whole:
+                                            experts.e.{fc1,fc2}.{weight,bias}: dim 0,
+                                            [(0, that Linear's out_features)] for a <= e < b,
+                                            [] (0 rows: empty) for the other experts;
+                                            router: in no shard (replicated, see MOE)
 
 ATTENTION. A wrapped nn.MultiheadAttention is called exactly as the module it
 replaces, with everything nn.MultiheadAttention accepts that the checker uses:
@@ -43,6 +49,25 @@ F.scaled_dot_product_attention on the shard's q, k, v (after the masks are
 turned into one float bias) does the rest. In nn.MultiheadAttention a bool mask
 (either one) means True = masked: it becomes -inf where True (while
 F.scaled_dot_product_attention reads a bool mask the other way round).
+
+MOE. FlyweightMoE wraps the course's mixture-of-experts layer (rtp_course/models/moe.py,
+the layer exercise E10 spreads with all-to-all; read its docstring). Here the EXPERTS
+rotate, as a Linear's rows do, and every rank runs every expert on its own tokens as that
+expert's shard passes by; the router stays whole on every rank. Called as the MoE:
+x [..., dim] -> (y [..., dim], aux []). On rank r, with tokens x [T, dim] (x flattened):
+    probs, routing = moe.routing(x)           # the replicated router: [T, E]; expert, gate,
+                                              # keep: [T, k] (gate differentiable)
+    y = the rotating loop (FORWARD below) over the expert shards, the parts SUMMED, with
+        part_s = sum over experts e of shard s, over their kept choices (t, j) with
+                 expert[t, j] == e:  gate[t, j] * expert_e(x[t]) added at row t
+                 (expert_e(x) = fc2(tanh(fc1(x))), with shard s's tensors)
+    aux = load_balancing_loss(probs, routing.expert)   # from the replicated router alone
+The tokens AND the gates are inputs of your autograd.Function (the router's gradient
+comes through the gates: d gate[t, j] = dy[t] . expert_e(x[t]) for a kept choice);
+expert, keep are data (no gradient). d x = the router's part (autograd, outside the
+Function) + the experts' (the Function). The router's parameters are replicated
+parameters: rank 0's values at the start, .grad the DDP mean (RotatedTensorParallel's
+hooks; FlyweightMoE keeps them in self.module.router).
 
 FORWARD of a wrapped layer on rank r (input x: this rank's batch):
     for i in 0..N-1:
@@ -78,8 +103,9 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes',
 'Send buffers'.
 * Results: each rank's forward output equals the serial model's output on its
   batch (whatever the wrapped modules' settings: stride, dilation, padding mode,
-  unbatched inputs, masks); after backward, each shard's .grad is the slice of the
-  DDP-averaged gradient, and each replicated parameter's .grad the DDP mean.
+  unbatched inputs, masks; an MoE's routing, capacity and aux loss); after backward,
+  each shard's .grad is the slice of the DDP-averaged gradient, and each replicated
+  parameter's .grad (an MoE's router too) the DDP mean.
 * Layout: shard s holds the slices of the SHARDS table above; shard_layout() says so.
 * Accumulation: two backward passes without zero_grad leave the SUM of both: add to
   a shard's .grad, never replace it; two forwards before one backward give the
@@ -165,13 +191,49 @@ class FlyweightWrapper(nn.Module):
                                   "slices where shard_ranges(index) says")
 
 
+class FlyweightMoE(FlyweightWrapper):
+    """The experts of an MoE layer (rtp_course.models.moe.MoE) in shards that rotate; its
+    router replicated (the MOE paragraph of the module docstring).
+
+    FlyweightMoE(moe, group=None) (TypeError if `moe` is not an MoE). Reuse your wrapper:
+    an MoE is one more layer kind, whose units are its experts (the SHARDS table), whose
+    shards' parts are summed (as attention's are), and whose Function takes two inputs,
+    the tokens and the gates. At construction every rank takes rank 0's FULL parameters,
+    keeps the experts of its shard as they are and the others' parameters empty
+    (nn.Parameter(p[0:0].clone(), requires_grad=...)), and keeps the router whole, as
+    self.module.router (not rotated: the routing is needed before the loop).
+    forward(x) -> (y, aux), as MoE.forward. shard_ranges(index): the experts' keys only
+    (the router is in no shard). full_state_dict(): every key of the serial MoE, the
+    router's as they are.
+    """
+
+    def __init__(self, moe, group=None):
+        raise NotImplementedError("[E5.3] FlyweightMoE.__init__: your FlyweightWrapper's, with the "
+                                  "experts as units and the router kept whole")
+
+    def shard_ranges(self, index):
+        raise NotImplementedError("[E5.3] FlyweightMoE.shard_ranges: experts.e.* of shard index's "
+                                  "experts whole, (0, []) for the others; no router key")
+
+    def forward(self, x):
+        raise NotImplementedError("[E5.3] FlyweightMoE.forward: route with the replicated router, "
+                                  "then your rotating Function over (tokens, gates); add the "
+                                  "aux loss")
+
+    def full_state_dict(self):
+        raise NotImplementedError("[E5.3] FlyweightMoE.full_state_dict: the experts by rotation, "
+                                  "the router as it is")
+
+
 class RotatedTensorParallel(nn.Module):
     """RotatedTensorParallel(model, group=None): DDP semantics, RTP memory.
 
     Replaces, in place, every nn.Linear, nn.Conv2d, nn.Embedding and
     nn.MultiheadAttention inside `model` (recursively; `model` itself too if it
-    is one of them) by FlyweightWrapper(child, group). Do not look inside a
-    MultiheadAttention: its out_proj is a Linear that belongs to the attention.
+    is one of them) by FlyweightWrapper(child, group), and every MoE
+    (rtp_course.models.moe.MoE) by FlyweightMoE(child, group) (task E5.3). Do not look
+    inside a MultiheadAttention or an MoE: its Linears belong to it (an MoE's router
+    stays a replicated parameter, below the wrapper's `module`).
     Every other parameter and buffer (LayerNorm, ...) stays replicated: all
     ranks start from rank 0's values and, after backward, such a parameter's
     .grad is the mean over ranks (like DDP; an all_reduce of these small
@@ -208,6 +270,7 @@ class RotatedTensorParallel(nn.Module):
 
         Keys are the module names in the serial model ("" if `model` itself is
         wrapped); "name" is the shard parameter's name in self.named_parameters();
-        "dim" and "ranges" are shard_ranges(r) of that wrapper.
+        "dim" and "ranges" are shard_ranges(r) of that wrapper; "kind" the wrapped
+        module's class name ("MoE" for an MoE, whose "units" are experts).
         """
         raise NotImplementedError("[E5.2] shard_layout: build it from your wrappers' shard_ranges")

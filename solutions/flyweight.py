@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+import rtp_course.models.moe as serial
 from . import rotation
 
 
@@ -136,6 +137,41 @@ class _MultiheadAttention:
         return out if bias is None or bias.numel() == 0 else out + bias
 
 
+class _MoE:
+    """Experts [a, b), every parameter of each whole; the other experts' parameters are empty in
+    the shard. The router is not sharded (`replicated`): every rank routes its own tokens with
+    it before the loop. The experts' parts are summed: a token's output adds its experts'."""
+    cat_dim = None
+    replicated = ("router.",)   # keys left whole, averaged like any replicated parameter
+
+    def units(self, m):
+        return m.num_experts
+
+    def ranges(self, m, index, a, b):
+        out = {}
+        for e, expert in enumerate(m.experts):
+            for name in ("fc1", "fc2"):
+                layer = getattr(expert, name)
+                rows = [(0, layer.out_features)] if a <= e < b else []
+                out[f"experts.{e}.{name}.weight"] = (0, rows)
+                if layer.bias is not None:
+                    out[f"experts.{e}.{name}.bias"] = (0, rows)
+        return out
+
+    def partial(self, m, inputs, p, index, extra):
+        """sum over experts e of shard `index`, over their kept choices (t, j):
+        gate[t, j] * expert_e(x[t]), added at row t (the serial layer's loop)."""
+        x, gate = inputs                                   # tokens [T, dim], gates [T, k]
+        y = x.new_zeros(x.shape)
+        for e in extra["experts"][index]:
+            t, j = torch.nonzero((extra["expert"] == e) & extra["keep"], as_tuple=True)
+            w = f"experts.{e}."
+            h = torch.tanh(F.linear(x[t], p[w + "fc1.weight"], p.get(w + "fc1.bias")))
+            out = F.linear(h, p[w + "fc2.weight"], p.get(w + "fc2.bias"))
+            y = y.index_add(0, t, gate[t, j].unsqueeze(1) * out)
+        return y
+
+
 def _additive(mask, dtype):
     """A boolean mask (True = may not attend) as 0 / -inf; a float mask as it is."""
     if mask.dtype == torch.bool:
@@ -145,8 +181,8 @@ def _additive(mask, dtype):
 
 
 def _kind(module):
-    for cls, kind in ((nn.MultiheadAttention, _MultiheadAttention), (nn.Linear, _Linear),
-                      (nn.Conv2d, _Conv2d), (nn.Embedding, _Embedding)):
+    for cls, kind in ((serial.MoE, _MoE), (nn.MultiheadAttention, _MultiheadAttention),
+                      (nn.Linear, _Linear), (nn.Conv2d, _Conv2d), (nn.Embedding, _Embedding)):
         if isinstance(module, cls):
             return kind()
     return None
@@ -178,13 +214,15 @@ class FlyweightWrapper(nn.Module):
     def __init__(self, module, group=None):
         super().__init__()
         self.kind = _kind(module)
-        if self.kind is None:
-            raise TypeError(f"FlyweightWrapper: cannot shard {type(module).__name__}")
+        if self.kind is None or isinstance(self.kind, _MoE) != isinstance(self, FlyweightMoE):
+            raise TypeError(f"{type(self).__name__}: cannot shard {type(module).__name__}")
         self.group = group
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.sizes = _split_sizes(self.kind.units(module), self.world)
         self.starts = [sum(self.sizes[:s]) for s in range(self.world)]
-        self.full_shapes = {k: tuple(p.shape) for k, p in module.named_parameters()}
+        whole = getattr(self.kind, "replicated", ())     # an MoE's router: not sharded
+        self.full_shapes = {k: tuple(p.shape) for k, p in module.named_parameters()
+                            if not k.startswith(whole)}
         self.module = module
         self.keys = list(self.shard_ranges(0))  # the order of the pieces in a flat shard
         if sorted(self.keys) != sorted(self.full_shapes):
@@ -198,6 +236,9 @@ class FlyweightWrapper(nn.Module):
                 *path, leaf = key.split(".")
                 setattr(module.get_submodule(".".join(path)), leaf,
                         nn.Parameter(shard, requires_grad=full.requires_grad))
+            for key, p in module.named_parameters():     # kept whole, from rank 0 too
+                if key.startswith(whole):
+                    dist.broadcast(p, src=src, group=group)
 
     def shard_ranges(self, index):
         """{param key: (dim, [(start, stop), ...])}: the slices of the full parameter
@@ -260,7 +301,8 @@ class FlyweightWrapper(nn.Module):
                 grad_output = grad_output.narrow(self.kind.cat_dim, self.starts[index],
                                                  self.sizes[index])
             wanted = [x for x in xs if x.requires_grad] + [flat]
-            grads = torch.autograd.grad(y, wanted, grad_output, allow_unused=True)
+            grads = torch.autograd.grad(y, wanted, grad_output, allow_unused=True) \
+                if y.requires_grad else [None] * len(wanted)   # a shard without experts
         grads = iter([torch.zeros_like(t) if g is None else g for t, g in zip(wanted, grads)])
         return [next(grads) if x.requires_grad else None for x in xs], next(grads)
 
@@ -289,7 +331,20 @@ class FlyweightWrapper(nn.Module):
         shard = self._shard_parameters()
         if isinstance(self.kind, _MultiheadAttention):
             return self._attention(*args, shard=shard, **kwargs)
+        if isinstance(self.kind, _MoE):
+            return self._experts(*args, shard=shard)
         return _RotatedShards.apply(self, None, 1, args[0], *shard)
+
+    def _experts(self, x, shard=()):
+        """MoE's call: (y, aux loss). The replicated router routes this rank's tokens; the
+        routing (which expert, kept or dropped) is data for the loop, the gates an input."""
+        m, shape = self.module, x.shape
+        tokens = x.reshape(-1, shape[-1])
+        probs, r = m.routing(tokens)
+        extra = {"expert": r.expert, "keep": r.keep,
+                 "experts": [range(a, a + z) for a, z in zip(self.starts, self.sizes)]}
+        y = _RotatedShards.apply(self, extra, 2, tokens, r.gate, *shard)
+        return y.reshape(shape), serial.load_balancing_loss(probs, r.expert)
 
     def _attention(self, query, key, value, key_padding_mask=None, need_weights=True,
                    attn_mask=None, average_attn_weights=True, is_causal=False, shard=()):
@@ -322,6 +377,9 @@ class FlyweightWrapper(nn.Module):
         """The serial module's parameters {key: full tensor}, on every rank: N-1 rotations."""
         shard, s = self._own_flat(), self.rank
         full = {key: shard.new_empty(shape) for key, shape in self.full_shapes.items()}
+        whole = getattr(self.kind, "replicated", ())
+        full.update({k: p.detach().clone() for k, p in self.module.named_parameters()
+                     if k.startswith(whole)})
         for k in range(self.world):
             if k:  # clockwise: after k rotations we hold shard (r - k) % N
                 s = (s - 1) % self.world
@@ -338,6 +396,12 @@ class FlyweightWrapper(nn.Module):
                 f"[{self.starts[self.rank]}, {self.starts[self.rank] + self.sizes[self.rank]})")
 
 
+class FlyweightMoE(FlyweightWrapper):
+    """An MoE layer (rtp_course.models.moe): its experts are the units, cut in shards that
+    rotate like any layer's; its router stays whole (replicated). Called as the MoE:
+    (y, aux loss)."""
+
+
 # --------------------------------------------------------------------- the model wrapper
 class RotatedTensorParallel(nn.Module):
     """Drop-in for DistributedDataParallel: wraps every Linear, Conv2d, Embedding and
@@ -347,9 +411,8 @@ class RotatedTensorParallel(nn.Module):
     def __init__(self, model, group=None):
         super().__init__()
         self.group = group
-        self.module = (FlyweightWrapper(model, group) if _kind(model)
-                       else _wrap_children(model, group))
-        sharded = {id(p) for w in self._wrappers().values() for p in w.parameters()}
+        self.module = _wrap(model, group) if _kind(model) else _wrap_children(model, group)
+        sharded = {id(p) for w in self._wrappers().values() for p in w._shard_parameters()}
         src = _rank0(group)
         with torch.no_grad():
             for t in [p for p in self.module.parameters() if id(p) not in sharded] + \
@@ -406,10 +469,14 @@ class RotatedTensorParallel(nn.Module):
 def _wrap_children(model, group):
     for name, child in model.named_children():
         if _kind(child):
-            setattr(model, name, FlyweightWrapper(child, group))
+            setattr(model, name, _wrap(child, group))
         else:
             _wrap_children(child, group)
     return model
+
+
+def _wrap(layer, group):
+    return (FlyweightMoE if isinstance(layer, serial.MoE) else FlyweightWrapper)(layer, group)
 
 
 # ===== THE FASTER DESIGN, built on the one above =====================================================
@@ -436,8 +503,8 @@ def _wrap_children(model, group):
 # * Attention through scaled_dot_product_attention; shard shapes computed once.
 from torch.autograd import Variable  # noqa: E402
 
-_SimpleLinear, _SimpleConv2d, _SimpleEmbedding, _SimpleAttention = (
-    _Linear, _Conv2d, _Embedding, _MultiheadAttention)
+_SimpleLinear, _SimpleConv2d, _SimpleEmbedding, _SimpleAttention, _SimpleMoE = (
+    _Linear, _Conv2d, _Embedding, _MultiheadAttention, _MoE)
 _SimpleWrapper, _SimpleRTP, _SimpleShards = FlyweightWrapper, RotatedTensorParallel, _RotatedShards
 
 
@@ -456,7 +523,8 @@ class _Kind:
             ps = {k: t.detach().requires_grad_() for k, t in p.items()}
             y = self.partial(m, xs, ps, index, extra)
             wanted = [x for x in xs if x.requires_grad] + list(ps.values())
-            grads = torch.autograd.grad(y, wanted, g, allow_unused=True)
+            grads = torch.autograd.grad(y, wanted, g, allow_unused=True) \
+                if y.requires_grad else [None] * len(wanted)   # a shard without experts
         n = len(wanted) - len(ps)
         acc, fresh = accumulator()
         for key, d in zip(ps, grads[n:]):
@@ -589,6 +657,10 @@ class _MultiheadAttention(_Kind, _SimpleAttention):
             mask = mask[:, start:start + heads]
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return context.transpose(1, 2).flatten(-2)         # [B, L, heads*d]
+
+
+class _MoE(_Kind, _SimpleMoE):
+    """The experts' part recomputed under autograd (_Kind.grads): d gates and d tokens too."""
 
 
 # --------------------------------------------------------------------- the wrapper
@@ -790,6 +862,10 @@ class FlyweightWrapper(_SimpleWrapper):
         for p, g in zip(self._shard_parameters(), self._unpack(total, self.rank).values()):
             if p.requires_grad:
                 p.grad = g if p.grad is None else p.grad.add_(g)
+
+
+class FlyweightMoE(FlyweightWrapper):
+    """The stub's design's MoE wrapper, on the faster wrapper."""
 
 
 # --------------------------------------------------------------------- the model wrapper

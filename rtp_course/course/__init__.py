@@ -80,7 +80,8 @@ COURSE = (
     Exercise("E5", "flyweight", "Rotated Tensor Parallelism with the Flyweight pattern",
              "06_flyweight_rtp", 25, (
         Task("E5.1", ("FlyweightWrapper",), 2, ("E4.2",)),
-        Task("E5.2", ("RotatedTensorParallel",), 3, ("E5.1",)))),
+        Task("E5.2", ("RotatedTensorParallel",), 3, ("E5.1",)),
+        Task("E5.3", ("FlyweightMoE",), 5, ("E5.2",)))),
     Exercise("E6", "groups", "2D parallelism: tensor parallel inside, data parallel across",
              "08_2d_parallelism", 15, (
         Task("E6.1", ("build_groups",), 1),

@@ -32,10 +32,11 @@
 # 3. **implement** `RotatedTensorParallel`, a drop-in replacement for DDP, and train the MNIST CNN
 #    with it;
 # 4. train the transformer LM of the RTP paper's benchmarks with it;
-# 5. check your work;
-# 6. compare per-rank memory with DDP and PyTorch's FSDP, by category;
-# 7. compare step times;
-# 8. get graded.
+# 5. **implement** `FlyweightMoE`: a mixture-of-experts layer whose experts travel;
+# 6. check your work;
+# 7. compare per-rank memory with DDP and PyTorch's FSDP, by category;
+# 8. compare step times;
+# 9. get graded.
 #
 # You will edit **`rtp_course/flyweight.py`**; it uses your `rtp_course/rotation.py` (notebook 05).
 
@@ -248,7 +249,52 @@ against_ddp("cnn")
 against_ddp("lm")
 
 # %% [markdown]
-# ## 5. Check your work
+# ## 5. Task E5.3 · Experts that travel: `FlyweightMoE`
+#
+# A mixture-of-experts layer (`rtp_course/models/moe.py`, the layer notebook 12 spreads over
+# ranks with all-to-all) holds $E$ expert MLPs and a small **router**. Each token $x_t$ goes to
+# its top-$k$ experts, and the layer returns the experts' outputs weighted by the router's
+# probabilities (the **gates**), plus a load-balancing loss:
+#
+# $$p = \mathrm{softmax}(x W_r^T + b_r), \qquad
+#   y_t = \sum_{\text{kept choices } j} g_{tj}\, \mathrm{expert}_{e_{tj}}(x_t), \qquad
+#   \text{aux} = E \sum_e f_e P_e .$$
+#
+# The experts hold almost all the weights, and under RTP they are one more layer kind: the
+# **units are experts** (tensor_split's rule again: 8 experts on 3 ranks are shards of 3, 3 and
+# 2), a shard holds its experts' parameters whole, and the shards rotate exactly as a Linear's
+# rows do. At step $i$ the rank holds shard $s = (r - i) \bmod N$ and runs **its experts on its
+# own tokens** routed to them; the parts are **summed** (as attention's heads are). The router
+# is tiny and needed *before* the loop (it decides which expert each token visits), so it is
+# not sharded: a **replicated** parameter, like a LayerNorm, averaged over ranks after backward.
+#
+# What your `autograd.Function` needs, compared with a Linear's:
+#
+# * two differentiable inputs, the tokens $x$ **and the gates** $g$ (the router learns through
+#   them: $\partial g_{tj} = \partial y_t \cdot \mathrm{expert}_{e_{tj}}(x_t)$), and the routing
+#   (which expert, kept or dropped by the capacity) as plain data;
+# * in backward, the same counterclockwise loop: recompute each shard's part from $x$, $g$ and
+#   the shard in hand, and take $\partial x$, $\partial g$ and $\partial W_s$ from it.
+#
+# The stub's MOE paragraph gives the shapes, `FlyweightMoE`'s docstring the construction. The demo
+# wraps an 8-expert MoE (top-2) on 3 ranks, each rank with its own 16 tokens, and compares with the
+# serial layer and the DDP-averaged gradients; then it counts the experts' bytes each rank holds.
+
+# %%
+out = run_demo(demo.moe_demo, 3, needs="FlyweightMoE (rtp_course/flyweight.py)")
+if out is not None:
+    for r, res in enumerate(out):
+        errors = ", ".join(f"{k} {v:.1e}" for k, v in res["errors"].items())
+        print(f"rank {r}: experts [{res['experts'][0]}, {res['experts'][1]}), "
+              f"{res['expert bytes']} of the experts' {res['serial expert bytes']} bytes; "
+              f"largest errors: {errors}")
+
+# %% [markdown]
+# Every rank holds about $1/N$ of the experts' bytes, yet each token met its own experts:
+# the output, the aux loss and the router's gradient are the serial layer's, and each expert's
+# gradient is the DDP mean of every rank's tokens.
+#
+# ## 6. Check your work
 #
 # The checker compares your RTP with DDP semantics on single layers, the CNN and the transformer
 # LM on 1 to 4 ranks (uneven shards included): outputs per rank, shard gradients, weights after SGD
@@ -270,7 +316,7 @@ if USE_SLURM:
 
 
 # %% [markdown]
-# ## 6. Memory against DDP and FSDP
+# ## 7. Memory against DDP and FSDP
 #
 # Now the payoff. `rtp_course.training.bench` (notebook 07 runs it from the command line) trains one model
 # with several strategies on the same ranks and batches, and measures each rank's bytes by
@@ -316,7 +362,7 @@ cnn_rows = memory_and_time("cnn", batch_size=16)
 # backward, holds up to three *halves* of `fc1` at once (the weight shard in hand, the one
 # arriving, and a travelling gradient accumulator). On 2 ranks a shard is half the layer, so RTP's
 # buffers can come close to FSDP's whole gathered `fc1` (compare the communication column above:
-# how close depends on the design, section 7). They shrink as $1/N$; FSDP's gathered unit does not.
+# how close depends on the design, section 8). They shrink as $1/N$; FSDP's gathered unit does not.
 #
 # Now the transformer LM (4 decoder layers, width 256, vocabulary 2048: the benchmark's default),
 # whose weights are spread over many layers, as in real models:
@@ -344,7 +390,7 @@ lm_rows = memory_and_time("lm", batch_size=8)
 # As $N$ grows, RTP's per-rank memory tends to $P/N$ + activations: no full layer is ever
 # materialized anywhere. That is the *memory deduplication* of the paper's title.
 #
-# ## 7. Step time
+# ## 8. Step time
 #
 # The right-hand plots show the other side of the trade. Timings on a shared CPU are noisy (run
 # the cells again and the bars move), but RTP is not expected to win here:
@@ -400,12 +446,12 @@ lm_rows = memory_and_time("lm", batch_size=8)
 # throughput close to DDP's and FSDP's for large models, at a fraction of their memory. Notebook 07
 # runs all four strategies (TP included) and puts our numbers next to the paper's.
 #
-# ## 8. Grading
+# ## 9. Grading
 #
 # The cell below is read-only and graded after you submit: it runs the public and hidden checks on
 # your `rtp_course/flyweight.py` (and the `rotation.py` it uses) and awards up to 25 points, in
 # proportion to the checks that pass. In your copy the cell is empty: the grader puts the tests
-# back. Use the check cell of section 5 to know where you stand.
+# back. Use the check cell of section 6 to know where you stand.
 
 # %% deletable=false editable=false nbgrader={"grade": true, "grade_id": "e5_flyweight", "locked": true, "points": 25.0, "schema_version": 3, "solution": false, "task": false}
 ### BEGIN HIDDEN TESTS

@@ -9,6 +9,7 @@ from torch import nn
 from rtp_course.checker.common import randint, randn
 from rtp_course.checker.public import flyweight as pub
 from rtp_course.models import build_model
+from rtp_course.models.moe import MoE
 
 
 class Edge(nn.Module):
@@ -169,3 +170,52 @@ class RTPAttentionBFloat16(pub.RTPMultiheadAttentionBatchFirst):
     name, hidden, dtype = "MultiheadAttention_bfloat16", True, "bfloat16"
     opt_steps = (("sgd", 1),)
     tolerance = {torch.bfloat16: (5e-2, 5e-2)}
+
+
+class MoEModel(nn.Module):
+    """An MoE between wrapped and replicated layers: a Linear, a LayerNorm, the MoE (top-1,
+    5 experts: 2, 1, 1, 1 at N = 4) with its residual, a Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 8)
+        self.norm = nn.LayerNorm(8)
+        self.moe = MoE(dim=8, hidden=6, num_experts=5, top_k=1, capacity_factor=1.25)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.norm(torch.tanh(self.inp(x)))
+        y, aux = self.moe(h)
+        return torch.cat([self.head(h + y).flatten(), aux.reshape(1)])
+
+
+class RTPMoEModel(pub.RTPCheck):
+    name, hidden, task = "MoE_in_a_model", True, "E5.3"
+    hints = pub.RTPMoE.hints
+
+    def build(self):
+        return MoEModel()
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step, 3, 4, 4, owner=rank),)
+
+
+class RTPMoENoCapacity(pub.RTPMoE):
+    """No capacity (nothing dropped), top-2 of 4 experts, three steps of each optimizer."""
+    name, hidden = "MoE_no_capacity", True
+    opt_steps = (("sgd", 3), ("adam", 3))
+
+    def build(self):
+        return MoE(dim=5, hidden=7, num_experts=4, top_k=2, capacity_factor=None)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step, 7, 5, owner=rank),)
+
+
+class RTPMoESubgroup(pub.RTPMoE):
+    """The MoE check on the group of global ranks {0, 2}."""
+    name, hidden, world_sizes = "MoE_subgroup", True, (3,)
+    hints = dict(pub.RTPMoE.hints, error=pub.GROUP, **{"structure/": pub.GROUP, "init/": pub.GROUP})
+
+    def members(self, world_size):
+        return [[0, 2]]

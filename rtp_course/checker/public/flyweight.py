@@ -24,6 +24,7 @@ from torch import nn
 from rtp_course.checker.common import manual_seed, owned_module, randint, randn
 from rtp_course.checker.registry import Check, CommRule, Like
 from rtp_course.models import MnistCNN, build_model
+from rtp_course.models.moe import MoE
 from rtp_course.checker.public.flyweight_harness import (HINTS, RTPCheck, _plain, _units)
 from rtp_course.checker.public.flyweight_layout import initial_model
 
@@ -293,6 +294,52 @@ class RTPTransformerLM(RTPCheck):
 
     def inputs(self, step, rank):
         return (randint(1000 * step, 96, 2, 6, owner=rank),)
+
+
+MOE = ("a wrapped MoE returns what the serial MoE.forward returns, (y, aux): here the check's "
+       "output is torch.cat([y.flatten(), aux[None]]), so its LAST entry is the aux loss. "
+       "The router stays whole (replicated) and routes this rank's tokens before the loop "
+       "(moe.routing(x)); forward step i holds the experts of shard s = (r - i) % N (they came "
+       "CLOCKWISE, from rank r-1) and adds, for each of them and each of its KEPT choices "
+       "(t, j), gate[t, j] * expert(x[t]) at row t; the shards' parts are summed")
+MOE_GRADS = ("the router's gradient comes from the aux loss AND from the gates, which weight "
+             "each expert's output: pass the gates into your autograd.Function as an input "
+             "(never detached) and return d gate = the sum over the kept choices of "
+             "dy[t] . expert(x[t]); the router is a replicated parameter: its .grad is the "
+             "mean over the ranks, like DDP")
+
+
+class RTPMoE(RTPCheck):
+    """E5.3: the course's MoE layer (rtp_course/models/moe.py, the one E10 parallelises with
+    all-to-all): 6 experts (2, 2, 1, 1 at N = 4), top-2 routing, a capacity that drops some
+    choices. The experts rotate, the router stays replicated; the output holds y and the aux
+    loss, so the router learns through the gates and the aux loss."""
+    name = "MoE"
+    task = "E5.3"
+    hints = dict(HINTS, **{
+        "forward/output": MOE, "error/forward": MOE + "; " + HINTS["error/forward"],
+        "backward/grad router": MOE_GRADS,
+        "backward/grad input": "d x sums the experts' part (your Function: for each shard in "
+                               "hand, recompute its experts' part from the saved tokens and "
+                               "gates) and the router's (autograd, outside your Function, "
+                               "through the aux loss AND the gates: the gates are an input of "
+                               "your Function, never detached, and it returns their gradient); "
+                               + HINTS["backward/grad input"],
+        "structure/": "an MoE's units are its experts, cut like torch.tensor_split: shard s "
+                      "holds experts [start[s], start[s] + sizes[s]), all of each one's "
+                      "parameters ('experts.e.fc1.weight', ...: (0, [(0, rows)])); the other "
+                      "experts' parameters are empty in it ((0, [])); the router is not in any "
+                      "shard: it stays whole, a replicated parameter"})
+
+    def build(self):
+        return MoE(dim=6, hidden=8, num_experts=6, top_k=2, capacity_factor=1.0)
+
+    def inputs(self, step, rank):
+        return (randn(1000 * step, 2, 5, 6, owner=rank),)
+
+    def call(self, model, xs):
+        y, aux = model(*xs)
+        return torch.cat([y.flatten(), aux.reshape(1)])
 
 
 GROUP = ("rule 'Group': in a group, the shard index and the number of shards are the GROUP rank and size "

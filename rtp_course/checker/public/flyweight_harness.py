@@ -368,12 +368,22 @@ def record_structure(ctx, rtp, layout, layers):
                 piece["dim"], tuple((int(a), int(b)) for a, b in piece["ranges"])))
             shards[full] = named.get(piece["name"]) if piece else None
     taken = {id(p) for p in shards.values() if p is not None}
-    replicated = {n[len("module."):] if n.startswith("module.") else n: p
-                  for n, p in named.items() if id(p) not in taken}
+    replicated = {_serial_name(n, layers): p for n, p in named.items() if id(p) not in taken}
     ctx.record_value("structure/replicated parameters", sorted(replicated))
     ctx.record_value("structure/frozen parameters (requires_grad=False)", sorted(
         n for n, p in {**shards, **replicated}.items() if p is not None and not p.requires_grad))
     return shards, replicated
+
+
+def _serial_name(name, layers):
+    """A replicated parameter's name in the serial model: below 'module.', and below a wrapped
+    layer's own 'module.' (an MoE's router: 'moe.module.router.weight' is 'moe.router.weight')."""
+    name = name[len("module."):] if name.startswith("module.") else name
+    for mod in layers:
+        inner = f"{mod}.module." if mod else "module."
+        if name.startswith(inner):
+            return (f"{mod}." if mod else "") + name[len(inner):]
+    return name
 
 
 def record_params(ctx, phase, shards, replicated):

@@ -12,15 +12,17 @@ from torch import nn
 from rtp_course.checker import inputs
 from rtp_course.checker.common import make_optimizer, randn
 from rtp_course.checker.registry import Bound, CommRule
+from rtp_course.models.moe import MoE
 
-KINDS = (nn.MultiheadAttention, nn.Linear, nn.Conv2d, nn.Embedding)
+KINDS = (MoE, nn.MultiheadAttention, nn.Linear, nn.Conv2d, nn.Embedding)
 RECV, SEND = "recv|irecv", "send|isend"
 
 
 def sharded_layers(model: nn.Module, prefix: str = "") -> dict:
     """{module name: [its parameter keys]} of the layers RTP wraps, in module order."""
-    if isinstance(model, KINDS):
-        return {prefix: [k for k, _ in model.named_parameters()]}
+    if isinstance(model, KINDS):   # an MoE's router is not sharded: replicated
+        return {prefix: [k for k, _ in model.named_parameters()
+                         if not (isinstance(model, MoE) and k.startswith("router."))]}
     out = {}
     for name, child in model.named_children():
         out.update(sharded_layers(child, f"{prefix}.{name}" if prefix else name))
@@ -28,6 +30,8 @@ def sharded_layers(model: nn.Module, prefix: str = "") -> dict:
 
 
 def units(m: nn.Module) -> int:
+    if isinstance(m, MoE):
+        return m.num_experts
     if isinstance(m, nn.MultiheadAttention):
         return m.num_heads
     if isinstance(m, nn.Linear):
@@ -55,6 +59,9 @@ def shard_slices(m: nn.Module, index: int, world: int) -> dict:
                "out_proj.bias": (0, ((0, e),) if index == 0 else ())}
     elif isinstance(m, nn.Embedding):
         out = {"weight": (1, ((a, b),))}
+    elif isinstance(m, MoE):   # experts [a, b) whole, the others empty
+        out = {f"experts.{e}.{k}": (0, ((0, p.shape[0]),) if a <= e < b else ())
+               for e, expert in enumerate(m.experts) for k, p in expert.named_parameters()}
     else:
         out = {"weight": (0, ((a, b),)), "bias": (0, ((a, b),))}
     present = dict(m.named_parameters())

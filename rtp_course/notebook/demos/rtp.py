@@ -98,6 +98,50 @@ def layer_demo(rank, world_size, kind="linear"):
             "shard_bytes": sum(p.numel() * p.element_size() for p in wrapper.parameters())}
 
 
+@needs_exercises
+def moe_demo(rank, world_size, experts=8):
+    """RotatedTensorParallel on the course's MoE layer (top-2 of `experts`); every rank its
+    own tokens. Returns the experts this rank holds, the largest errors against serial DDP
+    (output, aux loss, router and expert gradients) and the experts' bytes per rank."""
+    from rtp_course.models.moe import MoE
+    fly = current("flyweight")
+    dev = strategies.default_device()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        serial = MoE(dim=6, hidden=16, num_experts=experts, top_k=2).to(device=dev)
+
+    def tokens(q):
+        return torch.randn(16, 6, generator=torch.Generator().manual_seed(10 + q)).to(dev)
+
+    ddp = {}   # the mean over ranks of the serial gradients (loss: sum(y * probe) + aux)
+    for q in range(world_size):
+        serial.zero_grad()
+        y, aux = serial(tokens(q))
+        ((y * _probe(y, q)).sum() + aux).backward()
+        for name, p in serial.named_parameters():
+            ddp[name] = ddp.get(name, 0) + p.grad / world_size
+    want_y, want_aux = (t.detach() for t in serial(tokens(rank)))
+    rtp = fly.RotatedTensorParallel(copy.deepcopy(serial))
+    y, aux = rtp(tokens(rank))
+    ((y * _probe(y, rank)).sum() + aux).backward()
+    layout = rtp.shard_layout()[""]
+    params = dict(rtp.named_parameters())
+    errors = {"output y": (y - want_y).abs().max().item(), "aux loss": (aux - want_aux).abs().item(),
+              "grad router.weight": max((p.grad - ddp["router.weight"]).abs().max().item()
+                                        for n, p in params.items() if n.endswith("router.weight"))}
+    worst = 0.0
+    for key, info in layout["params"].items():
+        if info["ranges"]:
+            worst = max(worst, (params[info["name"]].grad - ddp[key]).abs().max().item())
+    errors["grad of its experts"] = worst
+    size = sum(p.numel() * p.element_size() for n, p in serial.named_parameters()
+               if n.startswith("experts."))
+    held = sum(params[i["name"]].numel() * params[i["name"]].element_size()
+               for i in layout["params"].values())
+    return {"experts": layout["units"], "errors": errors, "expert bytes": held,
+            "serial expert bytes": size}
+
+
 def _count(events):
     counts = {}
     for e in events:
