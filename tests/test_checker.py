@@ -47,6 +47,7 @@ _sys.meta_path.insert(0, _NoDynamo())
 """
 
 
+@pytest.mark.extended     # a start-up cost, not a verdict: every light exercise, hidden checks
 def test_exercises_that_do_not_train_never_import_what_only_an_optimizer_needs(tmp_path):
     """For them (`trains=False` in the course table) the ranks' forkserver does not preload
     dynamo (1.3 s off a cold check); a rank that imported it would pay that time itself."""

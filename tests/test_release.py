@@ -289,6 +289,11 @@ def test_readme_commands_work(edition):
                         "-p", "no:cacheprovider"],
                        capture_output=True, text=True, env=env, cwd=edition, timeout=600)
     assert r.returncode == 0 and "test_launcher.py" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.extended     # the same tests run in this suite (tests/given); here, as shipped
+def test_the_editions_own_tests_pass(edition):
+    env = _env(edition)
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider",
                         "--ignore", "tests/given/test_launcher.py",
                         "--ignore", "tests/given/test_devices.py"],
