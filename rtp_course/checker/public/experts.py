@@ -491,6 +491,16 @@ class SyncGradientsSubgroups(SyncGradientsCheck):
         return super().comm_rules(2)
 
 
+DETACHED = "detached (no autograd graph)"
+
+
+def detached(loss) -> str:
+    """What train_step's returned loss holds of the step's graph."""
+    if isinstance(loss, torch.Tensor) and (loss.requires_grad or loss.grad_fn is not None):
+        return "a tensor that requires grad (it keeps the step's autograd graph)"
+    return DETACHED
+
+
 class TrainStepCheck(Check):
     """Two SGD and two Adam steps of train_step on mse + AUX_TRAIN * aux, against serial
     training on the mean of the ranks' losses."""
@@ -503,6 +513,10 @@ class TrainStepCheck(Check):
                 "loss_fn(y, targets) + aux_weight * aux; loss.backward(); "
                 "sync_gradients(model, dp_group); optimizer.step(); return loss.detach()",
         "/loss": "train_step returns this rank's loss (loss_fn plus aux_weight * aux), detached",
+        "/loss returned": "rule 'Results' (train_step's docstring: 'returns this rank's loss "
+                          "(detached)'): return loss.detach(); the loss itself holds the step's "
+                          "whole graph (activations, the all-to-alls' buffers) alive as long as "
+                          "the caller keeps it, e.g. in a list of losses",
         "router": "the router is replicated on every rank: its gradient is the mean over ALL "
                   "ranks (model.group, then dp_group)",
         "expert": "expert e's gradient: the sum its all-to-alls brought (its EP group's tokens), "
@@ -534,6 +548,7 @@ class TrainStepCheck(Check):
                     loss = E.train_step(model, opt, F.mse_loss, x, y, dp_group=dp_group,
                                         aux_weight=self.AUX_TRAIN)
                 ctx.record(f"{opt_name} step {k}/loss", loss)
+                ctx.record_value(f"{opt_name} step {k}/loss returned", detached(loss))
                 record_params(ctx, f"{opt_name} step {k}/", model, ep, t)
 
     def expected(self, w):
@@ -550,6 +565,7 @@ class TrainStepCheck(Check):
                     out, aux = moe(x)
                     loss = F.mse_loss(out, y) + self.AUX_TRAIN * aux
                     exp[q][f"{opt_name} step {k}/loss"] = loss.detach()
+                    exp[q][f"{opt_name} step {k}/loss returned"] = DETACHED
                     total = total + loss / w
                 total.backward()
                 opt.step()
