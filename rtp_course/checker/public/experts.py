@@ -12,6 +12,8 @@ the mean of the ranks' losses. Routing is steered where a case needs it (all tok
 """
 from __future__ import annotations
 
+import re
+
 import torch
 import torch.nn.functional as F
 
@@ -376,17 +378,30 @@ class ExpertParallelMoENotDivisible(Check):
     isolated = True
     KEY = "init/ExpertParallelMoE of 10 experts over this group raises"
     hints = {KEY: "rule 'Raises': N must divide the number of experts; otherwise "
-                  "ExpertParallelMoE raises ValueError naming both (10 experts over 3 ranks "
-                  "would leave expert 9 on no rank, or give ranks different shares)"}
+                  "ExpertParallelMoE.__init__ raises ValueError naming both numbers, e.g. "
+                  "f\"{N} ranks do not divide {E} experts\" (10 experts over 3 ranks would "
+                  "leave expert 9 on no rank, or give ranks different shares)"}
+
+    @staticmethod
+    def said(kind: str, message: str, w: int) -> str:
+        """What ExpertParallelMoE raised, as the rule words it: the type, and whether its
+        message names both numbers (the 10 experts and the group's size)."""
+        if kind != "ValueError":
+            return kind
+        missing = [str(n) for n in (10, w) if not re.search(rf"(?<!\d){n}(?!\d)", message)]
+        if missing:
+            return f"ValueError({message!r}), which does not name {' and '.join(missing)}"
+        return f"ValueError naming 10 and {w}"
 
     def run(self, ctx):
         moe = seeded(lambda: MoE(DIM, HIDDEN, 10), 9, ctx.dtype).to(ctx.device)
         with ctx.phase("init"):
-            kind, _ = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe, group=ctx.group))
-        ctx.record_value(self.KEY, kind)
+            kind, message = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe,
+                                                                              group=ctx.group))
+        ctx.record_value(self.KEY, self.said(kind, message, ctx.world_size))
 
     def expected(self, w):
-        return {r: {self.KEY: "ValueError"} for r in range(w)}
+        return {r: {self.KEY: f"ValueError naming 10 and {w}"} for r in range(w)}
 
     def comm_rules(self, w):
         return [CommRule("init", "*", 0, "rule 'Communication': building the layer needs no "
