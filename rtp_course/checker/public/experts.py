@@ -12,6 +12,7 @@ the mean of the ranks' losses. Routing is steered where a case needs it (all tok
 """
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -210,7 +211,10 @@ def batch(case, r, step=0):
     T = tokens(case, r)
     x, g = (randn(40 + 5 * step + case.seed, T, DIM, owner=r),
             randn(60 + 5 * step + case.seed, T, DIM, owner=r))
-    return (x.view(2, T // 2, DIM), g.view(2, T // 2, DIM)) if case.batched else (x, g)
+    if case.batched:        # [..., T / prod(batched), d]: the layer flattens the leading dims
+        shape = (*case.batched, T // math.prod(case.batched), DIM)
+        return x.view(shape), g.view(shape)
+    return x, g
 
 
 def expert_names(moe_expert):
@@ -227,7 +231,8 @@ def loss_of(y, aux, g):
 
 
 class _Case:
-    seed, top_k, capacity_factor, steer, uneven_tokens, batched = 1, 1, 1.25, "", False, False
+    seed, top_k, capacity_factor, steer, uneven_tokens = 1, 1, 1.25, "", False
+    batched = ()            # leading dims of x [..., d] before the tokens' own
 
 
 def record_params(ctx, prefix, model, w, r, what="value"):
@@ -370,6 +375,25 @@ class ExpertParallelMoEOneExpert(ExpertParallelMoECheck):
 class ExpertParallelMoEIdleRank(ExpertParallelMoECheck):
     """No token chooses the last rank's experts: it receives no row and sends its own away."""
     name, case, world_sizes = "ExpertParallelMoE_idle_last_rank", _IdleRank(), (2, 3, 4)
+
+
+class _Batched(_Case):
+    seed, top_k, batched = 5, 2, (2,)
+
+
+BATCHED = ("x has leading batch dims here (e.g. [2, 8, d], not [T, d]): forward takes "
+           "x [..., d], so flatten them to tokens first (x.reshape(-1, d)), route and "
+           "exchange those rows, and give y back x's shape (y.reshape(x.shape))")
+
+
+class ExpertParallelMoEBatched(ExpertParallelMoECheck):
+    """x [2, T/2, d]: the layer flattens the leading dims to tokens and gives y that shape."""
+    name, case = "ExpertParallelMoE_batched", _Batched()
+    hints = {**ExpertParallelMoECheck.hints,
+             "forward/output": BATCHED + ". Otherwise: "
+                               + ExpertParallelMoECheck.hints["forward/output"],
+             "error/forward": BATCHED + ". Otherwise: "
+                              + ExpertParallelMoECheck.hints["error/forward"]}
 
 
 class ExpertParallelMoENotDivisible(Check):
