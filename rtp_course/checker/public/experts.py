@@ -69,7 +69,10 @@ class AllToAllCheck(Check):
                          "x.contiguous(); the second call's x is a transposed view), an output "
                          "of sum(output_splits) rows made like x, and splits that agree across "
                          "ranks: " + SPLITS,
-        "error/backward": BACKWARD_SPLITS,
+        "error/backward": "NCCL's all-to-all takes contiguous tensors (rule 'Contiguity': send "
+                          "grad_output.contiguous(); the second call's gradient is a transposed "
+                          "view, as one from a transpose upstream is). Otherwise: "
+                          + BACKWARD_SPLITS,
         "forward/output after": "rule 'New tensors': an earlier output changed when the "
                                 "function was called again: return a fresh tensor each call",
     }
@@ -99,6 +102,8 @@ class AllToAllCheck(Check):
         for call, x, y, send, recv in outs:
             _, _, g = self.data(call, r, w)
             g = ctx.to(g)
+            if call == 1:       # a transposed view, as a gradient from a transpose arrives
+                g = g.t().contiguous().t()
             keep = g.clone()
             if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(g.shape):
                 continue
