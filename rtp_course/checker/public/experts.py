@@ -77,30 +77,37 @@ class AllToAllCheck(Check):
                                 "function was called again: return a fresh tensor each call",
     }
 
-    def data(self, call, r, w):
+    def data(self, call, r, w, owner=None):
+        """Group rank r's splits, input and upstream gradient, drawn from the key of global
+        rank `owner` (r itself on the world)."""
+        owner = r if owner is None else owner
         S = splits_matrix(call, w)
-        x = randn(10 + call, sum(S[r]), self.WIDTH, owner=r)
-        g = randn(20 + call, sum(S[q][r] for q in range(w)), self.WIDTH, owner=r)
+        x = randn(10 + call, sum(S[r]), self.WIDTH, owner=owner)
+        g = randn(20 + call, sum(S[q][r] for q in range(w)), self.WIDTH, owner=owner)
         return S, x, g
 
     def run(self, ctx):
-        mod, r, w = ctx.impl.experts, ctx.rank, ctx.world_size
+        self.exchange(ctx, ctx.group, ctx.rank, ctx.world_size)
+
+    def exchange(self, ctx, group, r, w):
+        """Both calls and their backwards on `group`, this rank its r-th of w."""
+        mod = ctx.impl.experts
         outs = []
         for call in (0, 1):
-            S, x, _ = self.data(call, r, w)
+            S, x, _ = self.data(call, r, w, ctx.rank)
             x = ctx.to(x)
             if call == 1:       # a transposed view, as activations arrive (rule 'Contiguity')
                 x = x.t().contiguous().t()
             x = x.clone().requires_grad_(True)      # clone keeps the strides
             send, recv = S[r], [S[q][r] for q in range(w)]
             with ctx.phase("forward"):
-                y = mod.all_to_all(x, send, recv, group=ctx.group)
+                y = mod.all_to_all(x, send, recv, group=group)
             ctx.record(f"forward/output (call {call}: splits in {send}, out {recv})", y)
             ctx.record(f"forward/input after (call {call})", x)
             outs.append((call, x, y, send, recv))
         ctx.record("forward/output after the second call (call 0)", outs[0][2])
         for call, x, y, send, recv in outs:
-            _, _, g = self.data(call, r, w)
+            _, _, g = self.data(call, r, w, ctx.rank)
             g = ctx.to(g)
             if call == 1:       # a transposed view, as a gradient from a transpose arrives
                 g = g.t().contiguous().t()
@@ -113,17 +120,19 @@ class AllToAllCheck(Check):
             ctx.record(f"backward/upstream grad after (call {call})", g)
             ctx.record(f"backward/upstream grad copy (call {call})", keep)
 
-    def expected(self, w):
+    def expected(self, w, owners=None):
+        """{group rank: records}; owners[q]: the global rank whose key draws q's data."""
+        owners = owners or list(range(w))
         exp = {}
         for r in range(w):
             e = {}
             for call in (0, 1):
-                S, x, _ = self.data(call, r, w)
+                S, x, _ = self.data(call, r, w, owners[r])
                 send, recv = S[r], [S[q][r] for q in range(w)]
                 # what arrives: rank q's rows for r, in rank order
                 parts = []
                 for q in range(w):
-                    Sq, xq, _ = self.data(call, q, w)
+                    Sq, xq, _ = self.data(call, q, w, owners[q])
                     start = sum(Sq[q][:r])
                     parts.append(xq[start:start + Sq[q][r]])
                 y = torch.cat(parts)
@@ -133,13 +142,14 @@ class AllToAllCheck(Check):
                     e["forward/output after the second call (call 0)"] = y
                 grads = []
                 for q in range(w):
-                    _, _, gq = self.data(call, q, w)
+                    _, _, gq = self.data(call, q, w, owners[q])
                     recv_q = [S[p][q] for p in range(w)]
                     start = sum(recv_q[:r])
                     grads.append(gq[start:start + S[r][q]])
                 e[f"backward/grad input (call {call}: splits in {send}, out {recv})"] = \
                     torch.cat(grads)
-                e[f"backward/upstream grad after (call {call})"] = self.data(call, r, w)[2]
+                e[f"backward/upstream grad after (call {call})"] = \
+                    self.data(call, r, w, owners[r])[2]
             exp[r] = e
         return exp
 
@@ -172,14 +182,18 @@ class ExchangeSplitsCheck(Check):
         return torch.tensor([[(5 * r + 3 * q + 2 * i) % 7 for i in range(3)] for q in range(w)])
 
     def run(self, ctx):
-        counts = self.counts(ctx.rank, ctx.world_size).to(ctx.device)
+        self.exchange(ctx, ctx.group, ctx.rank, ctx.world_size)
+
+    def exchange(self, ctx, group, r, w):
+        """One exchange on `group`, this rank its r-th of w."""
+        counts = self.counts(r, w).to(ctx.device)
         with ctx.phase("forward"):
-            got = ctx.impl.experts.exchange_splits(counts, group=ctx.group)
+            got = ctx.impl.experts.exchange_splits(counts, group=group)
         ctx.record("forward/received counts", got)
         ctx.record_value("forward/dtype of the received counts", str(getattr(got, "dtype", None)))
         ctx.record("forward/counts after", counts)
 
-    def expected(self, w):
+    def expected(self, w, owners=None):
         return {r: {"forward/received counts": torch.stack([self.counts(q, w)[r] for q in range(w)]),
                     "forward/dtype of the received counts": "torch.int64",
                     "forward/counts after": self.counts(r, w)} for r in range(w)}
@@ -190,6 +204,58 @@ class ExchangeSplitsCheck(Check):
         return [CommRule("forward", "all_to_all", 1, "exchange_splits is one all-to-all of the "
                          "counts"),
                 CommRule("forward", "*", 1, "exchange_splits is one all-to-all and nothing else")]
+
+
+class _OnSubgroups:
+    """A check of E10.1 or E10.2 run on groups that are not the world: {0} and {1} of 2
+    ranks, {0, 2} and {1, 3} of 4. Each group's ranks expect what the check expects of a world
+    of the group's size; every collective must run on the rank's own group."""
+    world_sizes = (2, 4)
+
+    @staticmethod
+    def members(w):
+        return [[0], [1]] if w == 2 else [[0, 2], [1, 3]]
+
+    def run(self, ctx):
+        made = [(m, ctx.new_group(m)) for m in self.members(ctx.world_size)]
+        m, group = next((m, g) for m, g in made if ctx.rank in m)
+        self.exchange(ctx, group, m.index(ctx.rank), len(m))
+
+    def expected(self, w):
+        out = {}
+        for m in self.members(w):
+            exp = super().expected(len(m), owners=m)
+            out.update({r: exp[i] for i, r in enumerate(m)})
+        return out
+
+    def comm_rules(self, w):
+        rules = {}
+        for m in self.members(w):
+            own = super().comm_rules(len(m)) or [CommRule("*", "*", Bound(high=self.calls),
+                                                          "on one rank the call may be skipped")]
+            for r in m:   # rule 'Group': on the rank's own group only
+                rules[r] = [CommRule(x.phase, x.kind, x.count, GROUP + ". " + x.hint, x.nbytes,
+                                     x.peers, members=tuple(m)) for x in own]
+        return rules
+
+
+GROUP = ("rule 'Group': the group here is not the world ({0} and {1} of 2 ranks, {0, 2} and "
+         "{1, 3} of 4): pass group=group to every collective (and keep it on ctx for the "
+         "backward's), take r and N from it (dist.get_rank(group), dist.get_world_size(group)); "
+         "its ranks need not be consecutive")
+
+
+class AllToAllSubgroups(_OnSubgroups, AllToAllCheck):
+    """AllToAll on groups that are not the world, forward and backward."""
+    name, calls = "AllToAll_subgroups", 4
+    hints = {k: GROUP + ". Otherwise: " + v for k, v in AllToAllCheck.hints.items()}
+
+
+class ExchangeSplitsSubgroups(_OnSubgroups, ExchangeSplitsCheck):
+    """exchange_splits on groups that are not the world."""
+    name, calls = "exchange_splits_subgroups", 1
+    hints = {k: GROUP + ". Otherwise: " + v for k, v in ExchangeSplitsCheck.hints.items()}
+    hints["error/forward"] = GROUP
 
 
 # ---- E10.2 ------------------------------------------------------------------------------
