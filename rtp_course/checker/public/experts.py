@@ -274,6 +274,8 @@ def build_moe(case, w, dtype=torch.float64):
 
 
 def tokens(case, r):
+    if r == case.empty_rank:
+        return 0
     return TOKENS - 2 * (r % 2) if case.uneven_tokens else TOKENS
 
 
@@ -298,12 +300,15 @@ def local_experts(w, r):
 
 
 def loss_of(y, aux, g):
-    return (y * g).sum() + AUX * aux
+    """A rank without tokens has no aux loss (the serial one is 0/0 there): its loss is its
+    output's, still through the all-to-alls, so its backward makes the reverse ones."""
+    return (y * g).sum() + (AUX * aux if y.numel() else 0)
 
 
 class _Case:
     seed, top_k, capacity_factor, steer, uneven_tokens = 1, 1, 1.25, "", False
     batched = ()            # leading dims of x [..., d] before the tokens' own
+    empty_rank = None       # the rank (of the world) with no token at all
 
 
 def record_params(ctx, prefix, model, w, r, what="value"):
@@ -377,7 +382,8 @@ class ExpertParallelMoECheck(Check):
         with ctx.phase("forward"):
             y, aux = model(x)
         ctx.record("forward/output", y)
-        ctx.record("forward/aux loss", aux)
+        if x.numel():
+            ctx.record("forward/aux loss", aux)
         ctx.record("forward/input after", x)
         with ctx.phase("backward"):
             loss_of(y, aux, g).backward()
@@ -397,6 +403,8 @@ class ExpertParallelMoECheck(Check):
             exp[r] = dict(init[r], **{"forward/output": y.detach(), "forward/aux loss": aux.detach(),
                                       "forward/input after": x.detach(),
                                       "backward/grad input": x.grad})
+            if not x.numel():
+                del exp[r]["forward/aux loss"]
             exp[r].update({k: v for k, v in expected_params("backward/", moe, w, r, "grad").items()
                            if "router" in k})
         for r in range(w):      # the experts' gradients: the sum over every rank's tokens
@@ -465,6 +473,26 @@ class ExpertParallelMoEBatched(ExpertParallelMoECheck):
                                + ExpertParallelMoECheck.hints["forward/output"],
              "error/forward": BATCHED + ". Otherwise: "
                               + ExpertParallelMoECheck.hints["error/forward"]}
+
+
+class _EmptyRank(_Case):
+    seed, top_k, empty_rank = 6, 2, 1
+
+
+EMPTY = ("rank 1 has no token here (x is [0, d]): its ExpertParallelMoE.forward still makes "
+         "every all-to-all (the split sizes, the dispatch, the combine) with zero rows to send "
+         "and its peers' rows to receive "
+         "and run, and its output [0, d] comes out of the combine, so its backward makes the "
+         "reverse all-to-alls too; a rank that returns early leaves its peers waiting")
+
+
+class ExpertParallelMoEEmptyRank(ExpertParallelMoECheck):
+    """Rank 1 has no token: it sends no row, yet receives rows for its experts."""
+    name, case, world_sizes = "ExpertParallelMoE_rank_without_tokens", _EmptyRank(), (2, 3, 4)
+    hints = {**ExpertParallelMoECheck.hints,
+             **{k: EMPTY + ". Otherwise: " + ExpertParallelMoECheck.hints[k]
+                for k in ("forward/output", "backward/expert", "error/forward", "deadlock")},
+             "error/backward": EMPTY}
 
 
 class ExpertParallelMoENotDivisible(Check):
