@@ -2,6 +2,7 @@ r"""exchange_splits makes its all-to-all without group=: on the world, not the l
 
 EXPECT: exchange_splits_subgroups .*rank \d.*(no group= given|rule 'Group').*exchange_splits
 CLASS: subgroup
+RULE: Group
 WORLD_SIZES: 2 4
 ONLY: exchange_splits_subgroups
 
