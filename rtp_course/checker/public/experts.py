@@ -231,8 +231,9 @@ class _OnSubgroups:
     def comm_rules(self, w):
         rules = {}
         for m in self.members(w):
-            own = super().comm_rules(len(m)) or [CommRule("*", "*", Bound(high=self.calls),
-                                                          "on one rank the call may be skipped")]
+            own = super().comm_rules(len(m)) or [CommRule(
+                "*", "*", Bound(high=self.calls), "rule 'Communication': the calls the "
+                "docstring lists and no more (on a group of one rank they may be skipped)")]
             for r in m:   # rule 'Group': on the rank's own group only
                 rules[r] = [CommRule(x.phase, x.kind, x.count, GROUP + ". " + x.hint, x.nbytes,
                                      x.peers, members=tuple(m)) for x in own]
