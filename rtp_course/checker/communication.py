@@ -227,6 +227,52 @@ def _differ(a: dict, b: dict) -> bool:
     return kind in SAME_SHAPE and _numel(shape_a) != _numel(shape_b)   # NCCL counts elements
 
 
+SPLITS = ("in an all-to-all, rank q's output_splits[p] must be rank p's input_splits[q] (the "
+          "rows p sends to q): a rank cannot know what its peers send unless they tell it, so "
+          "exchange the split sizes first (one all-to-all of the counts), then receive what "
+          "they say")
+_SPLITS = re.compile(r"^in \[([\d, ]*)\] out \[([\d, ]*)\]$")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"\d+", str(text or ""))]
+
+
+def splits_disagree(nth: int, calls: dict[int, dict]) -> dict | None:
+    """A failed result's fields when the ranks' n-th all_to_all_single on one group (calls:
+    {global rank: its call}) was given split sizes that do not pair up: rank q's out[p] is not
+    rank p's in[q] (p, q their places in the group). Said with both numbers, the same whichever
+    rank the transport failed first (a rank that died in the call has only its status: the
+    pairs of ranks known are judged); None when they agree."""
+    parsed = {}
+    for r, c in calls.items():
+        m = _SPLITS.match(str(c.get("splits") or ""))
+        members = _ints(c.get("members"))
+        if m is None or r not in members:
+            return None
+        parsed[r] = (_ints(m.group(1)), _ints(m.group(2)), members)
+    members = next(iter(parsed.values()), (None, None, []))[2]
+    if any(v[2] != members for v in parsed.values()):
+        return None
+    n = len(members)
+    for q in sorted(parsed):             # the pairs of ranks whose calls are known
+        for p in sorted(parsed):
+            sent, got = parsed[p][0], parsed[q][1]
+            gp, gq = members.index(p), members.index(q)
+            if len(sent) != n or len(got) != n or sent[gq] == got[gp]:
+                continue
+            c = calls[q]
+            phase = str(c.get("phase") or "")
+            return dict(status=Verdict.FAILED, rank=q, phase=phase, key=f"{phase}/communication",
+                        message=f"the ranks' {_ordinal(nth)} collective on the group, "
+                                f"{c.get('kind')} at {c.get('where')}, was given split sizes "
+                                f"that do not pair up: rank {p} sends {sent[gq]} rows to rank "
+                                f"{q} (rank {p}'s input_splits[{gq}]: {sent}), but rank {q} "
+                                f"expects {got[gp]} from rank {p} (rank {q}'s "
+                                f"output_splits[{gp}]: {got})", hint=SPLITS)
+    return None
+
+
 def _numel(shape: str) -> int | None:
     try:
         return math.prod(int(d) for d in shape.strip("[]").split(",") if d.strip())
@@ -257,6 +303,9 @@ def collectives_differ(outcomes: dict[int, Outcome],
                   key=lambda k: (k[1], str(k[0])))
     for key in keys:
         having = [(r, calls[key]) for r, calls in per_rank.items() if key in calls]
+        disagree = splits_disagree(key[1], dict(having))
+        if disagree is not None:
+            return disagree
         for (ra, a), (rb, b) in zip(having, having[1:]):
             if _differ(a, b):
                 phase = str(b.get("phase") or a.get("phase") or "")

@@ -99,7 +99,8 @@ _OWN = (
           "rotation": ("ring_peers", "subgroup"), "flyweight": ("Linear_subgroup",),
           "groups": ("train_2d_bert",), "sharding": ("FullyShardedDataParallel_subgroups",),
           "context_parallel": ("subgroup", "subgroup_causal"),
-          "experts": ("train_step_ep_dp", "sync_gradients_subgroups"),
+          "experts": ("AllToAll_subgroups", "exchange_splits_subgroups", "train_step_ep_dp",
+                      "sync_gradients_subgroups"),
           "pipeline": ("PipelineStage", "subgroup", "data_parallel_pipeline")}),
     Rule("Accumulation", "Gradients accumulate as in serial PyTorch: two backward passes without "
          "zero_grad leave the sum.",

@@ -174,12 +174,15 @@ if out is not None:
 #
 # The checker runs your module on 1 to 4 ranks (gloo on CPU, with NCCL's rules; NCCL on GPUs) and
 # compares every rank with the serial layer on that rank's tokens: `all_to_all` with uneven splits
-# (a rank that receives nothing, two calls before their backwards, a transposed input),
-# `exchange_splits`, the layer's output, aux loss, input gradient, the router's and every expert's
-# gradients (named by their global expert), then `sync_gradients` (also on the groups {0, 2} and
-# {1, 3}) and SGD and Adam steps of `train_step`, alone and with data parallelism. The routings it
-# tries: $k = 1$ and $k = 2$, capacity overflow, every token to expert 0, and no token for the last
-# rank's experts. It also counts your all-to-alls.
+# (a rank that receives nothing, two calls before their backwards, a transposed input and a
+# transposed upstream gradient), `exchange_splits`, both also on groups that are not the world
+# ({0} and {1}; {0, 2} and {1, 3}), the layer's output, aux loss, input gradient, the router's and
+# every expert's gradients (named by their global expert), then `sync_gradients` (also on the
+# groups {0, 2} and {1, 3}) and SGD and Adam steps of `train_step` (its loss returned detached),
+# alone and with data parallelism. The inputs and routings it tries: $k = 1$ and $k = 2$, capacity
+# overflow, every token to expert 0, no token for the last rank's experts, a rank with no token at
+# all, and a batched input `[2, 8, d]`. It also counts your all-to-alls, and reads the ValueError
+# of 10 experts over 3 or 4 ranks for both numbers.
 
 # %%
 print(where_checks_run())   # NCCL on a machine with 4 GPUs or more, else CPU and gloo

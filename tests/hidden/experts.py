@@ -1,5 +1,5 @@
 """Hidden checks for E10 `experts` (instructor edition only): float32 and bfloat16, a batched
-[B, S, d] input, other routing draws.
+[B1, B2, S, d] input, other routing draws.
 
 The expert-parallel layer is not run in half precision here: a bfloat16 router's top-k can
 differ between a GPU rank and the parent's CPU on near ties, which would judge the hardware,
@@ -38,17 +38,17 @@ class ExpertParallelMoEFloat32(_Float32, pub.ExpertParallelMoECheck):
     name = "ExpertParallelMoE_float32"
 
 
-class _Batched(pub._Case):
-    seed, top_k, batched = 5, 2, True
+class _Batched4D(pub._Case):
+    seed, top_k, batched = 5, 2, (2, 2)
 
 
 class _Redrawn(pub._Top2):
     seed, capacity_factor = 7, 1.0
 
 
-class ExpertParallelMoEBatched(pub.ExpertParallelMoECheck):
-    """x [2, T/2, d]: the layer flattens the leading dims and gives y that shape back."""
-    name, hidden, case = "ExpertParallelMoE_batched", True, _Batched()
+class ExpertParallelMoEBatched4D(pub.ExpertParallelMoEBatched):
+    """x [2, 2, T/4, d] (the public check's is [2, T/2, d]): every leading dim flattened."""
+    name, hidden, case = "ExpertParallelMoE_batched_4d", True, _Batched4D()
 
 
 class ExpertParallelMoERedrawn(pub.ExpertParallelMoECheck):

@@ -62,3 +62,31 @@ def test_what_correct_programs_do_is_never_named():
     mesh = {0: _outcome(_event(1, "[4, 8] float32", group="?")),
             1: _outcome(_event(1, "[3, 8] float32", group="?"))}
     assert collectives_differ(mesh) is None            # a group it could not name: not compared
+
+
+def _a2a(splits, members="(0, 1, 2)"):
+    return {"kind": "all_to_all_single", "family": "all_to_all", "group": "1", "nth": 2,
+            "given": "[5, 6] float64", "where": "experts.py:23 in forward", "phase": "forward",
+            "splits": splits, "members": members}
+
+
+def test_all_to_all_splits_that_do_not_pair_up_are_named_with_both_numbers():
+    """Splits not exchanged (E10 finding M04): whichever rank the transport failed first, the
+    report pairs rank p's input_splits[q] with rank q's output_splits[p]."""
+    outcomes = {0: _outcome(_a2a("in [1, 2, 2] out [1, 2, 2]")),
+                2: _outcome(_a2a("in [3, 0, 1] out [3, 0, 1]"))}
+    statuses = {1: RankStatus.parse({"phase": "forward",
+                                     "last_collective": _a2a("in [2, 2, 0] out [2, 2, 0]")})}
+    found = collectives_differ(outcomes, statuses)
+    assert found["rank"] == 0 and found["phase"] == "forward", found
+    assert ("rank 1 sends 2 rows to rank 0 (rank 1's input_splits[0]: [2, 2, 0]), but rank 0 "
+            "expects 2 from rank 1") not in found["message"]
+    assert ("rank 2 sends 3 rows to rank 0 (rank 2's input_splits[0]: [3, 0, 1]), but rank 0 "
+            "expects 2 from rank 2 (rank 0's output_splits[2]: [1, 2, 2])") in found["message"]
+    assert "exchange the split sizes first" in found["hint"]
+
+
+def test_all_to_all_splits_that_pair_up_are_not_named():
+    outcomes = {0: _outcome(_a2a("in [1, 2] out [1, 4]", "(0, 1)")),
+                1: _outcome(_a2a("in [4, 0] out [2, 0]", "(0, 1)"))}
+    assert collectives_differ(outcomes) is None

@@ -12,6 +12,9 @@ the mean of the ranks' losses. Routing is steered where a case needs it (all tok
 """
 from __future__ import annotations
 
+import math
+import re
+
 import torch
 import torch.nn.functional as F
 
@@ -66,36 +69,48 @@ class AllToAllCheck(Check):
                          "x.contiguous(); the second call's x is a transposed view), an output "
                          "of sum(output_splits) rows made like x, and splits that agree across "
                          "ranks: " + SPLITS,
-        "error/backward": BACKWARD_SPLITS,
+        "error/backward": "NCCL's all-to-all takes contiguous tensors (rule 'Contiguity': send "
+                          "grad_output.contiguous(); the second call's gradient is a transposed "
+                          "view, as one from a transpose upstream is). Otherwise: "
+                          + BACKWARD_SPLITS,
         "forward/output after": "rule 'New tensors': an earlier output changed when the "
                                 "function was called again: return a fresh tensor each call",
     }
 
-    def data(self, call, r, w):
+    def data(self, call, r, w, owner=None):
+        """Group rank r's splits, input and upstream gradient, drawn from the key of global
+        rank `owner` (r itself on the world)."""
+        owner = r if owner is None else owner
         S = splits_matrix(call, w)
-        x = randn(10 + call, sum(S[r]), self.WIDTH, owner=r)
-        g = randn(20 + call, sum(S[q][r] for q in range(w)), self.WIDTH, owner=r)
+        x = randn(10 + call, sum(S[r]), self.WIDTH, owner=owner)
+        g = randn(20 + call, sum(S[q][r] for q in range(w)), self.WIDTH, owner=owner)
         return S, x, g
 
     def run(self, ctx):
-        mod, r, w = ctx.impl.experts, ctx.rank, ctx.world_size
+        self.exchange(ctx, ctx.group, ctx.rank, ctx.world_size)
+
+    def exchange(self, ctx, group, r, w):
+        """Both calls and their backwards on `group`, this rank its r-th of w."""
+        mod = ctx.impl.experts
         outs = []
         for call in (0, 1):
-            S, x, _ = self.data(call, r, w)
+            S, x, _ = self.data(call, r, w, ctx.rank)
             x = ctx.to(x)
             if call == 1:       # a transposed view, as activations arrive (rule 'Contiguity')
                 x = x.t().contiguous().t()
             x = x.clone().requires_grad_(True)      # clone keeps the strides
             send, recv = S[r], [S[q][r] for q in range(w)]
             with ctx.phase("forward"):
-                y = mod.all_to_all(x, send, recv, group=ctx.group)
+                y = mod.all_to_all(x, send, recv, group=group)
             ctx.record(f"forward/output (call {call}: splits in {send}, out {recv})", y)
             ctx.record(f"forward/input after (call {call})", x)
             outs.append((call, x, y, send, recv))
         ctx.record("forward/output after the second call (call 0)", outs[0][2])
         for call, x, y, send, recv in outs:
-            _, _, g = self.data(call, r, w)
+            _, _, g = self.data(call, r, w, ctx.rank)
             g = ctx.to(g)
+            if call == 1:       # a transposed view, as a gradient from a transpose arrives
+                g = g.t().contiguous().t()
             keep = g.clone()
             if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(g.shape):
                 continue
@@ -105,17 +120,19 @@ class AllToAllCheck(Check):
             ctx.record(f"backward/upstream grad after (call {call})", g)
             ctx.record(f"backward/upstream grad copy (call {call})", keep)
 
-    def expected(self, w):
+    def expected(self, w, owners=None):
+        """{group rank: records}; owners[q]: the global rank whose key draws q's data."""
+        owners = owners or list(range(w))
         exp = {}
         for r in range(w):
             e = {}
             for call in (0, 1):
-                S, x, _ = self.data(call, r, w)
+                S, x, _ = self.data(call, r, w, owners[r])
                 send, recv = S[r], [S[q][r] for q in range(w)]
                 # what arrives: rank q's rows for r, in rank order
                 parts = []
                 for q in range(w):
-                    Sq, xq, _ = self.data(call, q, w)
+                    Sq, xq, _ = self.data(call, q, w, owners[q])
                     start = sum(Sq[q][:r])
                     parts.append(xq[start:start + Sq[q][r]])
                 y = torch.cat(parts)
@@ -125,13 +142,14 @@ class AllToAllCheck(Check):
                     e["forward/output after the second call (call 0)"] = y
                 grads = []
                 for q in range(w):
-                    _, _, gq = self.data(call, q, w)
+                    _, _, gq = self.data(call, q, w, owners[q])
                     recv_q = [S[p][q] for p in range(w)]
                     start = sum(recv_q[:r])
                     grads.append(gq[start:start + S[r][q]])
                 e[f"backward/grad input (call {call}: splits in {send}, out {recv})"] = \
                     torch.cat(grads)
-                e[f"backward/upstream grad after (call {call})"] = self.data(call, r, w)[2]
+                e[f"backward/upstream grad after (call {call})"] = \
+                    self.data(call, r, w, owners[r])[2]
             exp[r] = e
         return exp
 
@@ -164,14 +182,18 @@ class ExchangeSplitsCheck(Check):
         return torch.tensor([[(5 * r + 3 * q + 2 * i) % 7 for i in range(3)] for q in range(w)])
 
     def run(self, ctx):
-        counts = self.counts(ctx.rank, ctx.world_size).to(ctx.device)
+        self.exchange(ctx, ctx.group, ctx.rank, ctx.world_size)
+
+    def exchange(self, ctx, group, r, w):
+        """One exchange on `group`, this rank its r-th of w."""
+        counts = self.counts(r, w).to(ctx.device)
         with ctx.phase("forward"):
-            got = ctx.impl.experts.exchange_splits(counts, group=ctx.group)
+            got = ctx.impl.experts.exchange_splits(counts, group=group)
         ctx.record("forward/received counts", got)
         ctx.record_value("forward/dtype of the received counts", str(getattr(got, "dtype", None)))
         ctx.record("forward/counts after", counts)
 
-    def expected(self, w):
+    def expected(self, w, owners=None):
         return {r: {"forward/received counts": torch.stack([self.counts(q, w)[r] for q in range(w)]),
                     "forward/dtype of the received counts": "torch.int64",
                     "forward/counts after": self.counts(r, w)} for r in range(w)}
@@ -182,6 +204,59 @@ class ExchangeSplitsCheck(Check):
         return [CommRule("forward", "all_to_all", 1, "exchange_splits is one all-to-all of the "
                          "counts"),
                 CommRule("forward", "*", 1, "exchange_splits is one all-to-all and nothing else")]
+
+
+class _OnSubgroups:
+    """A check of E10.1 or E10.2 run on groups that are not the world: {0} and {1} of 2
+    ranks, {0, 2} and {1, 3} of 4. Each group's ranks expect what the check expects of a world
+    of the group's size; every collective must run on the rank's own group."""
+    world_sizes = (2, 4)
+
+    @staticmethod
+    def members(w):
+        return [[0], [1]] if w == 2 else [[0, 2], [1, 3]]
+
+    def run(self, ctx):
+        made = [(m, ctx.new_group(m)) for m in self.members(ctx.world_size)]
+        m, group = next((m, g) for m, g in made if ctx.rank in m)
+        self.exchange(ctx, group, m.index(ctx.rank), len(m))
+
+    def expected(self, w):
+        out = {}
+        for m in self.members(w):
+            exp = super().expected(len(m), owners=m)
+            out.update({r: exp[i] for i, r in enumerate(m)})
+        return out
+
+    def comm_rules(self, w):
+        rules = {}
+        for m in self.members(w):
+            own = super().comm_rules(len(m)) or [CommRule(
+                "*", "*", Bound(high=self.calls), "rule 'Communication': the calls the "
+                "docstring lists and no more (on a group of one rank they may be skipped)")]
+            for r in m:   # rule 'Group': on the rank's own group only
+                rules[r] = [CommRule(x.phase, x.kind, x.count, GROUP + ". " + x.hint, x.nbytes,
+                                     x.peers, members=tuple(m)) for x in own]
+        return rules
+
+
+GROUP = ("rule 'Group': the group here is not the world ({0} and {1} of 2 ranks, {0, 2} and "
+         "{1, 3} of 4): pass group=group to every collective (and keep it on ctx for the "
+         "backward's), take r and N from it (dist.get_rank(group), dist.get_world_size(group)); "
+         "its ranks need not be consecutive")
+
+
+class AllToAllSubgroups(_OnSubgroups, AllToAllCheck):
+    """AllToAll on groups that are not the world, forward and backward."""
+    name, calls = "AllToAll_subgroups", 4
+    hints = {k: GROUP + ". Otherwise: " + v for k, v in AllToAllCheck.hints.items()}
+
+
+class ExchangeSplitsSubgroups(_OnSubgroups, ExchangeSplitsCheck):
+    """exchange_splits on groups that are not the world."""
+    name, calls = "exchange_splits_subgroups", 1
+    hints = {k: GROUP + ". Otherwise: " + v for k, v in ExchangeSplitsCheck.hints.items()}
+    hints["error/forward"] = GROUP
 
 
 # ---- E10.2 ------------------------------------------------------------------------------
@@ -200,6 +275,8 @@ def build_moe(case, w, dtype=torch.float64):
 
 
 def tokens(case, r):
+    if r == case.empty_rank:
+        return 0
     return TOKENS - 2 * (r % 2) if case.uneven_tokens else TOKENS
 
 
@@ -208,7 +285,10 @@ def batch(case, r, step=0):
     T = tokens(case, r)
     x, g = (randn(40 + 5 * step + case.seed, T, DIM, owner=r),
             randn(60 + 5 * step + case.seed, T, DIM, owner=r))
-    return (x.view(2, T // 2, DIM), g.view(2, T // 2, DIM)) if case.batched else (x, g)
+    if case.batched:        # [..., T / prod(batched), d]: the layer flattens the leading dims
+        shape = (*case.batched, T // math.prod(case.batched), DIM)
+        return x.view(shape), g.view(shape)
+    return x, g
 
 
 def expert_names(moe_expert):
@@ -221,11 +301,15 @@ def local_experts(w, r):
 
 
 def loss_of(y, aux, g):
-    return (y * g).sum() + AUX * aux
+    """A rank without tokens has no aux loss (the serial one is 0/0 there): its loss is its
+    output's, still through the all-to-alls, so its backward makes the reverse ones."""
+    return (y * g).sum() + (AUX * aux if y.numel() else 0)
 
 
 class _Case:
-    seed, top_k, capacity_factor, steer, uneven_tokens, batched = 1, 1, 1.25, "", False, False
+    seed, top_k, capacity_factor, steer, uneven_tokens = 1, 1, 1.25, "", False
+    batched = ()            # leading dims of x [..., d] before the tokens' own
+    empty_rank = None       # the rank (of the world) with no token at all
 
 
 def record_params(ctx, prefix, model, w, r, what="value"):
@@ -299,7 +383,8 @@ class ExpertParallelMoECheck(Check):
         with ctx.phase("forward"):
             y, aux = model(x)
         ctx.record("forward/output", y)
-        ctx.record("forward/aux loss", aux)
+        if x.numel():
+            ctx.record("forward/aux loss", aux)
         ctx.record("forward/input after", x)
         with ctx.phase("backward"):
             loss_of(y, aux, g).backward()
@@ -319,6 +404,8 @@ class ExpertParallelMoECheck(Check):
             exp[r] = dict(init[r], **{"forward/output": y.detach(), "forward/aux loss": aux.detach(),
                                       "forward/input after": x.detach(),
                                       "backward/grad input": x.grad})
+            if not x.numel():
+                del exp[r]["forward/aux loss"]
             exp[r].update({k: v for k, v in expected_params("backward/", moe, w, r, "grad").items()
                            if "router" in k})
         for r in range(w):      # the experts' gradients: the sum over every rank's tokens
@@ -370,23 +457,75 @@ class ExpertParallelMoEIdleRank(ExpertParallelMoECheck):
     name, case, world_sizes = "ExpertParallelMoE_idle_last_rank", _IdleRank(), (2, 3, 4)
 
 
+class _Batched(_Case):
+    seed, top_k, batched = 5, 2, (2,)
+
+
+BATCHED = ("x has leading batch dims here (e.g. [2, 8, d], not [T, d]): forward takes "
+           "x [..., d], so flatten them to tokens first (x.reshape(-1, d)), route and "
+           "exchange those rows, and give y back x's shape (y.reshape(x.shape))")
+
+
+class ExpertParallelMoEBatched(ExpertParallelMoECheck):
+    """x [2, T/2, d]: the layer flattens the leading dims to tokens and gives y that shape."""
+    name, case = "ExpertParallelMoE_batched", _Batched()
+    hints = {**ExpertParallelMoECheck.hints,
+             "forward/output": BATCHED + ". Otherwise: "
+                               + ExpertParallelMoECheck.hints["forward/output"],
+             "error/forward": BATCHED + ". Otherwise: "
+                              + ExpertParallelMoECheck.hints["error/forward"]}
+
+
+class _EmptyRank(_Case):
+    seed, top_k, empty_rank = 6, 2, 1
+
+
+EMPTY = ("rank 1 has no token here (x is [0, d]): its ExpertParallelMoE.forward still makes "
+         "every all-to-all (the split sizes, the dispatch, the combine) with zero rows to send "
+         "and its peers' rows to receive "
+         "and run, and its output [0, d] comes out of the combine, so its backward makes the "
+         "reverse all-to-alls too; a rank that returns early leaves its peers waiting")
+
+
+class ExpertParallelMoEEmptyRank(ExpertParallelMoECheck):
+    """Rank 1 has no token: it sends no row, yet receives rows for its experts."""
+    name, case, world_sizes = "ExpertParallelMoE_rank_without_tokens", _EmptyRank(), (2, 3, 4)
+    hints = {**ExpertParallelMoECheck.hints,
+             **{k: EMPTY + ". Otherwise: " + ExpertParallelMoECheck.hints[k]
+                for k in ("forward/output", "backward/expert", "error/forward", "deadlock")},
+             "error/backward": EMPTY}
+
+
 class ExpertParallelMoENotDivisible(Check):
     """10 experts over 3 or 4 ranks: ExpertParallelMoE raises ValueError before anything else."""
     exercise, name, world_sizes = "experts", "ExpertParallelMoE_experts_not_divisible", (3, 4)
     isolated = True
     KEY = "init/ExpertParallelMoE of 10 experts over this group raises"
     hints = {KEY: "rule 'Raises': N must divide the number of experts; otherwise "
-                  "ExpertParallelMoE raises ValueError naming both (10 experts over 3 ranks "
-                  "would leave expert 9 on no rank, or give ranks different shares)"}
+                  "ExpertParallelMoE.__init__ raises ValueError naming both numbers, e.g. "
+                  "f\"{N} ranks do not divide {E} experts\" (10 experts over 3 ranks would "
+                  "leave expert 9 on no rank, or give ranks different shares)"}
+
+    @staticmethod
+    def said(kind: str, message: str, w: int) -> str:
+        """What ExpertParallelMoE raised, as the rule words it: the type, and whether its
+        message names both numbers (the 10 experts and the group's size)."""
+        if kind != "ValueError":
+            return kind
+        missing = [str(n) for n in (10, w) if not re.search(rf"(?<!\d){n}(?!\d)", message)]
+        if missing:
+            return f"ValueError({message!r}), which does not name {' and '.join(missing)}"
+        return f"ValueError naming 10 and {w}"
 
     def run(self, ctx):
         moe = seeded(lambda: MoE(DIM, HIDDEN, 10), 9, ctx.dtype).to(ctx.device)
         with ctx.phase("init"):
-            kind, _ = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe, group=ctx.group))
-        ctx.record_value(self.KEY, kind)
+            kind, message = raises(lambda: ctx.impl.experts.ExpertParallelMoE(moe,
+                                                                              group=ctx.group))
+        ctx.record_value(self.KEY, self.said(kind, message, ctx.world_size))
 
     def expected(self, w):
-        return {r: {self.KEY: "ValueError"} for r in range(w)}
+        return {r: {self.KEY: f"ValueError naming 10 and {w}"} for r in range(w)}
 
     def comm_rules(self, w):
         return [CommRule("init", "*", 0, "rule 'Communication': building the layer needs no "
@@ -491,6 +630,16 @@ class SyncGradientsSubgroups(SyncGradientsCheck):
         return super().comm_rules(2)
 
 
+DETACHED = "detached (no autograd graph)"
+
+
+def detached(loss) -> str:
+    """What train_step's returned loss holds of the step's graph."""
+    if isinstance(loss, torch.Tensor) and (loss.requires_grad or loss.grad_fn is not None):
+        return "a tensor that requires grad (it keeps the step's autograd graph)"
+    return DETACHED
+
+
 class TrainStepCheck(Check):
     """Two SGD and two Adam steps of train_step on mse + AUX_TRAIN * aux, against serial
     training on the mean of the ranks' losses."""
@@ -503,6 +652,10 @@ class TrainStepCheck(Check):
                 "loss_fn(y, targets) + aux_weight * aux; loss.backward(); "
                 "sync_gradients(model, dp_group); optimizer.step(); return loss.detach()",
         "/loss": "train_step returns this rank's loss (loss_fn plus aux_weight * aux), detached",
+        "/loss returned": "rule 'Results' (train_step's docstring: 'returns this rank's loss "
+                          "(detached)'): return loss.detach(); the loss itself holds the step's "
+                          "whole graph (activations, the all-to-alls' buffers) alive as long as "
+                          "the caller keeps it, e.g. in a list of losses",
         "router": "the router is replicated on every rank: its gradient is the mean over ALL "
                   "ranks (model.group, then dp_group)",
         "expert": "expert e's gradient: the sum its all-to-alls brought (its EP group's tokens), "
@@ -534,6 +687,7 @@ class TrainStepCheck(Check):
                     loss = E.train_step(model, opt, F.mse_loss, x, y, dp_group=dp_group,
                                         aux_weight=self.AUX_TRAIN)
                 ctx.record(f"{opt_name} step {k}/loss", loss)
+                ctx.record_value(f"{opt_name} step {k}/loss returned", detached(loss))
                 record_params(ctx, f"{opt_name} step {k}/", model, ep, t)
 
     def expected(self, w):
@@ -550,6 +704,7 @@ class TrainStepCheck(Check):
                     out, aux = moe(x)
                     loss = F.mse_loss(out, y) + self.AUX_TRAIN * aux
                     exp[q][f"{opt_name} step {k}/loss"] = loss.detach()
+                    exp[q][f"{opt_name} step {k}/loss returned"] = DETACHED
                     total = total + loss / w
                 total.backward()
                 opt.step()

@@ -30,6 +30,7 @@ class Event:
     given: str = ""         # the tensor this rank contributes, "[12, 8] float32" ("": a list)
     nth: int = 0            # a collective's place among this check's collectives on its group
     tag: int = 0            # the tag a send or receive was given (NCCL ignores it: dropped)
+    splits: str = ""        # all_to_all_single's "in [..] out [..]": what its peers must agree on
 
 
 @dataclass
@@ -80,6 +81,26 @@ def _given(position, keyword, args, kwargs) -> str:
     if not asked.is_tensor(arg):
         return ""
     return f"{list(asked.shape(arg))} {str(asked.dtype(arg)).removeprefix('torch.')}"
+
+
+MAX_SPLITS = 64     # a group larger than this: its splits are not kept
+
+
+def _splits(kind, args, kwargs) -> str:
+    """all_to_all_single's split sizes as "in [2, 0] out [1, 1]" (an empty list: equal
+    splits), "" for another call or splits that are not lists of ints: rank q's out[p] must
+    be rank p's in[q] (checker/communication.splits_disagree)."""
+    if kind != "all_to_all_single":
+        return ""
+    got = []
+    for i, name in ((3, "input_split_sizes"), (2, "output_split_sizes")):
+        s = args[i] if len(args) > i else kwargs.get(name)
+        s = [] if s is None else s
+        if not isinstance(s, (list, tuple)) or len(s) > MAX_SPLITS or \
+                not all(type(n) is int for n in s):
+            return ""
+        got.append(list(s))
+    return f"in {got[0]} out {got[1]}"
 
 
 def _peer(family, args, kwargs):

@@ -14,7 +14,7 @@ from rtp_course.runtime import asked
 from rtp_course.runtime.commlog import sentry
 from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, PG_OWN, RECEIVES
 from rtp_course.runtime.commlog.state import (STATE, Event, _given, _nbytes, _peer, _pending,
-                                              _status, _track_recv, caller)
+                                              _splits, _status, _track_recv, caller)
 from rtp_course.runtime.commlog.works import _Work
 from rtp_course.runtime.nccl import calls as nccl_calls
 
@@ -69,11 +69,11 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         nth = 0
         if family not in P2P:
             nth = STATE.collectives[group] = STATE.collectives.get(group, 0) + 1
-        given = _given(position, keyword, args, kwargs)
+        given, splits = _given(position, keyword, args, kwargs), _splits(kind, args, kwargs)
         STATE.events.append(Event(kind, STATE.phase, _nbytes(position, keyword, args, kwargs),
                                   peer, where, family, group=group, members=members,
                                   batch=getattr(STATE.local, "batch", None), given=given,
-                                  nth=nth, tag=tag))
+                                  nth=nth, tag=tag, splits=splits))
         index = len(STATE.events) - 1
         STATE.program.append(("post", index))
         if family in P2P:
@@ -86,7 +86,8 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         STATE.local.depth = 1
         _status(f"{kind} called from {where}", family=family, peer=peer,
                 collective={"kind": kind, "family": family, "group": group, "nth": nth,
-                            "given": given, "where": where, "phase": STATE.phase}
+                            "given": given, "where": where, "phase": STATE.phase,
+                            "splits": splits, "members": str(members)}
                 if nth else None)
         try:
             out = instead() if instead is not None else fn(*args, **kwargs)

@@ -42,6 +42,9 @@ def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
     finishes the result once the operation completed (AVG's division); `instead()` (or None)
     does the whole operation in place of gloo's (an uneven all_gather)."""
     _refuse_non_contiguous(kind, position, keyword, args, kwargs, where)
+    if kind in _ALSO_SENT:          # the input too: NCCL checks every tensor of the call
+        _refuse_non_contiguous(kind, *_ALSO_SENT[kind], args, kwargs, where)
+    _splits_with_numbers(kind, args, kwargs, where)
     _refuse_any_source(kind, args, kwargs, where)
     _refuse_bitwise(kind, args, kwargs, where)
     args, kwargs = _without_tag(kind, args, kwargs)
@@ -60,6 +63,47 @@ def before_own_method(name: str, position, args: tuple, where: str) -> None:
             f"ProcessGroup.recv_anysource (at {where}): {RULE} (NCCL has no receive from any "
             f"source, which gloo has: name the rank the tensor comes from, src=...)")
     _refuse_non_contiguous(f"ProcessGroup.{name}", position, None, args, {}, where)
+
+
+# Calls whose logged argument (commlog's C10D: the output) is not all they send: the
+# positional index and keyword of the tensor they send, which NCCL requires contiguous too
+# (ProcessGroupNCCL::alltoall_base checks input and output).
+_ALSO_SENT = {"all_to_all_single": (1, "input")}
+
+
+def _splits_with_numbers(kind, args, kwargs, where) -> None:
+    """all_to_all_single's split sizes as torch checks them (c10d's checkSplitSizes: one per
+    rank of the group, adding up to the tensor's rows; none: rows divisible by the group's
+    size), refused with the numbers, where torch says only "Split sizes doesn't match total
+    dim 0 size". What torch accepts passes untouched."""
+    if kind != "all_to_all_single":
+        return
+    group = args[4] if len(args) > 4 else kwargs.get("group")
+    try:
+        size = dist.get_world_size(group)
+    except Exception:  # noqa: BLE001 - not a group: torch's own call says so
+        return
+    for i, name, what in ((3, "input_split_sizes", "input"), (2, "output_split_sizes", "output")):
+        t = args[i - 2] if len(args) > i - 2 else kwargs.get(what)
+        splits = args[i] if len(args) > i else kwargs.get(name)
+        if not asked.is_tensor(t) or asked.dim(t) == 0:
+            continue
+        rows = asked.shape(t)[0]
+        on = (f"the group's {size} ranks" if group is not None else
+              f"the world's {size} ranks (no group= given)")
+        if splits is None or isinstance(splits, (list, tuple)) and not splits:
+            if rows % size:
+                raise RuntimeError(
+                    f"all_to_all_single without {name} splits the {what}'s {rows} rows "
+                    f"equally over {on}, and {size} does not divide {rows} (at {where})")
+            continue
+        if not isinstance(splits, (list, tuple)) or not all(isinstance(s, int) for s in splits):
+            continue                     # torch's own call refuses other types, saying so
+        if len(splits) != size or sum(splits) != rows:
+            raise RuntimeError(
+                f"all_to_all_single's {name} {list(splits)} (at {where}) must give one size "
+                f"per rank of {on} and add up to the {what}'s {rows} rows (dim 0); they are "
+                f"{len(splits)} sizes adding up to {sum(splits)}")
 
 
 # NCCL rule 'contiguity' (DESIGN.md)

@@ -1,6 +1,6 @@
 r"""AllToAll hands x to the all-to-all as it came, a transposed view (NCCL refuses it).
 
-EXPECT: AllToAll.*Tensors must be contiguous.*rule 'Contiguity'
+EXPECT: AllToAll.*non-contiguous.*rule 'Contiguity'
 CLASS: contiguity
 RULE: Contiguity
 WORLD_SIZES: 2
