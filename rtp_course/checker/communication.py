@@ -76,8 +76,9 @@ def _count_matches(rule, ev) -> bool:
         return family not in P2P
     if rule.kind == "p2p":
         return family in P2P
-    kinds = rule.kind.split("|")
-    return ev["kind"] in kinds or family in kinds
+    kinds = rule.kind.lstrip("!").split("|")
+    named = ev["kind"] in kinds or family in kinds
+    return not named if rule.kind.startswith("!") else named
 
 
 def check_comm(rules, events):
@@ -91,8 +92,10 @@ def check_comm(rules, events):
                 rule = replace(rule, phase=hits[0]["phase"])
             seen = ", ".join(f"{e['kind']} at {e['where']}" for e in hits[:4]) or "none"
             want = rule.count if isinstance(rule.count, Bound) else f"exactly {rule.count}"
-            what = "communicating" if rule.kind == "*" else rule.kind
-            return rule, (f"{rule.phase}: {n} {what} call(s), expected {want}; seen: {seen}")
+            what = ("communicating call(s)" if rule.kind == "*" else
+                    f"call(s) other than {rule.kind[1:]}" if rule.kind.startswith("!")
+                    else f"{rule.kind} call(s)")
+            return rule, (f"{rule.phase}: {n} {what}, expected {want}; seen: {seen}")
         if rule.nbytes is not None:
             total = sum(e["nbytes"] for e in hits)
             ok = total in rule.nbytes if isinstance(rule.nbytes, Bound) else total == rule.nbytes

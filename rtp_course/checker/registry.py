@@ -64,7 +64,8 @@ class CommRule:
     kind names operations or functions, "|"-separated: "all_gather" counts every API that
     all-gathers (all_gather, all_gather_into_tensor, all_gather_single, the functional
     collectives ...: runtime/commlog.py's families), so no rule requires one API. "*"
-    counts every call; "collective" every call but send/recv/isend/irecv; "p2p" those.
+    counts every call; "collective" every call but send/recv/isend/irecv; "p2p" those; "!"
+    before the names counts every call of another operation.
     `nbytes` optionally bounds the bytes of those calls (sent, or for recv/irecv received). `peers` optionally
     lists the only ranks those calls may talk to (as the code passed them). `members`
     optionally gives the global ranks of the only process group those calls may run on

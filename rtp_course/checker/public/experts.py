@@ -419,12 +419,12 @@ class ExpertParallelMoECheck(Check):
         return [CommRule("forward", "all_to_all", Bound(high=3), "rule 'Communication': "
                          "forward makes at most 3 all-to-alls (the split sizes, the dispatch, "
                          "the combine)"),
-                CommRule("forward", "*", Bound(high=3), "rule 'Communication': forward makes "
+                CommRule("forward", "!all_to_all", 0, "rule 'Communication': forward makes "
                          "all-to-alls only (the split sizes, the dispatch, the combine)"),
                 CommRule("backward", "all_to_all", Bound(high=2), "rule 'Communication': "
                          "backward makes at most 2 all-to-alls (the reverse of the combine, "
                          "then of the dispatch)"),
-                CommRule("backward", "*", Bound(high=2), "rule 'Communication': backward "
+                CommRule("backward", "!all_to_all", 0, "rule 'Communication': backward "
                          "makes all-to-alls only"),
                 CommRule("init", "*", 0, "rule 'Communication': building the layer needs no "
                          "communication (every rank has the serial layer)")]
