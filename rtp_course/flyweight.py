@@ -93,6 +93,9 @@ BACKWARD on rank r (dy: gradient of this rank's loss w.r.t. y):
     After N-1 weight moves and N accumulator moves, the accumulator of shard r
     (with every rank's contribution) is back on rank r: shard r's .grad = acc / N,
     the slice of the DDP-averaged gradient (mean over ranks).
+    Memory: at most four received buffers per layer (the weight shard in hand and the
+    arriving one, the accumulator arriving and the one you add to; the previous layer's
+    last accumulator may still be arriving), none left after backward.
     A simple, generic way: a torch.autograd.Function whose forward saves only
     the input (never the other shards) and whose backward, for each shard in
     hand, recomputes that shard's output under torch.enable_grad() and calls

@@ -330,7 +330,7 @@ class RTPCheck(Check):
                     ctx.record_value(f"backward/grad {name} shard (frozen): no gradient",
                                      p is not None and p.grad is None)
                 else:
-                    ctx.record(f"backward/grad {name} shard", None if p is None else p.grad)
+                    ctx.record(f"backward/grad {name} shard", _shard_grad(p))
             for name, p in replicated.items():
                 if name in self._frozen:
                     ctx.record_value(f"backward/grad {name} (replicated parameter, frozen): "
@@ -442,3 +442,12 @@ def _units(units: int, n: int) -> list:
     sizes = [units // n + (1 if s < units % n else 0) for s in range(n)]
     starts = [sum(sizes[:s]) for s in range(n)]
     return [(a, a + z) for a, z in zip(starts, sizes)]
+
+
+def _shard_grad(p):
+    """A shard's .grad as the checks compare it: an empty shard (another shard's expert, the
+    bias only shard 0 holds) may keep None, which an optimizer steps exactly as an empty
+    gradient."""
+    if p is None or p.grad is not None or p.numel():
+        return None if p is None else p.grad
+    return p.detach().clone()
