@@ -81,11 +81,13 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Schedule: micro-batch i is rows i*b .. (i+1)*b - 1. gpipe runs all M forwards of a stage
   before its first backward. one_f_one_b runs, on stage r, forwards and backwards in the order
   F^w (F B)^(M-w) B^w with w = min(N - r - 1, M), forwards and backwards each in micro-batch
-  order 0 .. M-1. (A forward is the stage's forward on one micro-batch, a backward the
+  order 0 .. M-1; data_parallel_pipeline runs one_f_one_b (not gpipe) on stage.group, so
+  its stages follow that order with r and N counted in their pipeline. gpipe's backwards may
+  run in any order. (A forward is the stage's forward on one micro-batch, a backward the
   backward from its output; how you post the transfers between them is yours.)
-* Memory: one_f_one_b's stage r keeps at most min(N - r, M) micro-batches' activations (what
-  autograd saved for their backward) alive at once: free each one by its backward (no
-  retain_graph).
+* Memory: one_f_one_b's stage r (and data_parallel_pipeline's) keeps at most min(N - r, M)
+  micro-batches' activations (what autograd saved for their backward) alive at once. A
+  backward without retain_graph frees what it used; retain_graph=True keeps it alive.
 * Group: r and N are this rank's place in `group` and its size (dist.get_rank(group),
   dist.get_world_size(group)); the p2p calls take GLOBAL ranks: translate the neighbours with
   dist.get_global_rank(group, r - 1) and (group, r + 1) when a group is given. Its ranks need

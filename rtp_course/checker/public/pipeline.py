@@ -281,6 +281,14 @@ class Subgroup(OneFOneB):
                 for r, rs in rules.items()}
 
 
+DP_ORDER = ("rule 'Schedule': data_parallel_pipeline runs one_f_one_b (not gpipe) on its "
+            "pipeline, group=stage.group, so r and N are the stage's place in ITS pipeline "
+            "(not in the world): " + ORDER_1F1B.partition(": ")[2])
+DP_MEMORY = ("rule 'Memory': data_parallel_pipeline's stages keep 1F1B's memory, at most "
+             "min(N - r, M) micro-batches' activations, r and N in stage.group: run one_f_one_b "
+             "(not gpipe) with group=stage.group")
+
+
 class DataParallelPipeline(Check):
     """DP x PP: D pipelines of P stages (2 ranks: two of one stage; 3: one of three; 4: two of
     two), each replica on its own shard of the batch, the gradients averaged over each stage's
@@ -289,7 +297,8 @@ class DataParallelPipeline(Check):
     cpu_budget, num_layers, m = 40.0, 6, 3
     hints = {"": DP_GRADS, "deadlock": STUCK, "/loss": "rule 'Results': the last stage of each "
              "pipeline returns ITS replica's loss (the mean over its shard of the batch), the "
-             "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG}
+             "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG,
+             "forwards and backwards": DP_ORDER, "alive at once": DP_MEMORY}
 
     def call(self, ctx, stage, dp, step):
         x, y = batch(step)
@@ -307,8 +316,12 @@ class DataParallelPipeline(Check):
         model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
         params = dict(model.named_parameters())
         stage = ctx.impl.pipeline.PipelineStage(model, group=pp)
-        with ctx.phase("step0"):
+        trace = StageTrace(model, start, stop)
+        with ctx.phase("step0"), trace.saving():
             loss = self.call(ctx, stage, dp, 0)
+        trace.remove()
+        ctx.record_value("step0/forwards and backwards, in order", trace.order())
+        ctx.record_value("step0/micro-batches whose activations were alive at once", trace.peak)
         if stage_index == p - 1:
             ctx.record("step0/loss", loss if isinstance(loss, torch.Tensor) else None)
         else:
@@ -334,6 +347,9 @@ class DataParallelPipeline(Check):
                         ref["loss"], "every replica training on the whole batch", DP_GRADS),))
                 else:
                     e["step0/returned"] = "None"
+                e["step0/forwards and backwards, in order"] = schedule_1f1b(s, len(ranks), self.m)
+                e["step0/micro-batches whose activations were alive at once"] = Bound(
+                    high=min(len(ranks) - s, self.m), what="min(N - r, M) micro-batches (1F1B)")
                 for name in names:
                     e[f"step0/grad {name}"] = ref["grads"][name]
                     e[f"again/grad {name}"] = 2 * ref["grads"][name]
