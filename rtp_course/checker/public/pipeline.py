@@ -29,26 +29,59 @@ NOT_COMMUNICATE = ("rule 'Communication': stage_layers and PipelineStage only co
                    "communication")
 
 
+# stage_layers and PipelineStage on the group of ranks 1 .. N-1 as well (from 2 ranks): group
+# rank and size differ from the world's, so r, N or is_first taken from the world show.
+SUBGROUP = "group of ranks 1.."
+GROUP_RANK = ("rule 'Group': r and N are this rank's place in `group` and its size "
+              "(dist.get_rank(group), dist.get_world_size(group)), never the world's: is_first "
+              "is group rank 0, is_last group rank N - 1, and prev / next are the GLOBAL ranks "
+              "of group ranks r - 1 and r + 1 (dist.get_global_rank(group, r - 1))")
+
+
+def subgroup(ctx):
+    """(group of ranks 1 .. N-1, this rank's place in it or None); every rank makes it."""
+    if ctx.world_size < 2:
+        return None, None
+    members = list(range(1, ctx.world_size))
+    group = ctx.new_group(members)
+    return group, members.index(ctx.rank) if ctx.rank in members else None
+
+
+def subgroup_phase(world_size) -> str:
+    return f"{SUBGROUP}{world_size - 1}"
+
+
 class StageLayers(Check):
     """stage_layers for models of 4, 6 and 7 blocks (uneven cuts at 3 and 4 ranks)."""
     exercise, name = "pipeline", "stage_layers"
     cpu_budget = 20.0
     sizes = (4, 6, 7)
-    hints = {"": WRONG_CUT}
+    hints = {"": WRONG_CUT, SUBGROUP: GROUP_RANK}
 
     def run(self, ctx):
+        self.cuts(ctx, "", ctx.group, ctx.rank)
+        group, g = subgroup(ctx)
+        if g is not None:
+            self.cuts(ctx, f"{subgroup_phase(ctx.world_size)} ", group, g)
+
+    def cuts(self, ctx, prefix, group, g):
         for L in self.sizes:
-            with ctx.phase(f"L={L}"):
-                found = ctx.impl.pipeline.stage_layers(L, group=ctx.group)
+            with ctx.phase(f"{prefix}L={L}"):
+                found = ctx.impl.pipeline.stage_layers(L, group=group)
             try:
                 found = tuple(int(v) for v in found)
             except Exception:  # noqa: BLE001 - anything else is reported as it is
                 found = repr(found)[:80]
-            ctx.record_value(f"L={L}/(start, stop) of stage {ctx.rank}", found)
+            ctx.record_value(f"{prefix}L={L}/(start, stop) of stage {g}", found)
 
     def expected(self, world_size):
-        return {r: {f"L={L}/(start, stop) of stage {r}": cut(r, world_size, L) for L in self.sizes}
-                for r in range(world_size)}
+        exp = {r: {f"L={L}/(start, stop) of stage {r}": cut(r, world_size, L) for L in self.sizes}
+               for r in range(world_size)}
+        prefix = subgroup_phase(world_size)
+        for g, r in enumerate(range(1, world_size)):
+            exp[r].update({f"{prefix} L={L}/(start, stop) of stage {g}": cut(g, world_size - 1, L)
+                           for L in self.sizes})
+        return exp
 
     def comm_rules(self, world_size):
         return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
@@ -59,7 +92,7 @@ class PipelineStageForward(Check):
     exercise, name = "pipeline", "PipelineStage"
     cpu_budget = 20.0
     num_layers = 6
-    hints = {"": WRONG_CUT,
+    hints = {"": WRONG_CUT, SUBGROUP: GROUP_RANK,
              "neighbours": "rule 'Group': is_first / is_last from the group rank; prev and next "
                            "are the GLOBAL ranks of stages r-1 and r+1 "
                            "(dist.get_global_rank(group, r - 1)), None where there is none",
@@ -67,19 +100,26 @@ class PipelineStageForward(Check):
                                "on x: self.layers(x)"}
 
     def run(self, ctx):
+        self.build(ctx, "", ctx.group, ctx.rank, ctx.world_size, forward=True)
+        group, g = subgroup(ctx)
+        if g is not None:
+            self.build(ctx, f"{subgroup_phase(ctx.world_size)} ", group, g, ctx.world_size - 1)
+
+    def build(self, ctx, prefix, group, g, n, forward=False):
         model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
-        with ctx.phase("construct"):
-            stage = ctx.impl.pipeline.PipelineStage(model, group=ctx.group)
+        with ctx.phase(f"{prefix}construct"):
+            stage = ctx.impl.pipeline.PipelineStage(model, group=group)
         mine = {id(p) for p in stage.parameters()}
-        ctx.record_value("construct/blocks whose own parameters the stage holds",
+        ctx.record_value(f"{prefix}construct/blocks whose own parameters the stage holds",
                          [i for i, b in enumerate(model)
                           if any(id(p) in mine for p in b.parameters())])
-        ctx.record_value("neighbours/(is_first, is_last, prev, next)",
+        ctx.record_value(f"{prefix}neighbours/(is_first, is_last, prev, next)",
                          repr((bool(stage.is_first), bool(stage.is_last), stage.prev, stage.next)))
-        start, stop = cut(ctx.rank, ctx.world_size, self.num_layers)
-        x = ctx.to(randn(310 + start, 3, WIDTH))
-        with ctx.phase("forward"):
-            ctx.record("forward/output", stage(x))
+        if forward:
+            start, stop = cut(g, n, self.num_layers)
+            x = ctx.to(randn(310 + start, 3, WIDTH))
+            with ctx.phase("forward"):
+                ctx.record("forward/output", stage(x))
 
     def expected(self, world_size):
         model = seeded(lambda: blocks(self.num_layers), 0)
@@ -88,13 +128,22 @@ class PipelineStageForward(Check):
             start, stop = cut(r, world_size, self.num_layers)
             with torch.no_grad():
                 out = model[start:stop](randn(310 + start, 3, WIDTH))
-            exp[r] = {"construct/blocks whose own parameters the stage holds":
-                      list(range(start, stop)),
-                      "neighbours/(is_first, is_last, prev, next)": repr((
-                          r == 0, r == world_size - 1, r - 1 if r else None,
-                          r + 1 if r < world_size - 1 else None)),
+            exp[r] = {**self.holds("", r, world_size, list(range(world_size))),
                       "forward/output": out}
+        members = list(range(1, world_size))
+        for r in members:
+            exp[r].update(self.holds(f"{subgroup_phase(world_size)} ", members.index(r),
+                                     len(members), members))
         return exp
+
+    def holds(self, prefix, g, n, members):
+        """What stage g of the n `members` (global ranks) holds, and its neighbours."""
+        start, stop = cut(g, n, self.num_layers)
+        return {f"{prefix}construct/blocks whose own parameters the stage holds":
+                list(range(start, stop)),
+                f"{prefix}neighbours/(is_first, is_last, prev, next)": repr((
+                    g == 0, g == n - 1, members[g - 1] if g else None,
+                    members[g + 1] if g < n - 1 else None))}
 
     def comm_rules(self, world_size):
         return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
