@@ -303,7 +303,10 @@ class Subgroup(OneFOneB):
     cases = (4,)
     steps = again = False
     hints = {**OneFOneB.hints, "": "rule 'Group': r and N are the GROUP rank and size; the p2p "
-             "calls take GLOBAL ranks: dist.get_global_rank(group, r - 1) and (group, r + 1)"}
+             "calls take GLOBAL ranks: dist.get_global_rank(group, r - 1) and (group, r + 1)",
+             "wrong group": "rule 'Group': every point-to-point call of gpipe (E9.2) and "
+             "one_f_one_b (E9.3) (send, recv, isend, irecv, dist.P2POp) takes group=stage.group "
+             "and the peer's GLOBAL rank; a call without group= runs on the whole world"}
 
     def members(self, world_size):
         return others(world_size)
