@@ -22,9 +22,16 @@ from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also th
     STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, mistakes,
     dp_pp_groups, own_names, record_steps, schedule_1f1b, schedule_gpipe, serial, shard_loss,
     traffic_rules)
-from rtp_course.checker.public.rotation_harness import others
+from rtp_course.checker.public.rotation_harness import NEVER_WAITED, others, record_unwaited
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
+DETACHED = "returned loss is detached (requires_grad False)"
+WAIT_EVERY = ("rule 'Wait on every work': wait() on every work isend, irecv or "
+              "dist.batch_isend_irecv returns (the send's too) before the schedule goes on "
+              "with its tensor or returns")
+DETACHED_LOSS = ("rule 'Results': the returned loss is detached: add up loss_i.detach() (a "
+                 "loss still in the graph keeps every micro-batch's graph reachable and invites "
+                 "a second backward through freed buffers)")
 NOT_COMMUNICATE = ("rule 'Communication': stage_layers and PipelineStage only compute: no "
                    "communication")
 
@@ -186,8 +193,11 @@ class ScheduleCheck(Check):
             with ctx.phase(f"M={m}"), trace.saving():
                 loss = self.call(ctx, stage, group, x, y, m)
             trace.remove()
+            record_unwaited(ctx, f"M={m}", f"M={m}")
             if g == n - 1:
                 ctx.record(f"M={m}/loss", loss if isinstance(loss, torch.Tensor) else None)
+                ctx.record_value(f"M={m}/{DETACHED}", not isinstance(loss, torch.Tensor)
+                                 or not loss.requires_grad)
             else:
                 ctx.record_value(f"M={m}/returned", repr(loss)[:40])
             for name in names:
@@ -223,8 +233,10 @@ class ScheduleCheck(Check):
             names = own_names(self.num_layers, *cut(g, n, self.num_layers))
             for m in self.cases:
                 wrong = mistakes(self.num_layers, m) if m > 1 else []
+                e[f"M={m}/{NEVER_WAITED}"] = []
                 if g == n - 1:
                     e[f"M={m}/loss"] = Like(ref["loss"], tuple((w[0], w[2], w[3]) for w in wrong))
+                    e[f"M={m}/{DETACHED}"] = True
                 else:
                     e[f"M={m}/returned"] = "None"
                 for name in names:
@@ -269,6 +281,7 @@ class GPipe(ScheduleCheck):
     """gpipe with 6 micro-batches of 2 rows, then SGD and Adam steps."""
     name, function = "gpipe", "gpipe"
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": GPIPE_ORDER}
 
@@ -279,6 +292,7 @@ class OneFOneB(ScheduleCheck):
     name, function = "one_f_one_b", "one_f_one_b"
     cases = (6, 2)
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": ORDER_1F1B, "alive at once": MEMORY_1F1B,
              "error/M=2": "rule 'Schedule': with fewer micro-batches than stages the warm-up is "
@@ -336,6 +350,10 @@ class Subgroup(OneFOneB):
 DP_ORDER = ("rule 'Schedule': data_parallel_pipeline runs one_f_one_b (not gpipe) on its "
             "pipeline, group=stage.group, so r and N are the stage's place in ITS pipeline "
             "(not in the world): " + ORDER_1F1B.partition(": ")[2])
+DP_SHARD = ("rule 'Results': in data_parallel_pipeline d = dist.get_rank(dp_group) is the "
+            "replica's rank in dp_group (not in the world) and D = dist.get_world_size(dp_group); "
+            "shard the targets as the inputs, inputs.chunk(D)[d] and targets.chunk(D)[d], and run "
+            "one_f_one_b on them with stage.group")
 DP_MEMORY = ("rule 'Memory': data_parallel_pipeline's stages keep 1F1B's memory, at most "
              "min(N - r, M) micro-batches' activations, r and N in stage.group: run one_f_one_b "
              "(not gpipe) with group=stage.group")
@@ -350,7 +368,12 @@ class DataParallelPipeline(Check):
     hints = {"": DP_GRADS, "deadlock": STUCK, "/loss": "rule 'Results': the last stage of each "
              "pipeline returns ITS replica's loss (the mean over its shard of the batch), the "
              "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG,
-             "forwards and backwards": DP_ORDER, "alive at once": DP_MEMORY}
+             "forwards and backwards": DP_ORDER, "alive at once": DP_MEMORY,
+             "wrong group": "rule 'Group': data_parallel_pipeline averages each gradient on "
+             "dp_group (all_reduce(p.grad, group=dp_group): the ranks holding this stage in "
+             "every pipeline), never on the world or on stage.group",
+             # an exception is no wrong weight: without these, the key 'step0' picks "step"
+             "error": DP_SHARD, "error/step0": DP_SHARD}
 
     def call(self, ctx, stage, dp, step):
         x, y = batch(step)
