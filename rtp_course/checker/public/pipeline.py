@@ -25,6 +25,8 @@ from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also th
 from rtp_course.checker.public.rotation_harness import NEVER_WAITED, others, record_unwaited
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
+LAST_LOSS = ("returning only the last micro-batch's loss (loss_fn / M of micro-batch M-1) "
+             "instead of the sum of the M scaled losses")
 DETACHED = "returned loss is detached (requires_grad False)"
 WAIT_EVERY = ("rule 'Wait on every work': wait() on every work isend, irecv or "
               "dist.batch_isend_irecv returns (the send's too) before the schedule goes on "
@@ -233,17 +235,21 @@ class ScheduleCheck(Check):
             names = own_names(self.num_layers, *cut(g, n, self.num_layers))
             for m in self.cases:
                 wrong = mistakes(self.num_layers, m) if m > 1 else []
+                # the schedule first: a micro-batch dropped or run out of order is named as
+                # such, not by the values it leaves wrong
+                e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
+                e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
                 e[f"M={m}/{NEVER_WAITED}"] = []
                 if g == n - 1:
-                    e[f"M={m}/loss"] = Like(ref["loss"], tuple((w[0], w[2], w[3]) for w in wrong))
+                    e[f"M={m}/loss"] = Like(ref["loss"], tuple(
+                        (w[0], w[2], w[3]) if "reset" not in w[2] else (w[0], LAST_LOSS, LOSS)
+                        for w in wrong))
                     e[f"M={m}/{DETACHED}"] = True
                 else:
                     e[f"M={m}/returned"] = "None"
                 for name in names:
                     e[f"M={m}/grad {name}"] = Like(ref["grads"][name], tuple(
                         (w[1][name], w[2], w[3]) for w in wrong))
-                e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
-                e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
                 if self.again and m == self.cases[0]:
                     for name in names:
                         e[f"again M={m}/grad {name}"] = 2 * ref["grads"][name]
@@ -354,6 +360,10 @@ DP_SHARD = ("rule 'Results': in data_parallel_pipeline d = dist.get_rank(dp_grou
             "replica's rank in dp_group (not in the world) and D = dist.get_world_size(dp_group); "
             "shard the targets as the inputs, inputs.chunk(D)[d] and targets.chunk(D)[d], and run "
             "one_f_one_b on them with stage.group")
+DP_LOSS = ("rule 'Results': each replica trains on its own shard, inputs.chunk(D)[d] and "
+           "targets.chunk(D)[d], and its last stage returns ITS shard's loss as one_f_one_b "
+           "gives it: no all-reduce of the loss (rule 'Communication': the gradients' average "
+           "is the one collective)")
 DP_MEMORY = ("rule 'Memory': data_parallel_pipeline's stages keep 1F1B's memory, at most "
              "min(N - r, M) micro-batches' activations, r and N in stage.group: run one_f_one_b "
              "(not gpipe) with group=stage.group")
@@ -417,14 +427,15 @@ class DataParallelPipeline(Check):
             for s, r in enumerate(ranks):
                 names = own_names(self.num_layers, *cut(s, len(ranks), self.num_layers))
                 e = exp[r] = {}
-                if s == len(ranks) - 1:
-                    e["step0/loss"] = Like(shard_loss(self.num_layers, d, len(pipelines)), ((
-                        ref["loss"], "every replica training on the whole batch", DP_GRADS),))
-                else:
-                    e["step0/returned"] = "None"
                 e["step0/forwards and backwards, in order"] = schedule_1f1b(s, len(ranks), self.m)
                 e["step0/micro-batches whose activations were alive at once"] = Bound(
                     high=min(len(ranks) - s, self.m), what="min(N - r, M) micro-batches (1F1B)")
+                if s == len(ranks) - 1:
+                    e["step0/loss"] = Like(shard_loss(self.num_layers, d, len(pipelines)), ((
+                        ref["loss"], "training every replica on the whole batch, or averaging the "
+                        "replicas' losses over dp_group,", DP_LOSS),))
+                else:
+                    e["step0/returned"] = "None"
                 for name in names:
                     e[f"step0/grad {name}"] = ref["grads"][name]
                     e[f"again/grad {name}"] = 2 * ref["grads"][name]
