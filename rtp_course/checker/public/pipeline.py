@@ -27,6 +27,9 @@ from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
 LAST_LOSS = ("returning only the last micro-batch's loss (loss_fn / M of micro-batch M-1) "
              "instead of the sum of the M scaled losses")
+SENT_NONE = ("a send was given None: x_i.grad is None when the received activation x_i never "
+             "required grad (x_i.requires_grad_() after the receive, before the forward), or "
+             "when no backward reached it yet; rule 'Results': the gradient sent back is x_i.grad")
 DETACHED = "returned loss is detached (requires_grad False)"
 WAIT_EVERY = ("rule 'Wait on every work': wait() on every work isend, irecv or "
               "dist.batch_isend_irecv returns (the send's too) before the schedule goes on "
@@ -287,7 +290,7 @@ class GPipe(ScheduleCheck):
     """gpipe with 6 micro-batches of 2 rows, then SGD and Adam steps."""
     name, function = "gpipe", "gpipe"
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
-             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": GPIPE_ORDER}
 
@@ -298,7 +301,7 @@ class OneFOneB(ScheduleCheck):
     name, function = "one_f_one_b", "one_f_one_b"
     cases = (6, 2)
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
-             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": ORDER_1F1B, "alive at once": MEMORY_1F1B,
              "error/M=2": "rule 'Schedule': with fewer micro-batches than stages the warm-up is "
@@ -383,7 +386,7 @@ class DataParallelPipeline(Check):
              "dp_group (all_reduce(p.grad, group=dp_group): the ranks holding this stage in "
              "every pipeline), never on the world or on stage.group",
              # an exception is no wrong weight: without these, the key 'step0' picks "step"
-             "error": DP_SHARD, "error/step0": DP_SHARD}
+             "error": DP_SHARD, "error/step0": DP_SHARD, "error#none": SENT_NONE}
 
     def call(self, ctx, stage, dp, step):
         x, y = batch(step)
