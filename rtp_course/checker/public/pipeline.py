@@ -30,6 +30,10 @@ LAST_LOSS = ("returning only the last micro-batch's loss (loss_fn / M of micro-b
 SENT_NONE = ("a send was given None: x_i.grad is None when the received activation x_i never "
              "required grad (x_i.requires_grad_() after the receive, before the forward), or "
              "when no backward reached it yet; rule 'Results': the gradient sent back is x_i.grad")
+SIZE_ERROR = ("shapes that do not match: what travels between stages is ONE micro-batch's "
+              "activation, [B / M, D]: allocate each receive buffer as "
+              "torch.empty_like(inputs.chunk(M)[i]) (not of the whole batch, nor of the "
+              "targets), and pair out_i with targets.chunk(M)[i]")
 DETACHED = "returned loss is detached (requires_grad False)"
 WAIT_EVERY = ("rule 'Wait on every work': wait() on every work isend, irecv or "
               "dist.batch_isend_irecv returns (the send's too) before the schedule goes on "
@@ -291,6 +295,7 @@ class GPipe(ScheduleCheck):
     name, function = "gpipe", "gpipe"
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
              NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
+             "error#size": SIZE_ERROR,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": GPIPE_ORDER}
 
@@ -302,6 +307,7 @@ class OneFOneB(ScheduleCheck):
     cases = (6, 2)
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
              NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
+             "error#size": SIZE_ERROR,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": ORDER_1F1B, "alive at once": MEMORY_1F1B,
              "error/M=2": "rule 'Schedule': with fewer micro-batches than stages the warm-up is "
