@@ -66,10 +66,10 @@ Rules your code must follow (the checker tests each one).
 Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Results: on the last stage gpipe and one_f_one_b return the batch's loss (the sum of the M
   losses scaled by 1/M: serial loss_fn on the whole batch), detached (requires_grad False),
-  None on the other stages; after
-  them every stage's parameters hold serial training's gradients on the whole batch, ADDED to
-  what .grad held (the caller zeroes them), and optimizer steps give serial's weights; a
-  stage's forward is its layers' forward. At every group size, one rank included.
+  None on the other stages; after them every stage's parameters hold serial training's
+  gradients on the whole batch, ADDED to what .grad held (the caller zeroes them), and
+  optimizer steps give serial's weights; a stage's forward is its layers' forward. At every
+  group size, one rank included.
 * Communication: per micro-batch, each stage but the first receives its activation from the
   previous stage and sends the gradient of it back; each stage but the last sends its output
   to the next stage and receives the gradient of it: M sends and M receives each way, to and
@@ -166,9 +166,10 @@ def one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, group=None):
     w = min(N - r - 1, M) warm-up forwards (each: receive, forward, send, as in gpipe); then
     M - w times: one forward, then the backward of the OLDEST micro-batch kept; then the w
     backwards left. Free a micro-batch's activations by its backward: at most min(N - r, M)
-    kept at once. In the steady state post together (one dist.batch_isend_irecv): the send of
-    the forward's output with the receive of the gradient you need next, and the send of the
-    backward's x.grad with the receive of the next micro-batch's activation.
+    kept at once. In the steady state post together (one dist.batch_isend_irecv; recommended,
+    POINT-TO-POINT UNDER NCCL above says what is required): the send of the forward's output
+    with the receive of the gradient you need next, and the send of the backward's x.grad with
+    the receive of the next micro-batch's activation.
     """
     raise NotImplementedError("[E9.3] one_f_one_b: w = min(N - r - 1, M); w forwards; then "
                               "forward + backward of the oldest, M - w times, batching the "
