@@ -54,18 +54,22 @@ are averaged over its dp_group once per step, as E1's average_gradients does.
 POINT-TO-POINT UNDER NCCL. On a GPU, a rank's operations on a group run one after the other
 on the group's stream, and a send does not finish until its receive runs on the peer. A
 blocking send to r+1 while r+1 sends to r waits forever. In 1F1B's steady state stage r sends
-an activation to r+1 while r+1 sends a gradient to r: post the pair that must progress
-together in ONE dist.batch_isend_irecv (send forward + receive backward; send backward +
-receive forward), then wait on every work it returns. A single send or receive alone is fine
-where its peer is posting the matching operation (GPipe's chain is).
+an activation to r+1 while r+1 sends a gradient to r. REQUIRED (what NCCL needs): two
+neighbours never both wait in a send to each other (nor both in a receive): of each such
+pair, at least one side posts its receive together with its send (one dist.batch_isend_irecv)
+or before it. RECOMMENDED: on every stage, post each pair in ONE dist.batch_isend_irecv (send
+forward + receive backward; send backward + receive forward). Wait on every work an isend,
+irecv or batch_isend_irecv returns before you use or reuse its tensor. A single send or
+receive alone is fine where its peer is posting the matching operation (GPipe's chain is).
 
 Rules your code must follow (the checker tests each one).
 Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Results: on the last stage gpipe and one_f_one_b return the batch's loss (the sum of the M
-  losses scaled by 1/M: serial loss_fn on the whole batch), None on the other stages; after
-  them every stage's parameters hold serial training's gradients on the whole batch, ADDED to
-  what .grad held (the caller zeroes them), and optimizer steps give serial's weights; a
-  stage's forward is its layers' forward. At every group size, one rank included.
+  losses scaled by 1/M: serial loss_fn on the whole batch), detached (requires_grad False),
+  None on the other stages; after them every stage's parameters hold serial training's
+  gradients on the whole batch, ADDED to what .grad held (the caller zeroes them), and
+  optimizer steps give serial's weights; a stage's forward is its layers' forward. At every
+  group size, one rank included.
 * Communication: per micro-batch, each stage but the first receives its activation from the
   previous stage and sends the gradient of it back; each stage but the last sends its output
   to the next stage and receives the gradient of it: M sends and M receives each way, to and
@@ -81,16 +85,24 @@ Course-wide rules (rtp_course/course/rules.py, notebook 01): 'Device', 'Dtypes'.
 * Schedule: micro-batch i is rows i*b .. (i+1)*b - 1. gpipe runs all M forwards of a stage
   before its first backward. one_f_one_b runs, on stage r, forwards and backwards in the order
   F^w (F B)^(M-w) B^w with w = min(N - r - 1, M), forwards and backwards each in micro-batch
-  order 0 .. M-1. (A forward is the stage's forward on one micro-batch, a backward the
+  order 0 .. M-1; data_parallel_pipeline runs one_f_one_b (not gpipe) on stage.group, so
+  its stages follow that order with r and N counted in their pipeline. gpipe's backwards may
+  run in any order. (A forward is the stage's forward on one micro-batch, a backward the
   backward from its output; how you post the transfers between them is yours.)
-* Memory: one_f_one_b's stage r keeps at most min(N - r, M) micro-batches' activations (what
-  autograd saved for their backward) alive at once: free each one by its backward (no
-  retain_graph).
-* Group: r and N are this rank's place in `group` and its size (dist.get_rank(group),
-  dist.get_world_size(group)); the p2p calls take GLOBAL ranks: translate the neighbours with
-  dist.get_global_rank(group, r - 1) and (group, r + 1) when a group is given. Its ranks need
-  not be consecutive. data_parallel_pipeline averages on dp_group, never on the world or on
-  the pipeline's group.
+* Memory: one_f_one_b's stage r (and data_parallel_pipeline's) keeps at most min(N - r, M)
+  micro-batches' activations (what autograd saved for their backward) alive at once. A
+  backward without retain_graph frees what it used; retain_graph=True keeps it alive.
+* Wait on every work: wait() on every work that isend, irecv or dist.batch_isend_irecv
+  returns (the send's too; under NCCL's rules batch_isend_irecv returns one for the batch)
+  before the schedule goes on with its tensor or returns.
+* Group: r and N are this rank's place in the pipeline's group and its size: `group` in
+  stage_layers, PipelineStage, gpipe and one_f_one_b (dist.get_rank(group),
+  dist.get_world_size(group); the schedules are given group=stage.group), stage.group in
+  data_parallel_pipeline (its own argument is dp_group). Every p2p call (send, recv, isend,
+  irecv, dist.P2POp) takes group=stage.group and the peer's GLOBAL rank: translate the
+  neighbours with dist.get_global_rank(group, r - 1) and (group, r + 1) when a group is given.
+  Its ranks need not be consecutive (the 'subgroup' check runs on ranks {0, 2, 3}).
+  data_parallel_pipeline averages on dp_group, never on the world or on the pipeline's group.
 """
 import torch
 import torch.distributed as dist
@@ -154,9 +166,10 @@ def one_f_one_b(stage, inputs, targets, loss_fn, num_microbatches, group=None):
     w = min(N - r - 1, M) warm-up forwards (each: receive, forward, send, as in gpipe); then
     M - w times: one forward, then the backward of the OLDEST micro-batch kept; then the w
     backwards left. Free a micro-batch's activations by its backward: at most min(N - r, M)
-    kept at once. In the steady state post together (one dist.batch_isend_irecv): the send of
-    the forward's output with the receive of the gradient you need next, and the send of the
-    backward's x.grad with the receive of the next micro-batch's activation.
+    kept at once. In the steady state post together (one dist.batch_isend_irecv; recommended,
+    POINT-TO-POINT UNDER NCCL above says what is required): the send of the forward's output
+    with the receive of the gradient you need next, and the send of the backward's x.grad with
+    the receive of the next micro-batch's activation.
     """
     raise NotImplementedError("[E9.3] one_f_one_b: w = min(N - r - 1, M); w forwards; then "
                               "forward + backward of the oldest, M - w times, batching the "

@@ -150,11 +150,23 @@ def sizes_differ(outcomes: dict[int, Outcome]) -> dict | None:
     send, recv, rank = found["send"], found["recv"], found["receiver"]
     events = outcomes[rank].events
     phase = events[recv["id"]]["phase"] if recv["id"] < len(events) else ""
+    sent, room = send["nbytes"], recv["nbytes"]
+    what = " (None or an empty tensor)" if not sent else ""
     return dict(status=Verdict.FAILED, rank=rank, phase=phase, key=f"{phase}/communication",
                 message=f"rank {found['sender']}'s {send['family']} at {send['where']} sends "
-                        f"{send['nbytes']} bytes to rank {rank}, whose {recv['family']} at "
-                        f"{recv['where']} receives into a buffer of {recv['nbytes']} bytes",
-                hint=SIZES)
+                        f"{sent} bytes{what} to rank {rank}, whose {recv['family']} at "
+                        f"{recv['where']} receives into a buffer of {room} bytes",
+                hint=(NOTHING_SENT if not sent else SIZES_DTYPE if sent in (2 * room, room // 2)
+                      else SIZES))
+
+
+_SIZES = SIZES[0].upper() + SIZES[1:]
+NOTHING_SENT = ("the send was given None or an empty tensor: a .grad is None when its tensor "
+                "never required grad (a received activation needs x.requires_grad_() before "
+                "the forward that uses it) or when no backward reached it. " + _SIZES)
+SIZES_DTYPE = ("the sizes differ by a factor of 2: the same shape in another dtype (float32 "
+               "4 bytes, float64 8), or twice the rows: allocate the receive buffer in the "
+               "dtype and shape of what arrives (torch.empty_like of such a tensor). " + _SIZES)
 
 
 def nccl_order(outcomes: dict[int, Outcome]) -> dict | None:

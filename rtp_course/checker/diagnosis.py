@@ -178,6 +178,13 @@ def _unmatched(r: int, st: RankStatus, mine: dict[int, RankStatus]) -> str:
     if peer is None:
         return ""
     half, theirs = ("send", "sent_to") if receiving else ("receive", "recv_from")
+    if not receiving and peer.family in SENDS and peer.peer == r and peer.call and not peer.done:
+        # the peer's receive may well come, after its own send: neither gets there
+        return (f"rank {r} and rank {peer_rank} are both blocked in a send to each other (rank "
+                f"{r}: {st.call}; rank {peer_rank}: {peer.call}), each posting its receive only "
+                f"after its send: on NCCL a send waits for its receive. Where two neighbours "
+                f"send to each other at once, at least one of them posts its receive together "
+                f"with its send (one dist.batch_isend_irecv) or before it")
     if not peer.count(theirs, r):
         others = sorted(k for k in getattr(peer, theirs) if k != str(r))
         went = (f"its {half}s {'went to' if receiving else 'came from'} rank(s) "
@@ -192,6 +199,15 @@ def _unmatched(r: int, st: RankStatus, mine: dict[int, RankStatus]) -> str:
                 f"never waited on its work (and is no longer waiting for it): a send whose "
                 f"work is dropped unwaited may never be delivered (gloo). wait() on EVERY work "
                 f"you start, the send's as well as the receive's")
+    if st.phase and peer.phase and peer.phase != st.phase:
+        where = "finished this check" if peer.done else f"went on to phase '{peer.phase}'"
+        verb, mine = (("receive from", "receives from") if receiving
+                      else ("have its send received by", "sends to"))
+        return (f"rank {r} waits in phase '{st.phase}' to {verb} rank {peer_rank}, which "
+                f"{where}: in '{st.phase}' rank {peer_rank} posted fewer {half}s "
+                f"{'to' if receiving else 'from'} rank {r} than rank {r} posted {mine} it. "
+                f"Count each direction's transfers in every part of the call on both sides: "
+                f"each needs its other half")
     return ""
 
 

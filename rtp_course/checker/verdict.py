@@ -364,7 +364,8 @@ def _explaining(check, base, outcomes, rules_of) -> Result | None:
             [r for r in rules_of(rank) if r.kind in LIBRARIES], events)
         if bad:
             rule, msg = bad
-            hint = rule.hint if "rule 'Group'" in rule.hint or rule.members is None else GROUP
+            hint = rule.hint if "rule 'Group'" in rule.hint or rule.members is None else \
+                check.hints.get("wrong group", GROUP)       # a check's own words for its calls
             return Result(**base, status=Verdict.FAILED, rank=rank, phase=rule.phase,
                           key=f"{rule.phase}/communication", message=f"rank {rank}, {msg}",
                           hint=check.quoting_rule(hint))

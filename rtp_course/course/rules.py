@@ -119,7 +119,7 @@ _OWN = (
          {"tensor_parallel": ALL, "flyweight": ALL,
           "sharding": ("ShardedOptimizer", "FullyShardedDataParallel"),
           "context_parallel": ("ring_attention", "ring_attention_backward"),
-          "pipeline": ("one_f_one_b",)}),
+          "pipeline": ("one_f_one_b", "data_parallel_pipeline")}),
     Rule("Layout", "Which slice of each serial tensor (or which ranks) each rank holds: the "
          "exercise's table.",
          {"tensor_parallel": ALL, "flyweight": ALL, "groups": ("build_groups", "parallelize_2d"),
@@ -156,7 +156,7 @@ _OWN = (
          "the other on NCCL's stream).",
          {"rotation": ALL}),
     Rule("Wait on every work", "Wait on every work started, the send's too, before the transfer "
-         "is finished for the caller.", {"rotation": ALL}),
+         "is finished for the caller.", {"rotation": ALL, "pipeline": ("gpipe", "one_f_one_b")}),
     Rule("Receivers allocate", "A receiver allocates what arrives: recv_shape and recv_dtype.",
          {"rotation": ("rotate", "rotate_uneven")}),
     Rule("Rotation only", "Weights travel by rotation only, never a collective.",
@@ -170,7 +170,7 @@ _OWN = (
     Rule("Schedule", "A pipeline schedule runs each stage's forwards and backwards in the order "
          "its definition states (GPipe: every forward first; 1F1B: warm-up, one forward one "
          "backward, cool-down); how the transfers between them are posted is free.",
-         {"pipeline": ("gpipe", "one_f_one_b")}),
+         {"pipeline": ("gpipe", "one_f_one_b", "data_parallel_pipeline")}),
 )
 
 RULES = {r.name: r for r in _COURSE_WIDE + _OWN}

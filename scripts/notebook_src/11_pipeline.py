@@ -62,9 +62,11 @@ print("exercise code under test:", default_impl())
 #
 # consecutive runs that together hold every block once (with $L = 6$, $N = 4$: 1, 2, 1 and 2
 # blocks). Slicing the `nn.Sequential` (`model[start:stop]`) keeps the model's own modules, so
-# the caller's optimizer steps the very parameters the stage trains. The stage knows its
-# neighbours as **global** ranks, `dist.get_global_rank(group, r ± 1)`, for the point-to-point
-# calls.
+# the caller's optimizer steps the very parameters the stage trains. $r$ and $N$ are this
+# rank's place in `group` and its size (`dist.get_rank(group)`, `dist.get_world_size(group)`),
+# never the world's. The stage knows its neighbours as **global** ranks,
+# `dist.get_global_rank(group, r ± 1)`, for the point-to-point calls. The checker builds both on
+# the world and on the group of ranks $1 \ldots N - 1$, where group rank 0 is global rank 1.
 #
 # **Your task.** Implement `stage_layers(num_layers, group)` and `PipelineStage(model, group)`.
 # The cell runs 4 ranks: each builds its stage of an 8-block model, receives the activation from
@@ -119,7 +121,10 @@ for m in (1, 2, 4, 8, 16, 32):
 # CUDA stream, and a send does not finish before its receive runs on the peer. GPipe is a chain:
 # stage $r$ receives what $r - 1$ sends, so a single send or receive at a time is fine. Where two
 # neighbours must send to each other at once, post both halves in **one**
-# `dist.batch_isend_irecv` (section 3 needs this), and wait on every work it returns.
+# `dist.batch_isend_irecv` (section 3 needs this), and wait on every work it returns (rule
+# 'Wait on every work'; an `isend` too). Every point-to-point call takes `group=stage.group`
+# and the peer's **global** rank (`stage.prev`, `stage.next`). The backwards may run in any
+# order once every forward ran; the returned loss is detached.
 #
 # **Your task.** Implement `gpipe(stage, inputs, targets, loss_fn, num_microbatches, group)`. The
 # cell runs one step on 4 stages with 6 micro-batches: every stage's gradient error against
@@ -158,6 +163,18 @@ plt.show()
 # forward's output with the receive of the gradient you need next, and the send of the
 # backward's input gradient with the receive of the next activation, each pair in one
 # `dist.batch_isend_irecv` (or even stages first sending, odd stages first receiving).
+# **Required** is only what NCCL needs: two neighbours never both wait in a send to each other,
+# so of each such pair at least one side posts its receive with its send (one batch) or before
+# it. Batching every pair on every stage is the recommended way to be sure.
+#
+# A backward without `retain_graph` frees what autograd saved for it (rule 'Memory'): keeping
+# references to a micro-batch's input and output after its backward holds no activations.
+#
+# The checker's **'subgroup'** check (task E9.3) runs `gpipe`, then `one_f_one_b`, on the group of
+# every rank but rank 1: $\{0, 2\}$ at 3 ranks, $\{0, 2, 3\}$ at 4. Its ranks are not
+# consecutive: stage 1 is global rank 2, whose previous stage is global rank 0. A point-to-point
+# call without `group=stage.group`, a neighbour given as a group rank, or $r$ and $N$ taken from
+# the world fail there.
 #
 # **Your task.** Implement `one_f_one_b(...)`, with the same arguments and results as `gpipe`.
 # The cell runs it as above, then draws both schedules from the ranks' own clocks. On CPU
@@ -203,7 +220,10 @@ for name, order in (("GPipe", ps.gpipe_order), ("1F1B", ps.one_f_one_b_order)):
 # the checker names the group each call ran on.
 #
 # **Your task.** Implement `data_parallel_pipeline(stage, inputs, targets, loss_fn,
-# num_microbatches, dp_group)`: `one_f_one_b` on this replica's shard, then the average. The
+# num_microbatches, dp_group)`: `one_f_one_b` on this replica's shard, with `stage.group` (so $r$
+# and $N$ are the stage's place in its pipeline; the function's own group argument is
+# `dp_group`: $d$ = `dist.get_rank(dp_group)`), then the average on `dp_group`. The checker
+# traces each stage's schedule and memory as for `one_f_one_b`. The
 # checker runs it with two replicas of one stage (2 ranks), one pipeline of three (3 ranks) and
 # two pipelines of two (4 ranks), against serial training on the whole batch.
 

@@ -68,7 +68,7 @@ CLASSES = {
     "padding": ("padding_idx ignored", "tensor_parallel"),
     "bias-every-rank": ("a replicated bias added on every rank", "tensor_parallel"),
     "in-place": ("the caller's tensor changed in place", "comm context_parallel rotation experts"),
-    "unwaited": ("a work never waited", "context_parallel rotation"),
+    "unwaited": ("a work never waited", "context_parallel pipeline rotation"),
     "dtype": ("a buffer in another dtype",
               "context_parallel data_parallel pipeline sharding experts"),
     "device": ("a tensor made without device= (in CPU memory on a GPU run)", "*"),

@@ -99,3 +99,20 @@ def test_a_transfer_whose_peer_never_posted_its_half_names_the_direction():
 def test_statuses_of_another_check_say_nothing_of_this_one():
     other = dict(blocked("dist.send", "send"), check="rotation.rotate_async")
     assert hang_hint(C, {0: other, 1: other}) == ""
+
+
+def test_two_ranks_blocked_in_sends_to_each_other_are_named_as_such():
+    """Each posted its receive after its send (1F1B's steady state, both sides unbatched):
+    the peer has posted no receive YET, which is not that it never does."""
+    hint = hang_hint(C, {0: blocked("wait() on isend", "isend", 1, sent_to={"1": 1}),
+                         1: blocked("wait() on isend", "isend", 0, sent_to={"0": 1})})
+    assert hint.startswith("rank 0 and rank 1 are both blocked in a send to each other"), hint
+
+
+def test_a_peer_that_left_the_phase_with_a_send_missing_is_named():
+    waiting = blocked("wait() on irecv", "irecv", 1, recv_from={"1": 6}, phase="M=6")
+    went_on = blocked("wait() on isend", "isend", 2, sent_to={"0": 7}, phase="again M=6")
+    hint = hang_hint(C, {0: waiting, 1: went_on})
+    assert hint.startswith("rank 0 waits in phase 'M=6' to receive from rank 1, which went on "
+                           "to phase 'again M=6'"), hint
+    assert "finished this check" in hang_hint(C, {0: waiting, 1: dict(went_on, phase="done")})

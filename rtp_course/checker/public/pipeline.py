@@ -22,11 +22,49 @@ from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also th
     STEPS_WRONG, STUCK, WIDTH, WRONG_CUT, StageTrace, batch, blocks, cast, cut, mistakes,
     dp_pp_groups, own_names, record_steps, schedule_1f1b, schedule_gpipe, serial, shard_loss,
     traffic_rules)
-from rtp_course.checker.public.rotation_harness import others
+from rtp_course.checker.public.rotation_harness import NEVER_WAITED, others, record_unwaited
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
 
+LAST_LOSS = ("returning only the last micro-batch's loss (loss_fn / M of micro-batch M-1) "
+             "instead of the sum of the M scaled losses")
+SENT_NONE = ("a send was given None: x_i.grad is None when the received activation x_i never "
+             "required grad (x_i.requires_grad_() after the receive, before the forward), or "
+             "when no backward reached it yet; rule 'Results': the gradient sent back is x_i.grad")
+SIZE_ERROR = ("shapes that do not match: what travels between stages is ONE micro-batch's "
+              "activation, [B / M, D]: allocate each receive buffer as "
+              "torch.empty_like(inputs.chunk(M)[i]) (not of the whole batch, nor of the "
+              "targets), and pair out_i with targets.chunk(M)[i]")
+DETACHED = "returned loss is detached (requires_grad False)"
+WAIT_EVERY = ("rule 'Wait on every work': wait() on every work isend, irecv or "
+              "dist.batch_isend_irecv returns (the send's too) before the schedule goes on "
+              "with its tensor or returns")
+DETACHED_LOSS = ("rule 'Results': the returned loss is detached: add up loss_i.detach() (a "
+                 "loss still in the graph keeps every micro-batch's graph reachable and invites "
+                 "a second backward through freed buffers)")
 NOT_COMMUNICATE = ("rule 'Communication': stage_layers and PipelineStage only compute: no "
                    "communication")
+
+
+# stage_layers and PipelineStage on the group of ranks 1 .. N-1 as well (from 2 ranks): group
+# rank and size differ from the world's, so r, N or is_first taken from the world show.
+SUBGROUP = "group of ranks 1.."
+GROUP_RANK = ("rule 'Group': r and N are this rank's place in `group` and its size "
+              "(dist.get_rank(group), dist.get_world_size(group)), never the world's: is_first "
+              "is group rank 0, is_last group rank N - 1, and prev / next are the GLOBAL ranks "
+              "of group ranks r - 1 and r + 1 (dist.get_global_rank(group, r - 1))")
+
+
+def subgroup(ctx):
+    """(group of ranks 1 .. N-1, this rank's place in it or None); every rank makes it."""
+    if ctx.world_size < 2:
+        return None, None
+    members = list(range(1, ctx.world_size))
+    group = ctx.new_group(members)
+    return group, members.index(ctx.rank) if ctx.rank in members else None
+
+
+def subgroup_phase(world_size) -> str:
+    return f"{SUBGROUP}{world_size - 1}"
 
 
 class StageLayers(Check):
@@ -34,21 +72,32 @@ class StageLayers(Check):
     exercise, name = "pipeline", "stage_layers"
     cpu_budget = 20.0
     sizes = (4, 6, 7)
-    hints = {"": WRONG_CUT}
+    hints = {"": WRONG_CUT, SUBGROUP: GROUP_RANK}
 
     def run(self, ctx):
+        self.cuts(ctx, "", ctx.group, ctx.rank)
+        group, g = subgroup(ctx)
+        if g is not None:
+            self.cuts(ctx, f"{subgroup_phase(ctx.world_size)} ", group, g)
+
+    def cuts(self, ctx, prefix, group, g):
         for L in self.sizes:
-            with ctx.phase(f"L={L}"):
-                found = ctx.impl.pipeline.stage_layers(L, group=ctx.group)
+            with ctx.phase(f"{prefix}L={L}"):
+                found = ctx.impl.pipeline.stage_layers(L, group=group)
             try:
                 found = tuple(int(v) for v in found)
             except Exception:  # noqa: BLE001 - anything else is reported as it is
                 found = repr(found)[:80]
-            ctx.record_value(f"L={L}/(start, stop) of stage {ctx.rank}", found)
+            ctx.record_value(f"{prefix}L={L}/(start, stop) of stage {g}", found)
 
     def expected(self, world_size):
-        return {r: {f"L={L}/(start, stop) of stage {r}": cut(r, world_size, L) for L in self.sizes}
-                for r in range(world_size)}
+        exp = {r: {f"L={L}/(start, stop) of stage {r}": cut(r, world_size, L) for L in self.sizes}
+               for r in range(world_size)}
+        prefix = subgroup_phase(world_size)
+        for g, r in enumerate(range(1, world_size)):
+            exp[r].update({f"{prefix} L={L}/(start, stop) of stage {g}": cut(g, world_size - 1, L)
+                           for L in self.sizes})
+        return exp
 
     def comm_rules(self, world_size):
         return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
@@ -59,7 +108,7 @@ class PipelineStageForward(Check):
     exercise, name = "pipeline", "PipelineStage"
     cpu_budget = 20.0
     num_layers = 6
-    hints = {"": WRONG_CUT,
+    hints = {"": WRONG_CUT, SUBGROUP: GROUP_RANK,
              "neighbours": "rule 'Group': is_first / is_last from the group rank; prev and next "
                            "are the GLOBAL ranks of stages r-1 and r+1 "
                            "(dist.get_global_rank(group, r - 1)), None where there is none",
@@ -67,19 +116,26 @@ class PipelineStageForward(Check):
                                "on x: self.layers(x)"}
 
     def run(self, ctx):
+        self.build(ctx, "", ctx.group, ctx.rank, ctx.world_size, forward=True)
+        group, g = subgroup(ctx)
+        if g is not None:
+            self.build(ctx, f"{subgroup_phase(ctx.world_size)} ", group, g, ctx.world_size - 1)
+
+    def build(self, ctx, prefix, group, g, n, forward=False):
         model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
-        with ctx.phase("construct"):
-            stage = ctx.impl.pipeline.PipelineStage(model, group=ctx.group)
+        with ctx.phase(f"{prefix}construct"):
+            stage = ctx.impl.pipeline.PipelineStage(model, group=group)
         mine = {id(p) for p in stage.parameters()}
-        ctx.record_value("construct/blocks whose own parameters the stage holds",
+        ctx.record_value(f"{prefix}construct/blocks whose own parameters the stage holds",
                          [i for i, b in enumerate(model)
                           if any(id(p) in mine for p in b.parameters())])
-        ctx.record_value("neighbours/(is_first, is_last, prev, next)",
+        ctx.record_value(f"{prefix}neighbours/(is_first, is_last, prev, next)",
                          repr((bool(stage.is_first), bool(stage.is_last), stage.prev, stage.next)))
-        start, stop = cut(ctx.rank, ctx.world_size, self.num_layers)
-        x = ctx.to(randn(310 + start, 3, WIDTH))
-        with ctx.phase("forward"):
-            ctx.record("forward/output", stage(x))
+        if forward:
+            start, stop = cut(g, n, self.num_layers)
+            x = ctx.to(randn(310 + start, 3, WIDTH))
+            with ctx.phase("forward"):
+                ctx.record("forward/output", stage(x))
 
     def expected(self, world_size):
         model = seeded(lambda: blocks(self.num_layers), 0)
@@ -88,13 +144,22 @@ class PipelineStageForward(Check):
             start, stop = cut(r, world_size, self.num_layers)
             with torch.no_grad():
                 out = model[start:stop](randn(310 + start, 3, WIDTH))
-            exp[r] = {"construct/blocks whose own parameters the stage holds":
-                      list(range(start, stop)),
-                      "neighbours/(is_first, is_last, prev, next)": repr((
-                          r == 0, r == world_size - 1, r - 1 if r else None,
-                          r + 1 if r < world_size - 1 else None)),
+            exp[r] = {**self.holds("", r, world_size, list(range(world_size))),
                       "forward/output": out}
+        members = list(range(1, world_size))
+        for r in members:
+            exp[r].update(self.holds(f"{subgroup_phase(world_size)} ", members.index(r),
+                                     len(members), members))
         return exp
+
+    def holds(self, prefix, g, n, members):
+        """What stage g of the n `members` (global ranks) holds, and its neighbours."""
+        start, stop = cut(g, n, self.num_layers)
+        return {f"{prefix}construct/blocks whose own parameters the stage holds":
+                list(range(start, stop)),
+                f"{prefix}neighbours/(is_first, is_last, prev, next)": repr((
+                    g == 0, g == n - 1, members[g - 1] if g else None,
+                    members[g + 1] if g < n - 1 else None))}
 
     def comm_rules(self, world_size):
         return [CommRule("*", "*", 0, NOT_COMMUNICATE)]
@@ -137,8 +202,11 @@ class ScheduleCheck(Check):
             with ctx.phase(f"M={m}"), trace.saving():
                 loss = self.call(ctx, stage, group, x, y, m)
             trace.remove()
+            record_unwaited(ctx, f"M={m}", f"M={m}")
             if g == n - 1:
                 ctx.record(f"M={m}/loss", loss if isinstance(loss, torch.Tensor) else None)
+                ctx.record_value(f"M={m}/{DETACHED}", not isinstance(loss, torch.Tensor)
+                                 or not loss.requires_grad)
             else:
                 ctx.record_value(f"M={m}/returned", repr(loss)[:40])
             for name in names:
@@ -174,15 +242,21 @@ class ScheduleCheck(Check):
             names = own_names(self.num_layers, *cut(g, n, self.num_layers))
             for m in self.cases:
                 wrong = mistakes(self.num_layers, m) if m > 1 else []
+                # the schedule first: a micro-batch dropped or run out of order is named as
+                # such, not by the values it leaves wrong
+                e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
+                e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
+                e[f"M={m}/{NEVER_WAITED}"] = []
                 if g == n - 1:
-                    e[f"M={m}/loss"] = Like(ref["loss"], tuple((w[0], w[2], w[3]) for w in wrong))
+                    e[f"M={m}/loss"] = Like(ref["loss"], tuple(
+                        (w[0], w[2], w[3]) if "reset" not in w[2] else (w[0], LAST_LOSS, LOSS)
+                        for w in wrong))
+                    e[f"M={m}/{DETACHED}"] = True
                 else:
                     e[f"M={m}/returned"] = "None"
                 for name in names:
                     e[f"M={m}/grad {name}"] = Like(ref["grads"][name], tuple(
                         (w[1][name], w[2], w[3]) for w in wrong))
-                e[f"M={m}/forwards and backwards, in order"] = self.expected_order(g, n, m)
-                e[f"M={m}/micro-batches whose activations were alive at once"] = self.alive(g, n, m)
                 if self.again and m == self.cases[0]:
                     for name in names:
                         e[f"again M={m}/grad {name}"] = 2 * ref["grads"][name]
@@ -220,6 +294,8 @@ class GPipe(ScheduleCheck):
     """gpipe with 6 micro-batches of 2 rows, then SGD and Adam steps."""
     name, function = "gpipe", "gpipe"
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
+             "error#size": SIZE_ERROR,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": GPIPE_ORDER}
 
@@ -230,6 +306,8 @@ class OneFOneB(ScheduleCheck):
     name, function = "one_f_one_b", "one_f_one_b"
     cases = (6, 2)
     hints = {"": GRADS, "deadlock": STUCK, "/loss": LOSS, "/returned": LOSS,
+             NEVER_WAITED: WAIT_EVERY, DETACHED: DETACHED_LOSS, "error#none": SENT_NONE,
+             "error#size": SIZE_ERROR,
              "again": ACCUMULATED, "step": STEPS_WRONG,
              "forwards and backwards": ORDER_1F1B, "alive at once": MEMORY_1F1B,
              "error/M=2": "rule 'Schedule': with fewer micro-batches than stages the warm-up is "
@@ -254,7 +332,10 @@ class Subgroup(OneFOneB):
     cases = (4,)
     steps = again = False
     hints = {**OneFOneB.hints, "": "rule 'Group': r and N are the GROUP rank and size; the p2p "
-             "calls take GLOBAL ranks: dist.get_global_rank(group, r - 1) and (group, r + 1)"}
+             "calls take GLOBAL ranks: dist.get_global_rank(group, r - 1) and (group, r + 1)",
+             "wrong group": "rule 'Group': every point-to-point call of gpipe (E9.2) and "
+             "one_f_one_b (E9.3) (send, recv, isend, irecv, dist.P2POp) takes group=stage.group "
+             "and the peer's GLOBAL rank; a call without group= runs on the whole world"}
 
     def members(self, world_size):
         return others(world_size)
@@ -281,6 +362,22 @@ class Subgroup(OneFOneB):
                 for r, rs in rules.items()}
 
 
+DP_ORDER = ("rule 'Schedule': data_parallel_pipeline runs one_f_one_b (not gpipe) on its "
+            "pipeline, group=stage.group, so r and N are the stage's place in ITS pipeline "
+            "(not in the world): " + ORDER_1F1B.partition(": ")[2])
+DP_SHARD = ("rule 'Results': in data_parallel_pipeline d = dist.get_rank(dp_group) is the "
+            "replica's rank in dp_group (not in the world) and D = dist.get_world_size(dp_group); "
+            "shard the targets as the inputs, inputs.chunk(D)[d] and targets.chunk(D)[d], and run "
+            "one_f_one_b on them with stage.group")
+DP_LOSS = ("rule 'Results': each replica trains on its own shard, inputs.chunk(D)[d] and "
+           "targets.chunk(D)[d], and its last stage returns ITS shard's loss as one_f_one_b "
+           "gives it: no all-reduce of the loss (rule 'Communication': the gradients' average "
+           "is the one collective)")
+DP_MEMORY = ("rule 'Memory': data_parallel_pipeline's stages keep 1F1B's memory, at most "
+             "min(N - r, M) micro-batches' activations, r and N in stage.group: run one_f_one_b "
+             "(not gpipe) with group=stage.group")
+
+
 class DataParallelPipeline(Check):
     """DP x PP: D pipelines of P stages (2 ranks: two of one stage; 3: one of three; 4: two of
     two), each replica on its own shard of the batch, the gradients averaged over each stage's
@@ -289,7 +386,13 @@ class DataParallelPipeline(Check):
     cpu_budget, num_layers, m = 40.0, 6, 3
     hints = {"": DP_GRADS, "deadlock": STUCK, "/loss": "rule 'Results': the last stage of each "
              "pipeline returns ITS replica's loss (the mean over its shard of the batch), the "
-             "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG}
+             "other stages None", "/returned": LOSS, "again": ACCUMULATED, "step": STEPS_WRONG,
+             "forwards and backwards": DP_ORDER, "alive at once": DP_MEMORY,
+             "wrong group": "rule 'Group': data_parallel_pipeline averages each gradient on "
+             "dp_group (all_reduce(p.grad, group=dp_group): the ranks holding this stage in "
+             "every pipeline), never on the world or on stage.group",
+             # an exception is no wrong weight: without these, the key 'step0' picks "step"
+             "error": DP_SHARD, "error/step0": DP_SHARD, "error#none": SENT_NONE}
 
     def call(self, ctx, stage, dp, step):
         x, y = batch(step)
@@ -307,8 +410,12 @@ class DataParallelPipeline(Check):
         model = seeded(lambda: blocks(self.num_layers), 0).to(device=ctx.device, dtype=ctx.dtype)
         params = dict(model.named_parameters())
         stage = ctx.impl.pipeline.PipelineStage(model, group=pp)
-        with ctx.phase("step0"):
+        trace = StageTrace(model, start, stop)
+        with ctx.phase("step0"), trace.saving():
             loss = self.call(ctx, stage, dp, 0)
+        trace.remove()
+        ctx.record_value("step0/forwards and backwards, in order", trace.order())
+        ctx.record_value("step0/micro-batches whose activations were alive at once", trace.peak)
         if stage_index == p - 1:
             ctx.record("step0/loss", loss if isinstance(loss, torch.Tensor) else None)
         else:
@@ -329,9 +436,13 @@ class DataParallelPipeline(Check):
             for s, r in enumerate(ranks):
                 names = own_names(self.num_layers, *cut(s, len(ranks), self.num_layers))
                 e = exp[r] = {}
+                e["step0/forwards and backwards, in order"] = schedule_1f1b(s, len(ranks), self.m)
+                e["step0/micro-batches whose activations were alive at once"] = Bound(
+                    high=min(len(ranks) - s, self.m), what="min(N - r, M) micro-batches (1F1B)")
                 if s == len(ranks) - 1:
                     e["step0/loss"] = Like(shard_loss(self.num_layers, d, len(pipelines)), ((
-                        ref["loss"], "every replica training on the whole batch", DP_GRADS),))
+                        ref["loss"], "training every replica on the whole batch, or averaging the "
+                        "replicas' losses over dp_group,", DP_LOSS),))
                 else:
                     e["step0/returned"] = "None"
                 for name in names:

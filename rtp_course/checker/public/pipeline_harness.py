@@ -159,9 +159,10 @@ ORDER_1F1B = ("rule 'Schedule': stage r runs w = min(N - r - 1, M) warm-up forwa
               "times one forward and the backward of the OLDEST micro-batch kept, then the w "
               "backwards left: F^w (F B)^(M-w) B^w, micro-batches in order 0 .. M-1")
 MEMORY_1F1B = ("rule 'Memory': 1F1B's stage r keeps at most min(N - r, M) micro-batches' "
-               "activations (what autograd saved for their backward): run each backward without "
-               "retain_graph, and let go of the micro-batch (its input, output) once it ran, so "
-               "the graph is freed; holding every micro-batch's graph is GPipe's memory")
+               "activations (what autograd saved for their backward): a backward without "
+               "retain_graph frees them, so run the oldest micro-batch's backward after each "
+               "steady-state forward (retain_graph=True, or every forward before the backwards, "
+               "is GPipe's memory)")
 
 
 # DP x PP: the pipeline length P at each world size (D = N / P replicas): pure data parallelism

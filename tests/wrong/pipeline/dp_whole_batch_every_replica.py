@@ -1,6 +1,6 @@
 r"""Every DP x PP replica trains on the whole batch instead of its own shard of it.
 
-EXPECT: step0/loss.*it equals what every replica training on the whole batch gives
+EXPECT: step0/loss.*it equals what training every replica on the whole batch.*each replica trains on its own shard
 CLASS: values
 WORLD_SIZES: 2
 ONLY: data_parallel_pipeline
