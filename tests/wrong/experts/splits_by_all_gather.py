@@ -3,7 +3,7 @@ all-to-all: the right numbers, but a collective the rule does not allow (each ra
 N x N counts where it needs N).
 
 EXPECT: ExpertParallelMoE .*phase forward: rank \d, forward: 1 call\(s\) other than all_to_all, expected exactly 0; seen: all_gather_into_tensor at experts\.py:\d+ in forward.*rule 'Communication': forward makes all-to-alls only
-CLASS: communication
+CLASS: traffic
 WORLD_SIZES: 2 4
 ONLY: ExpertParallelMoE
 """
