@@ -27,6 +27,7 @@ def test_the_reference_trains_3d_parallel_as_serial_training(monkeypatch, capsys
     assert set(verdict.traffic["dp"]) == {"all_reduce"}, verdict.traffic
 
 
+@pytest.mark.extended     # the judging is unit-tested (tests/unit/test_capstone_compare.py)
 @pytest.mark.parametrize("entry, expect", [
     ("tensor_parallel/column_no_duplicate",
      r"step 1, backward, before the DP average: rank \d \(dp \d, pp 1, tp \d\)'s gradient of "
@@ -45,6 +46,7 @@ def test_a_wrong_tp_or_dp_part_is_caught_and_named(entry, expect, tmp_path, monk
     assert "Traceback" not in out, out
 
 
+@pytest.mark.extended     # a stub's skip, as the notebooks' runs with the stubs show it
 def test_a_missing_exercise_is_named_with_where_it_is_taught(tmp_path, monkeypatch, capsys):
     impl = tmp_path / "impl"
     shutil.copytree(ROOT / "solutions", impl, ignore=shutil.ignore_patterns("__pycache__"))

@@ -154,6 +154,7 @@ def test_bad_check_arguments_are_refused_before_anything_runs(kw, says):
         engine.run(["comm"], impl=str(ROOT / "solutions"), world_sizes=[2], **kw)
 
 
+@pytest.mark.extended     # a way of launching, not a verdict
 def test_a_script_without_a_main_guard_is_checked_once(tmp_path):
     """multiprocessing runs the parent's main script again in each new process: the ranks
     must not, or a plain two-line script checks itself in every rank."""
@@ -168,6 +169,7 @@ def test_a_script_without_a_main_guard_is_checked_once(tmp_path):
     assert out.count("the script ran") == 1 and "4 / 4" in out, out[-3000:]
 
 
+@pytest.mark.extended     # a way of launching, not a verdict
 def test_a_function_defined_in_the_main_script_can_still_be_launched(tmp_path):
     script = tmp_path / "launch_me.py"
     script.write_text("import torch.distributed as dist\n"

@@ -86,6 +86,7 @@ def test_a_file_python_cannot_even_compile_is_a_grade_not_a_grader_crash(tmp_pat
     assert results and all(r.status == "error" for r in results), report.text(results)
 
 
+@pytest.mark.extended     # wording of a rare case
 def test_a_world_size_without_checks_is_one_sentence():
     r = subprocess.run([PY, "-m", "rtp_course.cli", "check", "comm", "--world-size", "9"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)

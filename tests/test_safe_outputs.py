@@ -94,6 +94,7 @@ def _config(course: Path) -> dict:
     return {"autograde": autograde, "feedback": feedback}
 
 
+@pytest.mark.extended     # the order; the end-to-end test above holds the outcome
 def test_the_course_config_runs_it_after_autograde_executes_and_before_feedback_renders(tmp_path):
     cfg = _config(tmp_path)
     name = "rtp_course.instructor.safe_outputs.SafeOutputs"

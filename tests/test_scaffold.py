@@ -71,6 +71,7 @@ def test_the_stub_fails_its_check_with_the_authors_todo(scaffolded):
         r.stdout + r.stderr
 
 
+@pytest.mark.extended     # the course's own consistency tests, run again on a copy
 def test_the_course_is_consistent_with_the_new_row(scaffolded):
     copy, _ = scaffolded
     r = _run(copy, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
