@@ -57,7 +57,10 @@ class ExpertParallelMoERedrawn(pub.ExpertParallelMoECheck):
 
 
 class TrainStepFloat32(_Float32, pub.TrainStepCheck):
-    name = "train_step_float32"
+    """SGD only: Adam divides each gradient by its own size, so float32 rounding of a
+    near-zero gradient becomes a step of the learning rate, and a correct implementation
+    summing in another order failed at 3 ranks on some draws."""
+    name, optimizers = "train_step_float32", ("sgd",)
 
 
 class TrainStepTop2(pub.TrainStepCheck):

@@ -646,6 +646,7 @@ class TrainStepCheck(Check):
     exercise, name = "experts", "train_step"
     case = _Case()
     ep_of = staticmethod(lambda w: w)          # pure expert parallelism
+    optimizers = OPTIMIZERS
     AUX_TRAIN = 0.1
     hints = {
         "step": "train_step: optimizer.zero_grad(); y, aux = model(inputs); loss = "
@@ -677,7 +678,7 @@ class TrainStepCheck(Check):
         ep = self.ep_of(w)
         ep_group, dp_group = self.groups(ctx)
         t, _ = layout_ep_dp(r, w, ep)
-        for opt_name in OPTIMIZERS:
+        for opt_name in self.optimizers:
             model = E.ExpertParallelMoE(build_moe(self.case, w, ctx.dtype).to(ctx.device),
                                         group=ep_group)
             opt = make_optimizer(opt_name, model.parameters())
@@ -693,7 +694,7 @@ class TrainStepCheck(Check):
     def expected(self, w):
         ep = self.ep_of(w)
         exp = {r: {} for r in range(w)}
-        for opt_name in OPTIMIZERS:
+        for opt_name in self.optimizers:
             moe = build_moe(self.case, w)
             opt = make_optimizer(opt_name, moe.parameters())
             for k in range(1, STEPS + 1):
