@@ -110,7 +110,8 @@ def _ignoring_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("started", ["from a terminal", "as a script's background job"])
+@pytest.mark.parametrize("started", [   # a background job in the extended tier
+    "from a terminal", pytest.param("as a script's background job", marks=pytest.mark.extended)])
 def test_sigint_stops_the_checker_in_one_line(tmp_path, started):
     """Ctrl-C at a terminal signals the whole foreground process group, workers included. A
     script's background job (bash without job control: the test command run with `&`) starts

@@ -6,6 +6,7 @@ import csv
 import sys
 from pathlib import Path
 
+import pytest
 from nbgrader.api import Comment, Gradebook
 
 from rtp_course.instructor import grade_code, review_class
@@ -142,6 +143,7 @@ def test_regrading_one_student_keeps_anothers_tampering_row(tmp_path):
         assert not list(csv.DictReader(fh))
 
 
+@pytest.mark.extended     # the scan's decoding is unit-tested (tests/unit/test_review_scan.py)
 def test_a_module_that_declares_utf7_is_reviewed_as_python_runs_it(tmp_path):
     """The red team's comm.py declared `coding: utf-7` and hid the whole reference and an
     `import ctypes` in one comment line of its UTF-8 reading: the scan and the similarity read

@@ -127,6 +127,7 @@ def test_a_table_edited_alone_is_detected_before_grading(tmp_path, monkeypatch, 
     assert "rtp-course points --write" in capsys.readouterr().err
 
 
+@pytest.mark.extended     # a report's wording; the points themselves are held by the grading tests
 def test_points_says_whom_a_new_check_reweights(tmp_path):
     """A hidden check added to an exercise re-weighted every student with no word."""
     course, a = make_course(tmp_path, {"alice": None})

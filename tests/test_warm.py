@@ -153,7 +153,8 @@ def test_a_directory_others_can_open_is_not_used(tmp_path, monkeypatch):
 
 
 @needs_server
-@pytest.mark.parametrize("victim", ["the command", "the run's process in the server"])
+@pytest.mark.parametrize("victim", [   # the server's side in the default tier, both in extended
+    pytest.param("the command", marks=pytest.mark.extended), "the run's process in the server"])
 def test_a_killed_run_leaves_nothing_behind(server_dir, tmp_path, victim):
     """SIGKILL of the command (its run sees the connection close) or of the server's child that
     runs it (its guardian takes over): the ranks, the forkserver and what they started end."""
