@@ -42,7 +42,7 @@ FIRST = ("test_nbgrader_cycle.py", "test_slurm.py", "test_gpu_proof.py", "test_c
          "test_release.py", "test_grade_rounds.py")
 
 
-# Three tiers. The README's test command (`pytest -q`) runs the default tier, in under 10
+# Three tiers. The README's test command (`pytest -q`) runs the default tier, in about 10
 # minutes on 2 cores. `--extended` adds what repeats its evidence at more cost (each correct
 # alternative at 1, 3 and 4 ranks besides 2 confined; each notebook run top to bottom, with the
 # reference and with the stubs, where the default tier's nbgrader cycle runs their grading
