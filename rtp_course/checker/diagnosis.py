@@ -23,6 +23,8 @@ import re
 import signal
 
 from rtp_course import course
+from rtp_course.course import messages
+from rtp_course.course.messages import say
 from rtp_course.checker import budgets as B
 from rtp_course.checker.communication import TRANSPORT_WORDS, collectives_differ, transport_said
 from rtp_course.checker.types import (NOT_GRADED, SHARED, TOO_SLOW, Outcome, RankStatus, Result,
@@ -32,111 +34,8 @@ from rtp_course.runtime.launcher import RankFailed, RankHung, died_how, stderr_t
 
 # --- exceptions ------------------------------------------------------------------------------
 
-SURE = [
-    (r"HARNESS CHANGED",       # confinement/integrity.py: the text is the message's own
-     "remove the code that changes the checker's objects, torch.distributed or commlog's "
-     "record: the check judges what your code computes and communicates, nothing else"),
-    (r"Received data size doesn't match expected size|op\.preamble\.length|"
-     r"receive buffer holds",
-     "a message arrived with another size than the buffer waiting for it: either the ranks' "
-     "collectives did not match (every rank must make the same calls, in the same order, "
-     "with tensors of the same size), or a receive was allocated with the wrong shape or "
-     "dtype (allocate it with the shape and dtype of what the peer sends: with uneven shards "
-     "the shape of the shard that arrives, not of your own, i.e. recv_shape; recv_dtype when "
-     "the peer sends another dtype; never the default float32); in an all-to-all, rank q's "
-     "output_splits[p] must be rank p's input_splits[q]: exchange the split sizes first"),
-    (r"collective calls do not match|calls do not match",
-     "the ranks' collectives did not match: every rank of a group must make the same "
-     "collective calls, in the same order, with tensors of the same shape and dtype (a rank "
-     "that skips a call, or makes one more, pairs its next call with another rank's)"),
-    (r"modified by an inplace operation",
-     "a tensor autograd saved for backward was changed in place (an in-place collective such "
-     "as all_reduce, or +=, on it; or a buffer a function keeps and writes again at its next "
-     "call, which two calls before one backward show): communicate a clone, or a tensor "
-     "autograd did not save, and return tensors of each call's own"),
-    (r"backward through the graph a second time",
-     "a tensor kept from an earlier call (on the module, its class or in a global) carries that "
-     "call's graph, which its backward freed: keep nothing of one call for the next; each call "
-     "computes from its own inputs and returns tensors of its own"),
-    (r"a leaf Variable that requires grad is being used in an in-place operation",
-     "an in-place change of a parameter (a broadcast or copy_ into it) must run under "
-     "torch.no_grad()"),
-    (r"expected scalar type|must have the same dtype|same dtype|dtype mismatch",
-     "rule 'Dtypes': tensors of different dtypes met: create buffers, shards and helper "
-     "tensors (a mask turned into a bias) in the dtype of the tensors they meet "
-     "(torch.empty(..., dtype=x.dtype), x.new_zeros(...)); one made in the default float32 "
-     "promotes half-precision data to float32"),
-    (r"made without a device",
-     "rule 'Device': create every tensor on the device of the data it meets "
-     "(torch.empty(shape, dtype=x.dtype, device=x.device), x.new_empty(shape), "
-     "torch.empty_like(x)); the checker treats a tensor made without device= as a GPU run "
-     "would: in CPU memory"),
-    (r"\[Errno 27\] File too large",
-     "a rank may write files of at most 512 MB each (the checker's cap on a rank's disk, "
-     "RTP_COURSE_RANK_FILE_MB): code under test has nothing to write to disk"),
-    (r"\[Errno 28\] No space left on device",
-     "a rank's private directory holds at most 512 MB and 10000 files in all (the checker's "
-     "cap on a rank's disk, unless RTP_COURSE_RANK_DISK_MB says otherwise): code under test "
-     "has nothing to write to disk"),
-    (r"can't allocate memory|Cannot allocate memory|MemoryError",
-     "a rank on CPU may use at most 4096 MB of memory (the checker's cap, "
-     "RTP_COURSE_RANK_MEMORY_MB): the checks' tensors take a few kilobytes; look for a "
-     "tensor whose size grows with a loop, or a copy kept on every step"),
-    (r"non-contiguous .* tensor \(at ",
-     "rule 'Contiguity': NCCL sends only contiguous memory; a view such as x.t(), x[:, 1:] or "
-     "x.narrow(...) is not: hand the collective x.contiguous() (gloo takes the view, so the "
-     "checker refuses it on CPU too)"),
-    (r"device-side assert triggered|CUDA error: an illegal memory access",
-     "a CUDA kernel failed (on a GPU an index out of range is reported this way, later than "
-     "the line that caused it): look for an index past the end in this check's code, e.g. "
-     "an embedding lookup of ids outside this rank's rows that was not masked"),
-    (r"Mismatch in shape: grad_output\[0\] has a shape of",
-     "a backward recomputed an output whose shape differs from the gradient it was given: the "
-     "recomputation used other tensors than the forward did, either another call's input (a "
-     "layer called twice before one backward keeps each call's inputs in its own autograd "
-     "context, ctx.save_for_backward, never on the module) or another shard's shape (receive "
-     "each shard with its own shape, recv_shape)"),
-    (r"values to unpack \(expected \d+, got 1\)|returned ONE handle for the whole batch",
-     "on NCCL, dist.batch_isend_irecv returns ONE handle for the whole batch (gloo one per "
-     "operation; the checker gives one on CPU too): wait on every handle in the list it "
-     "returns (for w in works: w.wait()), never unpack or index it. rule 'Device': "
-     "\"dist.batch_isend_irecv returns ONE handle for the whole batch (wait on every handle it "
-     "returns, never unpack them)\""),
-    (r"Expected all tensors to be on the same device|No backend type associated with device",
-     "a tensor on another device than the others: create tensors on the device of your input "
-     "(device=x.device)"),
-]
-LIKELY = [
-    (r"mat1 and mat2 shapes cannot be multiplied|size of tensor a \(\d+\) must match the size "
-     r"of tensor b",
-     "a product or a sum of mismatched shapes: compare each shard's shape with the docstring "
-     "(which dimension is split, which rank holds which slice)"),
-    (r"Sizes of tensors must match except in dimension",
-     "torch.cat of parts whose other dimensions differ: concatenate along the split "
-     "dimension, and give each part the size of its own shard"),
-    (r"does not require grad and does not have a grad_fn",
-     "the result lost its autograd history: a tensor that was detached (or made under "
-     "torch.no_grad()) cannot carry gradients back; return what your autograd.Function "
-     "computed from its inputs"),
-    (r"returned an invalid gradient at index \d+ - got",
-     "a backward returned a gradient of another shape than its forward's input: what backward "
-     "needs (the dim, the sizes, the rank) must be saved on ctx by the same call's forward; a "
-     "function called again before the first call's backward overwrites what was kept on the "
-     "class, the module or a global"),
-    (r"backward through the graph a second time",
-     "backward ran twice through the same graph: call backward once per forward, or keep "
-     "the tensors you need instead of re-running backward"),
-    (r"list index out of range|index \d+ is out of bounds",
-     "an index past the end: ring positions wrap around, (r + k) % N, and shard indices run "
-     "from 0 to N-1"),
-    (r"Invalid process group|is not part of|not in (the )?group",
-     "a rank number a call was given is not in the group it was given (a src, a dst, a peer, "
-     "or the calling rank itself): a collective's src and a send's peer are GLOBAL ranks of "
-     "members of `group` (dist.get_global_rank(group, 0), dist.get_global_rank(group, peer)), "
-     "and only members call a group's collectives"),
-]
-_TIERS = {"sure": [(re.compile(p), h) for p, h in SURE],
-          "likely": [(re.compile(p), h) for p, h in LIKELY]}
+_TIERS = {tier: [(re.compile(m.shows), m.text) for m in messages.causes(tier)]
+          for tier in ("sure", "likely")}
 
 
 def exception_hint(text: str, tier: str = "sure") -> str:
@@ -149,23 +48,13 @@ def exception_hint(text: str, tier: str = "sure") -> str:
 
 # --- hangs -----------------------------------------------------------------------------------
 
-BLOCKING_SENDS = ("every rank is blocked in a blocking dist.send, and no rank has posted a "
-                  "receive: a send returns only when the peer receives (on gloo and NCCL "
-                  "alike). Post the receive and the send together (dist.batch_isend_irecv), "
-                  "then wait")
 RECEIVES, SENDS = ("recv", "irecv"), ("send", "isend")
 
 
 def _left_out(done: list, blocked: dict[int, RankStatus]) -> str:
     calls = sorted({(st.family or st.call or "").split(" ")[0]
                     for st in blocked.values()})
-    return (f"rank(s) {', '.join(map(str, done))} finished this check while the others wait in "
-            f"{', '.join(calls)}: a collective that the finished ranks never called. Either they "
-            f"skipped it (every rank makes the same collectives whatever its data: a rank whose "
-            f"tensor or gradient is zero all-reduces it all the same), or it ran over more ranks "
-            f"than the group (a collective called without group= runs over the whole world, and "
-            f"ranks outside the subgroup are waited for forever: pass `group` to every "
-            f"collective)")
+    return say("hang.left-out", done=", ".join(map(str, done)), calls=", ".join(calls))
 
 
 def _unmatched(r: int, st: RankStatus, mine: dict[int, RankStatus]) -> str:
@@ -180,39 +69,24 @@ def _unmatched(r: int, st: RankStatus, mine: dict[int, RankStatus]) -> str:
     half, theirs = ("send", "sent_to") if receiving else ("receive", "recv_from")
     if not receiving and peer.family in SENDS and peer.peer == r and peer.call and not peer.done:
         # the peer's receive may well come, after its own send: neither gets there
-        return (f"rank {r} and rank {peer_rank} are both blocked in a send to each other (rank "
-                f"{r}: {st.call}; rank {peer_rank}: {peer.call}), each posting its receive only "
-                f"after its send: on NCCL a send waits for its receive. Where two neighbours "
-                f"send to each other at once, at least one of them posts its receive together "
-                f"with its send (one dist.batch_isend_irecv) or before it")
+        return say("hang.both-send-first", r=r, peer=peer_rank, call=st.call,
+                   peer_call=peer.call)
     if not peer.count(theirs, r):
         others = sorted(k for k in getattr(peer, theirs) if k != str(r))
         went = (f"its {half}s {'went to' if receiving else 'came from'} rank(s) "
                 f"{', '.join(others)}" if others else f"it posted no {half} at all")
         verb = "receive from" if receiving else "have its send received by"
-        return (f"rank {r} waits to {verb} rank {peer_rank}, but rank {peer_rank} never posted "
-                f"a {half} {'to' if receiving else 'from'} rank {r} in this check ({went}): every "
-                f"transfer needs its other half on the peer. Check the direction of each peer, "
-                f"and that both the isend and the irecv are posted")
+        return say("hang.half-missing", r=r, verb=verb, peer=peer_rank, half=half,
+                   to="to" if receiving else "from", went=went)
     if receiving and peer.count("dropped_to", r) and peer.family not in SENDS:
-        return (f"rank {r} waits to receive from rank {peer_rank}, which posted the send but "
-                f"never waited on its work (and is no longer waiting for it): a send whose "
-                f"work is dropped unwaited may never be delivered (gloo). wait() on EVERY work "
-                f"you start, the send's as well as the receive's")
+        return say("hang.send-dropped", r=r, peer=peer_rank)
     if st.phase and peer.phase and peer.phase != st.phase:
         where = "finished this check" if peer.done else f"went on to phase '{peer.phase}'"
         verb, mine = (("receive from", "receives from") if receiving
                       else ("have its send received by", "sends to"))
-        return (f"rank {r} waits in phase '{st.phase}' to {verb} rank {peer_rank}, which "
-                f"{where}: in '{st.phase}' rank {peer_rank} posted fewer {half}s "
-                f"{'to' if receiving else 'from'} rank {r} than rank {r} posted {mine} it. "
-                f"Count each direction's transfers in every part of the call on both sides: "
-                f"each needs its other half")
+        return say("hang.fewer-in-phase", r=r, phase=st.phase, verb=verb, peer=peer_rank,
+                   where=where, half=half, to="to" if receiving else "from", mine=mine)
     return ""
-
-
-COMPUTING = ("no rank was inside a communication call: each was blocked somewhere else (a "
-             "sleep, a lock, a read of input?). Code under test only computes and communicates")
 
 
 def hang_hint(check_id: str, statuses: dict[int, RankStatus]) -> str:
@@ -221,7 +95,7 @@ def hang_hint(check_id: str, statuses: dict[int, RankStatus]) -> str:
     blocked = {r: st for r, st in mine.items() if st.call and not st.done}
     running = [st for st in mine.values() if not st.done]
     if running and not blocked and len(mine) == len(statuses):
-        return COMPUTING
+        return say("hang.computing")
     done = sorted(r for r, st in mine.items() if st.done)
     # dist.new_group is collective over the whole job, whatever its ranks: ranks waiting in it
     # while others finished made the calls in another order or number (the check's own hint)
@@ -231,7 +105,7 @@ def hang_hint(check_id: str, statuses: dict[int, RankStatus]) -> str:
         return _left_out(done, blocked)
     if blocked and len(blocked) == len(mine) and all(
             st.family == "send" and not st.recv_from for st in blocked.values()):
-        return BLOCKING_SENDS
+        return say("hang.blocking-sends")
     for r, st in sorted(blocked.items()):
         why = _unmatched(r, st, mine)
         if why:
@@ -239,26 +113,6 @@ def hang_hint(check_id: str, statuses: dict[int, RankStatus]) -> str:
     return ""
 
 # --- the check during which a group ended -----------------------------------------------------
-
-MISMATCH_HINT = ("a process killed by the communication library usually means the ranks' "
-                 "collectives did not match (a different order, count or size on some rank); "
-                 "what the rank printed last is quoted above")
-DISK_HINT = ("code under test has nothing to write to disk: a check's results are a few "
-             "tensors, kept in memory")
-IMPORT_HINT = ("code at the top level of a module runs when it is imported: keep it to "
-               "definitions, and move work into the functions the checks call")
-STUCK_HINT = ("every rank must make the same collective calls in the same order; "
-              "point-to-point sends need a matching receive on the peer (post them together "
-              "with dist.batch_isend_irecv)")
-
-
-DROPPED_CRASH = ("a work whose handle was let go unwaited still runs (NCCL's stream, gloo's "
-                 "thread) and writes into its tensors: most likely into memory freed since (a "
-                 "storage resized to 0, a buffer dropped or reallocated), which crashes the "
-                 "process. Keep the handle of every transfer you start (a prefetch's too: "
-                 "never overwrite a handle still in flight) and wait() on it before you free, "
-                 "reuse or return its tensors")
-
 
 def _counted(names: list) -> list:
     """Each name once, in order, with how many times it came where more than once."""
@@ -272,14 +126,12 @@ def crash_hint(exit_code: int, in_call: bool, said: str = "") -> str:
     if cause:
         return cause
     if exit_code == 0:
-        return ("code under test must return its result, never end the process "
-                "(no sys.exit, os._exit or signals)")
+        return say("crash.exited")
     if exit_code == -signal.SIGABRT and in_call:
-        return MISMATCH_HINT
+        return say("crash.mismatch")
     if exit_code == -signal.SIGSEGV:
-        return ("a segmentation fault usually means a tensor used after its memory was freed, "
-                "or a wrong-sized buffer given to a communication call")
-    return "the process was killed from outside or by the system (out of memory?)"
+        return say("crash.segfault")
+    return say("crash.killed")
 
 
 def where_ranks_were(check, statuses: dict[int, RankStatus],
@@ -316,8 +168,7 @@ def import_hang_message(module: str, failure: Stuck, impl_dir: str) -> str:
         if lines:
             where = " at " + lines[0].strip().replace(impl_dir + "/", "")
             break
-    return (f"importing {module}.py did not finish ({failure.why}){where}: an endless loop or "
-            f"a blocking call at import time? Every check of {module} fails")
+    return say("hang.import", module=module, why=failure.why, where=where)
 
 
 def after_exception(check, ws: int, rundir, res: Result, partial: dict[int, Outcome]) -> Result:
@@ -361,7 +212,7 @@ def _stopped(check, base: dict, ws: int, failure: Stuck, partial: dict | None = 
     base["phase"] = str(phases[0])[:200] if phases else ""
     if failure.reason == StopReason.DISK:
         return Result(**base, status=Verdict.ERROR, message=failure.why, rank=failure.rank,
-                      hint=DISK_HINT)
+                      hint=say("crash.disk"))
     if failure.reason == StopReason.BUSY:
         return Result(**base, status=Verdict.BUSY, message=f"{failure.why} (at "
                       f"{failure.elapsed:.0f} s it had used {failure.cpu:.1f} CPU-seconds)",
@@ -386,7 +237,7 @@ def _stopped(check, base: dict, ws: int, failure: Stuck, partial: dict | None = 
                   message=f"deadlock: {failure.why}; {where}",
                   hint=_harness_hint(check, failure.statuses)
                   or hang_hint(check.id, failure.statuses)
-                  or check.hints.get("deadlock") or STUCK_HINT)
+                  or check.hints.get("deadlock") or say("hang.stuck"))
 
 
 def _in_check(statuses: dict[int, RankStatus], check) -> dict[int, RankStatus]:
@@ -415,7 +266,7 @@ def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
                                   f"'{st.phase or '?'}'{call}: {died_how(failure.exit_code)}"
                                   f"{said}; before, it let go of a work it never waited: "
                                   f"{'; '.join(_counted(dropped))}",
-                          hint=DROPPED_CRASH)
+                          hint=say("crash.dropped"))
         return Result(**base, status=Verdict.ERROR, rank=failure.rank, phase=phase,
                       message=f"rank {failure.rank} crashed during phase '{st.phase or '?'}'"
                               f"{call}: {died_how(failure.exit_code)}{said}",
@@ -428,7 +279,7 @@ def _crashed(base: dict, ws: int, rundir, failure: RankFailed, check,
         said = last
     return Result(**base, status=Verdict.ERROR, rank=failure.rank, phase=phase,
                   message=f"rank {failure.rank} crashed: {said}; at that moment: {where}",
-                  hint=MISMATCH_HINT, details={"traceback": failure.traceback,
+                  hint=say("crash.mismatch"), details={"traceback": failure.traceback,
                                                "transport": last})
 
 
@@ -480,8 +331,8 @@ def blame_earlier_tasks(results: list, checks: dict | None = None) -> None:
         if causes:
             cause = min(causes, key=lambda e: position.get(e.task, (99, 99)))
             then = f"; if this check still fails after that: {r.hint}" if r.hint else ""
-            r.hint = (f"this may follow from [{cause.task}] {cause.exercise}.{cause.check}, "
-                      f"which fails its own check: fix that first{then}")
+            r.hint = say("blame.earlier", task=cause.task, exercise=cause.exercise,
+                         check=cause.check, then=then)
 
 
 def _names_besides(task_id: str) -> set:

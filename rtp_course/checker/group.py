@@ -20,6 +20,7 @@ from rtp_course.checker.types import RankStatus, Result, StopReason, Verdict
 from rtp_course.checker.watchdog import Stuck, Watchdog
 from rtp_course.checker.worker import run_checks
 from rtp_course.course import material
+from rtp_course.course.messages import say
 from rtp_course.runtime import output, reaper
 from rtp_course.runtime.launcher import LaunchError, RankFailed, RankHung, launch
 
@@ -150,7 +151,7 @@ def _ended(todo, done, ws, rundir, failure, job, budgets) -> list:
         module = failure.check_id.split(":", 1)[1]
         message = diagnosis.import_hang_message(module, failure, job["impl"])
         return [Result(c.exercise, c.name, ws, Verdict.DEADLOCK, message, phase="import",
-                       hint=diagnosis.IMPORT_HINT) for c in todo[done:] if c.exercise == module]
+                       hint=say("crash.import")) for c in todo[done:] if c.exercise == module]
     broken = todo[done]
     if _connections_broke(failure, job):
         why = str(failure).strip().splitlines()[-1][:200] if str(failure).strip() else ""

@@ -14,6 +14,7 @@ from rtp_course.checker.diagnosis import exception_hint
 from rtp_course.checker.registry import Bound, Check, Like
 # NOT_GRADED and Result live in checker/types.py; callers that take them from here still can
 from rtp_course.checker.types import NOT_GRADED, Outcome, OutcomeStatus, Result, Verdict  # noqa: F401
+from rtp_course.course.messages import say, says
 
 TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-2), torch.float16: (1e-2, 1e-3)}
@@ -65,12 +66,6 @@ def compare_tensor(expected: torch.Tensor, actual, world_size: int | None = None
     return False, msg, details
 
 
-DTYPES = ("rule 'Dtypes': keep the dtype of the tensors you are given: a buffer made with "
-          "torch.zeros(n) or torch.empty(n) is float32 (the default dtype), and a float32 "
-          "helper tensor promotes half-precision data to float32; use x.new_zeros(n), "
-          "torch.empty_like(x), or pass dtype=x.dtype")
-
-
 def _wrong_dtype(expected, actual) -> tuple[bool, str, dict]:
     """Another dtype than the one that came in fails, whatever the values (rule 'Dtypes')."""
     name = lambda t: str(t.dtype).replace("torch.", "")  # noqa: E731
@@ -80,7 +75,7 @@ def _wrong_dtype(expected, actual) -> tuple[bool, str, dict]:
         agree = torch.allclose(actual.to(expected.dtype), expected, rtol=rtol, atol=atol)
         msg += " (the values agree)" if agree else " (and the values differ)"
     return False, msg, {"cause": f"it has dtype {name(actual)}, expected {name(expected)}",
-                        "cause_hint": DTYPES, "cause_overrides": True}
+                        "cause_hint": say("value.dtypes"), "cause_overrides": True}
 
 
 def causes(expected, actual, own_dtype, world_size, factors=()) -> tuple[str, str, bool] | None:
@@ -90,43 +85,27 @@ def causes(expected, actual, own_dtype, world_size, factors=()) -> tuple[str, st
     # atol 1e-6: an optimizer step amplifies float32 rounding of small gradients (Adam: 2.7e-7
     # on a weight of 0.016, seen once in a rounded flat buffer under load)
     if expected.dtype == torch.float64 and torch.allclose(actual, expected, rtol=1e-5, atol=1e-6):
-        return ("its values agree with the expected ones only to float32 precision (about 7 "
-                "digits): somewhere on the way they were float32",
-                DTYPES, True)
+        return say("value.float32"), say("value.dtypes"), True
     bad = ~torch.isfinite(actual)
     if bad.any():
-        return (f"{int(bad.sum())} entries are NaN or infinite",
-                "NaN or inf where the serial model has numbers: memory read before it was "
-                "written (torch.empty, a receive buffer used before wait()), or a division by zero",
-                True)
+        return say("value.not-finite", n=int(bad.sum())), say("value.not-finite-hint"), True
     scale = expected.abs().max().item()
     if scale > 0 and actual.abs().max().item() > 1e6 * scale:
-        return ("some entries are huge next to the expected values",
-                "values like these are uninitialised memory: a torch.empty buffer (or a receive "
-                "buffer) read before anything was written into it; wait() for a receive before "
-                "using its tensor", True)
+        return say("value.huge"), say("value.huge-hint"), True
     if scale > 0 and not actual.any():
-        return ("it is all zeros",
-                "all zeros where the serial model has values: was it ever written? (a receive "
-                "never waited for, an in-place update of a copy, a gradient never accumulated)",
-                False)
+        return say("value.zeros"), say("value.zeros-hint"), False
     norm = (expected * expected).sum()
     if norm > 0:
         ratio = ((actual * expected).sum() / norm).item()
         rtol, atol = TOLERANCE.get(expected.dtype, (1e-5, 1e-6))
         if abs(ratio) > 1e-6 and torch.allclose(actual, ratio * expected, rtol=rtol, atol=atol):
             why, hint = _ratio_cause(ratio, world_size, factors)
-            return (f"{SCALED} {ratio:.4g} x the expected value" + (f" ({why})" if why else ""),
+            return (say("value.scaled", ratio=f"{ratio:.4g}") + (f" ({why})" if why else ""),
                     hint, bool(hint))
         flat_e, flat_a = expected.flatten().sort().values, actual.flatten().sort().values
         if expected.numel() > 1 and torch.allclose(flat_a, flat_e, rtol=rtol, atol=atol):
-            return ("it holds the right values in the wrong places",
-                    "the right numbers in the wrong places: a slice taken with the wrong rank or "
-                    "offset, blocks concatenated in the wrong order, or the wrong dim", False)
+            return say("value.misplaced"), say("value.misplaced-hint"), False
     return None
-
-
-SCALED = "every entry is"
 
 
 def _hint(check, key, details) -> str:
@@ -135,7 +114,7 @@ def _hint(check, key, details) -> str:
     layouts that do not matter then)."""
     if details.get("cause_overrides"):
         return details["cause_hint"]
-    if details.get("cause", "").startswith(SCALED):
+    if says("value.scaled", details.get("cause", "")):
         scaled = check.hint(key, form="scaled")
         if scaled:
             return scaled
@@ -147,15 +126,14 @@ def _ratio_cause(ratio: float, world_size: int | None, factors=()) -> tuple[str,
     for, "" where the check's own hint says it better): the check's own factors first (a
     scale of its shapes), then the world size's; every cause the ratio fits is named."""
     if abs(ratio + 1) < 1e-6:
-        return "the sign is flipped", ""
+        return say("value.sign"), ""
     found = [(cause, hint) for factor, cause, hint in factors
              if abs(ratio - factor) < 1e-6 * max(1.0, abs(factor))]
     if world_size and world_size > 1:
         if abs(ratio - world_size) < 1e-6:
-            found.append((f"{world_size} = the world size: a sum over the ranks where their mean "
-                          f"is wanted", ""))
+            found.append((say("value.world-sum", n=world_size), ""))
         if abs(ratio - 1 / world_size) < 1e-6:
-            found.append((f"1/{world_size}: divided by the world size once too often", ""))
+            found.append((say("value.world-divided", n=world_size), ""))
     if not found:
         return "", ""
     return "; or ".join(cause for cause, _ in found), found[0][1]
@@ -208,7 +186,7 @@ def compare(check: Check, world_size: int, outcomes: dict[int, Outcome], expecte
         rank, what = tagged
         result.message += (f"; rank {rank} told its transfers apart by tag ({what}): NCCL "
                            f"ignores tags, and so does the checker")
-        result.hint = TAGS_HINT + (f". What failed says: {result.hint}" if result.hint else "")
+        result.hint = say("comm.tags") + (f". What failed says: {result.hint}" if result.hint else "")
     # (not where the failure is the check's own list of works never waited: it names them)
     dropped = _dropped(outcomes, result.phase) if result.status == Verdict.FAILED \
         and "never waited" not in result.key else None
@@ -216,20 +194,8 @@ def compare(check: Check, world_size: int, outcomes: dict[int, Outcome], expecte
         rank, what = dropped
         result.message = (f"rank {rank} let go of a work it never waited ({what}); "
                           f"then: {result.message}")
-        result.hint = DROPPED_HINT + (f". What failed says: {result.hint}" if result.hint else "")
+        result.hint = say("comm.dropped") + (f". What failed says: {result.hint}" if result.hint else "")
     return result
-
-
-DROPPED_HINT = ("keep the handle of every transfer you start and wait() on it before you use "
-                "what it moves, or return: a handle let go unwaited still runs on NCCL (and "
-                "moves data nobody asked for), while on gloo its pair can stall the next transfer")
-
-
-TAGS_HINT = ("NCCL ignores the tag of a send or receive: between two ranks it matches sends "
-             "and receives by the order they were posted, nothing else (gloo matches tags "
-             "too; the checker does as NCCL). Transfers told apart by tag (k's and v's) swap "
-             "where one rank posts them in another order than its peer: post them in the same "
-             "order on every rank (k's send and receive before v's), or send both in one buffer")
 
 
 def _tagged(outcomes: dict, phase: str):
@@ -455,9 +421,5 @@ def fallout(o: Outcome) -> bool:
 def _error_hint(o) -> str:
     """Fallout: the rank failed because a peer left, whatever it was doing."""
     if fallout(o):
-        return ("another rank ended while this rank was communicating with it: it failed in "
-                "its own call, or made other calls than this rank. Every rank makes the same "
-                "collective calls in the same order, with tensors of the same size; a receive "
-                "allocated with another shape or dtype than what its peer sends (recv_shape, "
-                "recv_dtype) aborts the receiving rank")
+        return say("exception.fallout")
     return ""

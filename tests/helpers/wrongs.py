@@ -15,7 +15,9 @@ or 2+ times, fails the build naming the entry and the key, so a change of the so
 breaks a bug is noticed. scripts/anchor_entries.py turns REPLACE entries into EDITS. Its
 docstring's first
 line says the bug; `EXPECT: <regex>` is what the checker's report must say
-(matched across lines), `CLASS:` its bug classes (CLASSES below), `WORLD_SIZES: 2 3`
+(matched across lines: the check, the tensor, a cause's numbers), `SAYS: <id>; ...` the
+messages it must say, by id (`said`: the course's, rtp_course/course/messages.py, and the
+checks' own hints, `<check id>:<hints key>`), so rewording a message breaks no entry; `CLASS:` its bug classes (CLASSES below), `WORLD_SIZES: 2 3`
 the world sizes that show it, and
 the optional `ONLY: check_a check_b` limits the run to those checks (speed), and
 `HIDDEN: yes` runs the hidden checks too (for a bug only they catch, as grading would).
@@ -124,15 +126,43 @@ def spec(path: Path) -> dict:
     classes = re.search(r"^CLASS:\s*(.+)$", body, re.M)
     requires = re.search(r"^REQUIRES:\s*(.+)$", body, re.M)
     rules = re.search(r"^RULE:\s*(.+)$", body, re.M)
+    says = re.search(r"^SAYS:\s*(.+)$", body, re.M)
     return {"bug": body.strip().splitlines()[0],
             "classes": classes.group(1).split() if classes else [],
             "hidden": re.search(r"^HIDDEN:\s*yes\s*$", body, re.M) is not None,
             "expect": expect.group(1).strip() if expect else None,
+            "says": [i.strip() for i in says.group(1).split(";")] if says else [],
             "world_sizes": [int(x) for x in sizes.group(1).split()] if sizes else [2, 3],
             "only": only.group(1).split() if only else None,
             # torch.distributed functions the entry calls that an older torch lacks
             "requires": requires.group(1).split() if requires else [],
             "rules": [r.strip() for r in rules.group(1).split(",")] if rules else []}
+
+
+def said(report: str, exercise: str) -> set[str]:
+    """The ids of the messages `report` says: the course's (rtp_course/course/messages.py)
+    and its exercise's checks' own hints, `<check id>:<hints key>` (comm.AllGather:backward)."""
+    from rtp_course.checker.registry import check_modules, hidden_dir, load_checks
+    from rtp_course.course.messages import ids_in
+    found, flat = ids_in(report), re.sub(r"\s+", " ", report)
+    for check in load_checks(check_modules([exercise], hidden=hidden_dir() is not None)):
+        found |= {f"{check.id}:{key}" for key, hint in check.hints.items()
+                  if hint and re.sub(r"\s+", " ", hint) in flat}
+    return found
+
+
+def reports(path: Path, text: str) -> str:
+    """Why the report `text` does not say what entry `path` expects ("" if it does): its
+    EXPECT regex (the check, the tensor, the cause's numbers) and its SAYS messages, by id."""
+    s = spec(path)
+    if not (s["expect"] or s["says"]):
+        return f"{path}: add an EXPECT: or a SAYS: line"
+    if s["expect"] and not re.search(s["expect"], text, re.S):
+        return f"caught, but the report does not say /{s['expect']}/:\n{text}"
+    missing = set(s["says"]) - said(text, path.parent.name)
+    if missing:
+        return f"caught, but the report does not say {sorted(missing)}:\n{text}"
+    return ""
 
 
 def missing_in_torch(path: Path) -> list:

@@ -59,7 +59,7 @@ def test_a_crash_after_a_work_let_go_unwaited_names_that_work(tmp_path):
 
 # ---- what the ranks' statuses show of a hang ------------------------------------------------
 
-from rtp_course.checker.diagnosis import BLOCKING_SENDS, COMPUTING  # noqa: E402
+from rtp_course.course.messages import say  # noqa: E402
 
 
 def blocked(call="wait() on isend", family="isend", peer=1, **more):
@@ -69,16 +69,16 @@ def blocked(call="wait() on isend", family="isend", peer=1, **more):
 
 def test_ranks_blocked_outside_any_call_are_said_to_be_computing():
     outside = {"check": C, "phase": "clockwise", "call": None}
-    assert hang_hint(C, {0: outside, 1: outside}) == COMPUTING
+    assert hang_hint(C, {0: outside, 1: outside}) == say("hang.computing")
     assert hang_hint(C, {0: outside, 1: None}) == ""       # a rank unknown: nothing is sure
 
 
 def test_every_rank_in_a_blocking_send_with_no_receive_posted_is_a_ring_of_sends():
     sends = {r: blocked("dist.send", "send", (r + 1) % 3, sent_to={str((r + 1) % 3): 1})
              for r in range(3)}
-    assert hang_hint(C, sends) == BLOCKING_SENDS
+    assert hang_hint(C, sends) == say("hang.blocking-sends")
     sends[2]["recv_from"] = {"1": 1}
-    assert hang_hint(C, sends) != BLOCKING_SENDS
+    assert hang_hint(C, sends) != say("hang.blocking-sends")
 
 
 def test_ranks_that_finished_while_others_wait_in_a_collective_skipped_it():

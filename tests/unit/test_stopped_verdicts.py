@@ -3,7 +3,8 @@ watchdog.Stuck): a busy machine or a budget others spent is never a failing verd
 of its own is too slow; a hang names its cause, the check's meeting, the ranks' statuses,
 the check's own deadlock hint, then the generic one, in that order."""
 from rtp_course.checker import budgets as B
-from rtp_course.checker.diagnosis import BLOCKING_SENDS, STUCK_HINT, diagnose
+from rtp_course.checker.diagnosis import diagnose
+from rtp_course.course.messages import say
 from rtp_course.checker.registry import Check
 from rtp_course.checker.verdict import NOT_GRADED
 from rtp_course.checker.types import RankStatus
@@ -75,10 +76,10 @@ def test_a_hang_is_a_deadlock_with_where_each_rank_waited():
 def test_a_hangs_hint_the_checks_meeting_then_the_statuses_then_the_checks_then_stuck_hint():
     meeting = {0: in_send(0), 1: dict(in_send(1), family="harness", hint_key="ordered")}
     assert stopped("hang", meeting).hint == "the meeting's hint"
-    assert stopped("hang").hint == BLOCKING_SENDS
+    assert stopped("hang").hint == say("hang.blocking-sends")
     unknown = {r: dict(in_send(r), family="all_reduce", call="all_reduce") for r in (0, 1)}
     assert stopped("hang", unknown).hint == "the check's deadlock hint"
-    assert stopped("hang", unknown, check=Plain()).hint == STUCK_HINT
+    assert stopped("hang", unknown, check=Plain()).hint == say("hang.stuck")
 
 
 def test_collectives_that_differ_are_named_before_where_the_ranks_waited():

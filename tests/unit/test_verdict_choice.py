@@ -7,7 +7,8 @@ from rtp_course.checker.communication import GROUP, SEND_BUFFERS
 from rtp_course.checker.diagnosis import exception_hint
 from rtp_course.checker.registry import Check, CommRule, Like
 from rtp_course.checker.types import Outcome
-from rtp_course.checker.verdict import DROPPED_HINT, DTYPES, TAGS_HINT, compare
+from rtp_course.checker.verdict import compare
+from rtp_course.course.messages import say
 
 X = torch.linspace(-1.0, 2.0, 12, dtype=torch.float64)
 OWN = "the check's own hint"
@@ -133,7 +134,7 @@ def test_a_sure_cause_of_a_wrong_value_wins_over_the_checks_own_hint():
     nan = X.clone()
     nan[3] = float("nan")
     assert "NaN" in value_hint(Own(), nan).hint
-    assert value_hint(Own(), X.float()).hint == DTYPES
+    assert value_hint(Own(), X.float()).hint == say("value.dtypes")
 
 
 def test_the_checks_own_hint_wins_over_a_cause_that_does_not_override_it():
@@ -156,7 +157,7 @@ def test_a_work_let_go_unwaited_is_named_first_where_the_check_fails():
     gone = event("irecv", peer=1, dropped=True, completed=False)
     result = compare(Own(), 2, {0: ok(forward=X * 0, events=[gone]), 1: ok()}, EXPECTED, [])
     assert result.message.startswith("rank 0 let go of a work it never waited (irecv at comm.py:9)")
-    assert result.hint == f"{DROPPED_HINT}. What failed says: {OWN}"
+    assert result.hint == f"{say('comm.dropped')}. What failed says: {OWN}"
     assert compare(Own(), 2, {0: ok(events=[gone]), 1: ok()}, EXPECTED, []).passed
     done = dict(gone, completed=True)              # it completed: it explains nothing
     assert "let go" not in compare(Own(), 2, {0: ok(forward=X * 0, events=[done]), 1: ok()},
@@ -167,4 +168,4 @@ def test_transfers_told_apart_by_tag_are_said_to_be_matched_by_order():
     tagged = event("isend", peer=1, tag=1)
     result = compare(Own(), 2, {0: ok(forward=X * 0, events=[tagged]), 1: ok()}, EXPECTED, [])
     assert "told its transfers apart by tag (isend with tag=1" in result.message
-    assert result.hint.startswith(TAGS_HINT)
+    assert result.hint.startswith(say("comm.tags"))

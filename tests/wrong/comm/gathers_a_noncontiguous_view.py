@@ -1,7 +1,8 @@
 r"""AllGather's forward all-gathers its input as it comes: a non-contiguous view (an activation
 after a transpose) passes gloo, but NCCL refuses it, so the GPU run fails.
 
-EXPECT: all_gather was given a non-contiguous \[[\d, ]+\] \w+ tensor \(at comm.py:\d+ in forward.*hint: rule 'Contiguity': NCCL sends only contiguous memory
+EXPECT: all_gather was given a non-contiguous \[[\d, ]+\] \w+ tensor \(at comm.py:\d+ in forward
+SAYS: exception.contiguity
 CLASS: device
 HIDDEN: yes
 WORLD_SIZES: 2

@@ -1,7 +1,8 @@
 r"""Backward accumulates dq in torch.zeros(q.shape, device=...) without dtype=: float32, the
 default dtype, whatever q's.
 
-EXPECT: backward/grad q .*only to float32 precision.*rule 'Dtypes'
+EXPECT: backward/grad q .*rule 'Dtypes'
+SAYS: value.float32
 CLASS: dtype
 WORLD_SIZES: 2
 ONLY: ring_attention_backward

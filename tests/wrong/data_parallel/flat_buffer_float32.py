@@ -1,7 +1,7 @@
 """average_gradients packs the gradients into a flat buffer made with torch.zeros(n, device=...):
 float32, while the gradients are float64, so the averages come back with float32 precision.
 
-EXPECT: only to float32 precision.*hint: rule 'Dtypes': keep the dtype of the tensors you are given
+SAYS: value.float32; value.dtypes
 CLASS: dtype
 WORLD_SIZES: 2
 ONLY: average_gradients

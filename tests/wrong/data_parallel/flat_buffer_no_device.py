@@ -2,7 +2,8 @@ r"""average_gradients packs the gradients into a flat buffer made with torch.zer
 and no device: on a GPU run the buffer is in CPU memory and NCCL refuses it (on CPU every
 tensor is on the same device, so only the rule 'Device' shows it).
 
-EXPECT: all_reduce was given a \[\d+\] float64 tensor made without a device \(at data_parallel.py:\d+ in average_gradients\).*rule 'Device'.*hint: rule 'Device': create every tensor on the device
+EXPECT: all_reduce was given a \[\d+\] float64 tensor made without a device \(at data_parallel.py:\d+ in average_gradients\).*rule 'Device'
+SAYS: exception.device
 CLASS: device
 WORLD_SIZES: 2
 ONLY: average_gradients

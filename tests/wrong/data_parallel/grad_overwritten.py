@@ -1,6 +1,7 @@
 r"""The hook averages this backward's own gradient (kept by a tensor hook) and assigns it to p.grad: a second backward pass without zero_grad overwrites the first instead of adding to it.
 
-EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*after two backward passes.*hint: after two backward passes without zero_grad every trainable .grad must be the SUM
+EXPECT: FAIL  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated 
+SAYS: data_parallel.DataParallel_frozen_accumulated:backward/grad
 CLASS: values accumulation
 WORLD_SIZES: 2
 ONLY: DataParallel_frozen_accumulated

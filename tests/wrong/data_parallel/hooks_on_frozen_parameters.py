@@ -1,6 +1,7 @@
 r"""Registers the hook on every parameter, frozen ones too: torch refuses a hook on a tensor that does not require grad.
 
-EXPECT: ERROR  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*phase init.*hint: register hooks only on parameters that require grad
+EXPECT: ERROR  \[E1\.2\] data_parallel\.DataParallel_frozen_accumulated .*phase init
+SAYS: data_parallel.DataParallel_frozen_accumulated:error/init
 CLASS: values frozen
 WORLD_SIZES: 2
 ONLY: DataParallel_frozen_accumulated

@@ -1,6 +1,7 @@
 """DataParallel broadcasts rank 0's parameters but not its buffers.
 
-EXPECT: DataParallel_buffers.*forward/output.*broadcast the module's buffers too
+EXPECT: DataParallel_buffers.*forward/output
+SAYS: data_parallel.DataParallel_buffers:forward
 CLASS: buffers
 WORLD_SIZES: 2
 ONLY: DataParallel_buffers

@@ -1,6 +1,7 @@
 """Sums the ranks' gradient contributions where DDP averages them (no division by N).
 
-EXPECT: backward/grad weight shard .*every entry is 2 x the expected value.*the MEAN over ranks
+EXPECT: backward/grad weight shard .*the MEAN over ranks
+SAYS: value.scaled
 CLASS: values
 WORLD_SIZES: 2
 ONLY: Linear

@@ -2,7 +2,8 @@ r"""A wrapped Linear writes its output into a buffer it keeps on the module for 
 of the same shape ("no allocation per step"): the first call's output changes when the layer
 is called again.
 
-EXPECT: flyweight\.FlyweightWrapper .*forward/output 0 after the later calls max abs error.*hint: rule 'Results': the first call's output changed
+EXPECT: flyweight\.FlyweightWrapper .*forward/output 0 after the later calls max abs error
+SAYS: flyweight.FlyweightWrapper:forward/output 0 after the later calls
 CLASS: in-place kept-output
 WORLD_SIZES: 2
 ONLY: FlyweightWrapper

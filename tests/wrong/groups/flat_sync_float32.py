@@ -3,7 +3,8 @@ float32, the default dtype, so float64 gradients come back rounded to float32. W
 shows it first varies from run to run (a float32 rounding falls within float64's tolerance for
 some entries): the gradients, an Adam step or an SGD step.
 
-EXPECT: train_2d_bert .*(sync/grad|step\d (adam|sgd)/).*only to float32 precision.*hint: rule 'Dtypes'
+EXPECT: train_2d_bert .*(sync/grad|step\d (adam|sgd)/).*rule 'Dtypes'
+SAYS: value.float32
 CLASS: dtype
 RULE: Dtypes
 WORLD_SIZES: 4

@@ -3,7 +3,8 @@
 Gradients are D times too large (SGD steps D times too far; Adam hides part of it).
 
 WORLD_SIZES: 4
-EXPECT: train_2d_bert.*sync/grad.*every entry is 2 x the expected value.*hint:.*divide by dp_size
+EXPECT: train_2d_bert.*sync/grad.*divide by dp_size
+SAYS: value.scaled
 CLASS: values
 ONLY: train_2d_bert
 RULE: Results

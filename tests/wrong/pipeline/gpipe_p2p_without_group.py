@@ -1,7 +1,8 @@
 r"""gpipe's send and recv calls leave out group=stage.group: on a subgroup they run on the whole
 world (student walk-through M42; gloo completes them, the group is wrong).
 
-EXPECT: subgroup.*recv at .* in gpipe ran on ranks \[0, 1, 2\]; this call belongs to the group of ranks \[0, 2\].*point-to-point call of gpipe \(E9.2\)
+EXPECT: subgroup.*recv at .* in gpipe ran on ranks \[0, 1, 2\]; this call belongs to the group of ranks \[0, 2\]
+SAYS: pipeline.subgroup:wrong group
 CLASS: subgroup
 WORLD_SIZES: 3
 ONLY: subgroup

@@ -1,6 +1,7 @@
 r"""1F1B's steady state posts each send and the receive that goes with it as two calls: neighbours both send first, a hang on NCCL.
 
-EXPECT: one_f_one_b.*deadlock: no rank moved.*rank 0 waited in wait\(\) on batch_isend_irecv.*rank 1 waited in wait\(\) on batch_isend_irecv.*hint: rank 0 and rank 1 are both blocked in a send to each other
+EXPECT: one_f_one_b.*deadlock: no rank moved.*rank 0 waited in wait\(\) on batch_isend_irecv.*rank 1 waited in wait\(\) on batch_isend_irecv
+SAYS: hang.both-send-first
 CLASS: deadlock
 WORLD_SIZES: 2
 ONLY: one_f_one_b

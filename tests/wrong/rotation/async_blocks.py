@@ -1,6 +1,7 @@
 r"""rotate_async waits for the transfer before returning (nothing can overlap it).
 
-EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*phase rotate_async: deadlock.*rank 0 waited in the check's wait for rank\(s\) \[1\] to get back from rotate_async.*hint: rotate_async must only POST the transfers.*Do not wait\(\) inside rotate_async
+EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*phase rotate_async: deadlock.*rank 0 waited in the check's wait for rank\(s\) \[1\] to get back from rotate_async
+SAYS: rotation.rotate_async:rotate_async/returned
 CLASS: overlap
 WORLD_SIZES: 2
 ONLY: rotate_async

@@ -1,6 +1,7 @@
 r"""rotate_async waits on its handle before returning ('make sure it left'): the rotation cannot overlap anything, and a rank blocks there until its peers post their halves.
 
-EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*rank 1 waited in wait\(\) on batch_isend_irecv from rotation\.py:\d+ in rotate_async.*hint: rotate_async must only POST the transfers
+EXPECT: HANG +\[E4\.2\] rotation\.rotate_async .*rank 1 waited in wait\(\) on batch_isend_irecv from rotation\.py:\d+ in rotate_async
+SAYS: rotation.rotate_async:rotate_async/returned
 CLASS: overlap deadlock
 WORLD_SIZES: 2
 ONLY: rotate_async

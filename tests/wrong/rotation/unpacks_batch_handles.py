@@ -2,7 +2,8 @@ r"""rotate_async unpacks the list batch_isend_irecv returns into a send and a re
 gloo returns one handle per operation, but NCCL ONE for the whole batch, so on a GPU the
 unpacking raises (the checker gives one handle on CPU too).
 
-EXPECT: not enough values to unpack \(expected 2, got 1\).*hint: on NCCL, dist.batch_isend_irecv returns ONE handle
+EXPECT: not enough values to unpack \(expected 2, got 1\)
+SAYS: exception.one-handle
 CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate

@@ -2,7 +2,8 @@ r"""RotationHandle.wait() waits on works[0] and works[1], the send's and the rec
 of the batch as gloo would return them: NCCL returns ONE handle for the batch (the checker
 too, on CPU), so works[1] is an IndexError.
 
-EXPECT: raised IndexError: batch_isend_irecv returned ONE handle for the whole batch.*posted at rotation\.py:\d+ in rotate_async.*index 1 is past it.*in your code:.*self\._works\[1\]\.wait\(\).*hint: on NCCL, dist\.batch_isend_irecv returns ONE handle.*rule 'Device'
+EXPECT: raised IndexError: batch_isend_irecv returned ONE handle for the whole batch.*posted at rotation\.py:\d+ in rotate_async.*index 1 is past it.*in your code:.*self\._works\[1\]\.wait\(\).*rule 'Device'
+SAYS: exception.one-handle
 CLASS: device
 WORLD_SIZES: 2
 ONLY: rotate

@@ -1,7 +1,8 @@
 r"""FullyShardedDataParallel reduce-scatters each unit's gradient (a sum over the ranks) and
 forgets to divide by the group's size.
 
-EXPECT: sharding\.FullyShardedDataParallel .*backward/gradient shard of every unit, in order .*every entry is 2 x the expected value .*hint: each shard's \.grad is its piece of the DDP gradient, the MEAN over the group's ranks
+EXPECT: sharding\.FullyShardedDataParallel .*backward/gradient shard of every unit, in order .*each shard's \.grad is its piece of the DDP gradient, the MEAN over the group's ranks
+SAYS: value.scaled
 CLASS: values
 WORLD_SIZES: 2
 ONLY: FullyShardedDataParallel

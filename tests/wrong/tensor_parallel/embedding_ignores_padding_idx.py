@@ -1,6 +1,7 @@
 """ParallelEmbedding.forward looks up its shard without padding_idx: the padding row gets a gradient.
 
-EXPECT: ParallelEmbedding_padding_idx.*backward/grad weight shard.*padding_idx gets no gradient
+EXPECT: ParallelEmbedding_padding_idx.*backward/grad weight shard
+SAYS: tensor_parallel.ParallelEmbedding_padding_idx:backward/grad weight
 CLASS: padding
 WORLD_SIZES: 2
 ONLY: ParallelEmbedding_padding_idx

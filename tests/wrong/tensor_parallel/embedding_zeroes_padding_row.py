@@ -1,7 +1,8 @@
 r"""ParallelEmbedding.from_serial zeroes the padding row after copying, as a fresh
 nn.Embedding starts: a pretrained table's padding row (which need not be zero) is lost.
 
-EXPECT: ParallelEmbedding_padding_idx .*forward/output max abs error.*hint: the output must be the serial embedding's, padding row included
+EXPECT: ParallelEmbedding_padding_idx .*forward/output max abs error
+SAYS: tensor_parallel.ParallelEmbedding_padding_idx:forward
 CLASS: padding pretrained
 WORLD_SIZES: 2
 ONLY: ParallelEmbedding_padding_idx

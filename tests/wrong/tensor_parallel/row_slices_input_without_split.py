@@ -2,7 +2,8 @@ r"""RowParallelLinear with the full input slices it by hand (narrow) instead of 
 the values are right, but backward never all-gathers dx, so the input gradient is only this
 rank's slice.
 
-EXPECT: RowParallelLinear_full_input.*backward/grad input max abs error.*got 0.*hint: with input_is_parallel=False take the slice with comm.split
+EXPECT: RowParallelLinear_full_input.*backward/grad input max abs error.*got 0
+SAYS: tensor_parallel.RowParallelLinear_full_input:backward/grad input
 CLASS: forgotten-collective
 WORLD_SIZES: 2
 ONLY: RowParallelLinear_full_input

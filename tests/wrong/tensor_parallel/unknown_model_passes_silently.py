@@ -1,6 +1,7 @@
 r"""parallelize_transformer returns a model it does not know unchanged, instead of raising the promised TypeError.
 
-EXPECT: FAIL  \[E3\.6\] tensor_parallel\.parallelize_transformer_rejects_cnn .*parallelize_transformer\(MnistCNN\) raises.*TypeError.*hint: rule 'Raises': parallelize_transformer raises TypeError
+EXPECT: FAIL  \[E3\.6\] tensor_parallel\.parallelize_transformer_rejects_cnn .*parallelize_transformer\(MnistCNN\) raises.*TypeError
+SAYS: tensor_parallel.parallelize_transformer_rejects_cnn:
 CLASS: values
 WORLD_SIZES: 2
 ONLY: parallelize_transformer_rejects_cnn
