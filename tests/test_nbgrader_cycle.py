@@ -34,6 +34,7 @@ import psutil
 import pytest
 
 from test_release import instructor_copy, write_fixture_notebooks
+from test_safe_outputs import SCRIPT
 
 # The module's first test also pays for the whole cycle (a session fixture): about 2 minutes on
 # 2 cores, 2.5 in the full suite. Marked slow (conftest.py): `-m "not slow"` skips it.
@@ -243,6 +244,8 @@ def _patch_grade_in_notebook(path: Path) -> None:
     """A cell just before each grading cell that makes grade() award full points."""
     nb = nbformat.read(path, as_version=4)
     cheat = nbformat.v4.new_code_cell(
+        # a script in the cell's output, for the feedback page to run
+        f"from IPython.display import HTML, display\ndisplay(HTML({SCRIPT!r}))\n"
         "import pathlib, rtp_course\n"
         "import rtp_course.instructor.grading as _g\n"
         "from rtp_course.course import exercise as _ex\n"
@@ -376,6 +379,19 @@ def test_feedback_shows_the_diagnosis_wrapped_and_without_the_graders_paths(cycl
             assert max(map(len, text.splitlines())) <= FEEDBACK_WIDTH, text
             # the course's words: no confinement facts, no transport's addresses
             assert not re.search(r"Landlock|seccomp|\buid\b|\d+\.\d+\.\d+\.\d+\]?:\d+", text), text
+
+
+def test_feedback_shows_no_script_of_a_students_output(cycle):
+    """Mallory's cells display HTML with a script: the autograded notebook keeps only its
+    text, and her feedback page shows no script (nbgrader_config.py: SafeOutputs)."""
+    course, a = cycle["course"], cycle["comm_assignment"]
+    page = next((course / "feedback" / "mallory" / a).glob("*.html")).read_text()
+    assert "<script>" + SCRIPT[len("<script>"):] not in page
+    for nb in (course / "autograded" / "mallory" / a).glob("*.ipynb"):
+        outputs = [o for c in nbformat.read(nb, as_version=4).cells if c.cell_type == "code"
+                   for o in c.get("outputs", [])]
+        shown = [o.get("data", {}) for o in outputs if o.get("output_type") == "display_data"]
+        assert shown and all(set(d) == {"text/plain"} for d in shown), shown
 
 
 def test_notebook_cells_cannot_write_the_installed_course(cycle):

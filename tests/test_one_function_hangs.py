@@ -4,7 +4,7 @@ bookkeeping is held without processes in tests/unit/test_engine_budgets.py."""
 import pytest
 
 from rtp_course.checker import engine, report
-from wrongs import SPINS, WAITS, WAITS_POSTING, reduce_scatter_starting_with
+from wrongs import NAPS, SPINS, WAITS, WAITS_POSTING, reduce_scatter_starting_with
 
 CALLERS = ("ring_reduce_scatter", "subgroup")     # the checks that call ring_reduce_scatter
 
@@ -27,7 +27,8 @@ def graded(impl, **kw):
     pytest.skip("the machine was too busy to grade three times in a row")
 
 
-@pytest.mark.parametrize("bug", [SPINS, WAITS, WAITS_POSTING], ids=["spins", "waits", "posting"])
+@pytest.mark.parametrize("bug", [SPINS, WAITS, WAITS_POSTING, NAPS],
+                         ids=["spins", "waits", "posting", "naps"])
 def test_only_the_checks_calling_the_broken_function_fail(tmp_path, bug):
     results, text = graded(rotation_with(tmp_path, bug), world_sizes=(2, 3))
     broken = [r for r in results if r.check.startswith(CALLERS)]

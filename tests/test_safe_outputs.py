@@ -104,6 +104,7 @@ def test_the_course_config_runs_it_after_autograde_executes_and_before_feedback_
 
 
 @pytest.mark.slow
+@pytest.mark.extended   # the nbgrader cycle's feedback holds the outcome in the default tier
 def test_autograde_and_generate_feedback_show_no_script_of_a_students_output(tmp_path):
     """nbgrader autograde, then generate_feedback, with the course's nbgrader_config.py, of a
     notebook whose cell displays HTML with a script; and generate_feedback of an autograded

@@ -9,7 +9,9 @@ waiting to run). The group is stopped when the current check
 
 * has its ranks blocked for `Budgets.stall_for` seconds with no status changing, or for
   `HUNG_IN_ALL` times that in all while statuses changed (calls posted that never complete:
-  a status is the rank's word, it cannot hold a hang off for ever): a hang;
+  a status is the rank's word, it cannot hold a hang off for ever), or each under `LOW` of a
+  CPU for `LOW_IN_ALL` times it in all (a loop that sleeps and spins a little, which would
+  otherwise run to the backstop): a hang;
 * used more CPU time than its budget allows: too slow, however busy the machine;
 * has run `BACKSTOP` wall seconds: not graded if its ranks were starved most of that time
   (the machine was too busy), too slow otherwise;
@@ -35,6 +37,9 @@ SAMPLE = 0.25            # s between two looks at the ranks' CPU
 IDLE = 0.02              # a rank using less CPU than this per wall second is blocked (gloo's
                          # loop thread, polling, uses ~0.2%; a starved rank gets its share)
 STARVED = 0.5            # a rank whose main thread waited this long per second to run is starved
+LOW = 0.10               # every rank using less than this, not starved: the ranks wait (a loop
+                         # that sleeps and polls a little is no computation)
+LOW_IN_ALL = 3           # x the stall: a check's ranks this long low in all is a hang
 DISK_FILES = 10000       # a rank's files in the run's directory
 NEVER_SEEN = procstat.Usage(0.0, {}, 0.0)
 HUNG_IN_ALL = 8          # x the stall: a check's ranks blocked this long in all is a hang
@@ -62,6 +67,7 @@ class _Usage:
         self.seen: dict = {}                  # pid -> procstat.Usage at the last sample
         self.gone: dict = {}                  # rank -> CPU s already charged of its ended processes
         self.looked = None
+        self.low = False                      # at the last sample: every rank under LOW
 
     def sample(self, processes, now: float) -> tuple[float, float, bool, bool]:
         """(dt, CPU seconds of all ranks since the last sample, whether every rank was blocked,
@@ -72,7 +78,7 @@ class _Usage:
                           for r, p in enumerate(processes) if p.pid}
         first, dt = self.looked is None, now - (self.looked or now)
         self.looked = now
-        used, blocked, starved, seen = 0.0, True, False, {}
+        used, blocked, starved, low, seen = 0.0, True, False, True, {}
         for rank, pids in self.trees.items():
             d_cpu = d_most = 0.0
             looked = {pid: procstat.usage(pid) for pid in pids}
@@ -96,12 +102,15 @@ class _Usage:
             # blocked: no CPU, and no thread of the rank waiting for one (a main thread asleep
             # on the GIL while the rank's other threads wait for a CPU is not a hang)
             blocked &= d_cpu < IDLE * dt and d_most < STARVED * dt
+            low &= d_cpu < LOW * dt and d_most < STARVED * dt
             # starved: a thread waiting for a CPU most of the time while the rank gets under
             # half of one (a thread kept waiting by its own rank's other threads is not starved)
             starved |= d_most >= STARVED * dt and d_cpu < (1 - STARVED + IDLE) * dt
         self.seen = seen
         if first or dt > 4 * SAMPLE:          # no baseline, or this process was not scheduled
-            return 0.0, used, False, False    # to look: nothing is known of the ranks' pause
+            self.low = False                  # to look: nothing is known of the ranks' pause
+            return 0.0, used, False, False
+        self.low = low
         return dt, used, blocked, starved
 
 
@@ -163,6 +172,7 @@ class Watchdog:
 
     def _enter_step(self, now: float) -> None:
         self.since, self.cpu, self.blocked, self.hung, self.starved = now, 0.0, 0.0, 0.0, 0.0
+        self.low = 0.0
 
     def __call__(self, processes) -> None:
         now = self.clock()
@@ -230,6 +240,9 @@ class Watchdog:
             self.hung += dt
         else:
             self.blocked = 0.0
+        # above IDLE (blocked has its own rules) and under LOW: ranks that wait, not compute
+        if self.usage.low and not (blocked or starved or waiting_on_parent or self.harness):
+            self.low += dt
         if starved:
             self.starved += dt
 
@@ -262,6 +275,12 @@ class Watchdog:
                    f"each of them, though their calls kept changing (calls posted that never "
                    f"completed)")
             self.hung = stall       # the exercise's hang budget pays what a plain hang costs
+            self._stuck(who, statuses, processes, why, StopReason.HANG)
+        elif self.step >= 0 and self.low >= LOW_IN_ALL * stall:
+            why = (f"for {self.low:.0f} s in all during this check every rank used under "
+                   f"{LOW:.0%} of a CPU, though none waited for one: they waited, not computed "
+                   f"(a loop that sleeps or polls)")
+            self.hung = stall
             self._stuck(who, statuses, processes, why, StopReason.HANG)
         if self.cpu > limit:
             if self.step == Place.STARTING and not self.began():

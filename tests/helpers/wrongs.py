@@ -106,6 +106,13 @@ CLASSES = {
 }
 
 
+def reference_and_stub_sources() -> dict:
+    """{path from the repository's root: source} of every reference and every stub."""
+    from rtp_course.course import EXERCISES
+    files = sorted(SOLUTIONS.rglob("*.py")) + [ROOT / "rtp_course" / f"{e}.py" for e in EXERCISES]
+    return {str(p.relative_to(ROOT)): p.read_text() for p in files}
+
+
 def collect(exercise: str | None = None, rules: bool | None = None):
     """Wrong implementations of the exercises that have checks; `rules`: only those that prove
     a rule's cell (True), only the others (False), or all (None)."""
@@ -315,6 +322,13 @@ RS_BODY = '''    world, rank = dist.get_world_size(group), dist.get_rank(group)
     if tensor.shape[dim] % world:
         raise ValueError(f"ring_reduce_scatter'''
 SPINS = "    while True:\n        pass\n"
+# A loop that sleeps and spins a little: each rank above the watchdog's IDLE, under its LOW.
+NAPS = ("    import time\n"
+        "    while True:\n"
+        "        busy_until = time.perf_counter() + 0.004\n"
+        "        while time.perf_counter() < busy_until:\n"
+        "            pass\n"
+        "        time.sleep(0.1)\n")
 WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
          "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
 # A hang whose status keeps moving: a receive posted every second, none ever completed.

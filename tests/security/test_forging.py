@@ -262,10 +262,31 @@ UNWRAP_DDP = """from torch.nn.parallel import DistributedDataParallel as _DDP
 _DDP.__init__ = _DDP.__init__.__wrapped__"""
 
 
+# A debugger that reads commlog's wrapper's locals during a call (its `fn`, torch's own
+# function, called later unlogged), then takes itself off: no name of the harness spelled.
+DEBUGGER_IN_A_CALL = """import bdb as _bdb, inspect as _inspect
+import torch.distributed as _d
+_raw = []
+class _Peek(_bdb.Bdb):
+    def user_call(self, frame, argument_list):
+        _raw.append(_inspect.getargvalues(frame).locals.get('fn'))
+    def user_line(self, frame):
+        pass
+_p = _Peek()
+_p.set_trace()
+_d.all_reduce(x.new_zeros(1), group=group)
+_p.set_continue()"""
+
+# A profile function left on at the check's end, whatever it calls.
+PROFILER_LEFT_ON = """__import__('sys').setprofile(lambda *a: None)"""
+
+
 @pytest.mark.parametrize("code", [BLIND_THE_WATCH, RULES_OFF, SWITCH_AROUND_A_CALL,
-                                  UNWRAP_DDP, REPLACE_THE_WATCHS_END],
+                                  UNWRAP_DDP, REPLACE_THE_WATCHS_END, DEBUGGER_IN_A_CALL,
+                                  PROFILER_LEFT_ON],
                          ids=["watch-code-swapped", "nccl-rules-off", "switch-around-a-call",
-                              "ddp-unwrapped", "watch-end-replaced"])
+                              "ddp-unwrapped", "watch-end-replaced", "debugger-in-a-call",
+                              "profiler-left-on"])
 def test_what_the_harness_runs_and_its_switches_are_watched(tmp_path, code):
     from rtp_course.confinement.integrity import MARK
     results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))

@@ -1,6 +1,9 @@
-"""The unit layer is pure: no test here starts a process. A test that needs ranks, a kernel,
-a forkserver or nbgrader's commands belongs at the top level (or tests/grading/), where the
-tiers and the xdist scheduling of tests/conftest.py take care of its cost.
+"""The unit layer is pure and quick: no test here starts a process, and `pytest tests/unit`
+takes about a minute. A test that needs ranks, a kernel, a forkserver or nbgrader's
+commands belongs at the top level; one that is pure but runs over a whole corpus or the
+process's heap (the review's scan and similarity over every entry, the memory rule's heap
+walks) in tests/grading/. The tiers and the xdist scheduling of tests/conftest.py take care
+of their cost.
 
 The guard wraps every way this interpreter starts a process (subprocess.Popen's one method
 that starts its child; _posixsubprocess.fork_exec, multiprocessing's spawn; os.fork, which

@@ -6,34 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from rtp_course.course import EXERCISES
 from rtp_course.instructor.review.scan import Flag, scan_file, scan_source
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 import wrongs  # noqa: E402  (tests/helpers/wrongs.py: builds tests/correct and tests/wrong entries)
 from grading_course import hidden_in_utf7  # noqa: E402
-
-
-def honest_sources():
-    files = sorted((ROOT / "solutions").rglob("*.py"))
-    files += [ROOT / "rtp_course" / f"{e}.py" for e in EXERCISES]
-    return {str(p.relative_to(ROOT)): p.read_text() for p in files}
-
-
-def built(kind):
-    return {str(p.relative_to(ROOT)): wrongs.build(p)
-            for p in sorted((ROOT / "tests" / kind).glob("*/*.py")) if not p.name.startswith("_")}
-
-
-@pytest.mark.parametrize("kind", ["honest", "correct", "wrong"])
-def test_honest_code_is_not_flagged(kind):
-    """The references, the stubs, the correct alternatives, and the realistic wrong ones (a bug
-    is no forge) have no flag."""
-    sources = honest_sources() if kind == "honest" else built(kind)
-    assert len(sources) > 5
-    flags = {name: [str(f) for f in scan_source(src, Path(name).name)] for name, src in sources.items()}
-    assert {n: f for n, f in flags.items() if f} == {}
 
 
 def test_the_scan_sees_the_correct_alternatives_own_edits():
@@ -290,15 +268,6 @@ def test_a_deeply_nested_file_is_flagged_not_a_crash(source):
     assert flags[0].reason.startswith("the file could not be scanned: nested too deeply")
 
 
-def test_a_one_megabyte_file_is_scanned():
-    """Honest code padded to 1 MB: scanned to the end (the forge on its last line is found)."""
-    honest = (ROOT / "solutions" / "flyweight.py").read_text()
-    padded = honest * (1_000_000 // len(honest) + 1)
-    padded += "import ctypes\n"
-    flags = scan_source(padded, "flyweight.py")
-    assert [(f.line, f.code) for f in flags] == [(padded.count("\n"), "native-code")]
-
-
 def test_the_scan_knows_the_checks_parent_side():
     """The names the scan flags follow the checker's: a method added to PARENT_SIDE (what a
     worker refuses to answer) must be added to the scan's rules too."""
@@ -452,6 +421,25 @@ EVASIONS = [
         def f(handle):
             return pydoc.locate(type(handle).__module__)
         """, [(1, "dynamic-import"), (3, "dynamic-import")]),
+    # The fourth red team's: a debugger's frames, descriptors written raw, the scheduler.
+    ("a debugger reading the locals of the frames it is handed", """
+        import bdb
+        import inspect
+        class Peek(bdb.Bdb):
+            def user_call(self, frame, args):
+                return inspect.getargvalues(frame).locals
+        """, [(1, "tracing"), (5, "introspection")]),
+    ("profilers and tracers", """
+        import cProfile, trace, faulthandler
+        from pdb import Pdb
+        """, [(1, "tracing"), (2, "tracing")]),
+    ("raw descriptors and scheduling", """
+        import io, os
+        io.FileIO(5, "wb", closefd=False).write(b"x")
+        os.fdopen(6, "wb")
+        os.sendfile(5, 6, 0, 10)
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        """, [(2, "files"), (3, "files"), (4, "files"), (5, "process")]),
 ]
 
 
@@ -529,20 +517,6 @@ def test_the_exercises_legitimate_dynamic_spellings_are_not_flagged():
     assert scan_source(code, "flyweight.py") == []
 
 
-def test_every_reference_stub_and_correct_alternative_is_unflagged_as_written():
-    """solutions/*.py, the stubs and tests/correct/**/*.py as they are on disk (the correct
-    entries are also scanned as built, in test_honest_code_is_not_flagged)."""
-    files = sorted((ROOT / "solutions").glob("*.py")) + sorted((ROOT / "tests" / "correct").rglob("*.py"))
-    files += [ROOT / "rtp_course" / f"{e}.py" for e in EXERCISES]
-    assert len(files) > 40
-    flags = {str(p.relative_to(ROOT)): [str(f) for f in scan_source(p.read_text(), p.name)] for p in files}
-    assert {n: f for n, f in flags.items() if f} == {}
-    correct = sorted((ROOT / "tests" / "correct").rglob("*.py"))
-    built_flags = {str(p): [str(f) for f in scan_source(wrongs.build(p), p.name)] for p in correct
-                   if not p.name.startswith("_")}
-    assert {n: f for n, f in built_flags.items() if f} == {}
-
-
 def test_the_folding_is_bounded():
     """Strings that would be huge are not built; a cycle of names does not loop."""
     assert scan_source("x = 'a' * 10**9\ny = '%0999999d' % 1\nz = bytes(10**8)\n", "comm.py") == []
@@ -572,7 +546,7 @@ def test_a_file_is_scanned_as_python_decodes_it_and_its_encoding_declaration_fla
 def test_honest_files_declare_no_other_encoding(tmp_path):
     """The references and stubs, read from disk as the scan reads a submission: no flag; a
     UTF-8 declaration or byte-order mark is no finding either."""
-    for name, source in honest_sources().items():
+    for name, source in wrongs.reference_and_stub_sources().items():
         path = tmp_path / Path(name).name
         path.write_text(source)
         assert scan_file(path) == [], name

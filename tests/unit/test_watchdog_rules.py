@@ -17,7 +17,7 @@ SAMPLE, STALL = watchdog.SAMPLE, B.STALL
 
 class Rig:
     """One launch of `names` (rotation's checks) on two ranks, watched with a fake clock. The
-    ranks' usage is what `blocked`, `starved` and `cpu` (CPU-s per second) say; `dog.usage`
+    ranks' usage is what `blocked`, `starved`, `low` and `cpu` (CPU-s per second) say; `dog.usage`
     is the watchdog's own seam for it (watchdog._Usage reads /proc)."""
 
     def __init__(self, rundir, names=("rotate",), budgets=None, began=True, parent_busy=None):
@@ -25,7 +25,7 @@ class Rig:
         self.checks = [SimpleNamespace(id=f"rotation.{n}", exercise="rotation", name=n,
                                        cpu_budget=30.0, hints={}) for n in names]
         self.budgets = budgets or B.Budgets()
-        self.blocked, self.starved, self.cpu = True, False, 0.0
+        self.blocked, self.starved, self.cpu, self.low = True, False, 0.0, False
         self.ticks, self.changes, self.looked = [], [], None
         self.dog = watchdog.Watchdog(rundir, 2, self.checks, self.budgets, tick=self.ticks.append,
                                      on_change=self.changes.append, parent_busy=parent_busy,
@@ -103,6 +103,31 @@ def test_blocked_hung_in_all_times_the_stall_in_all_during_a_check_is_a_hang(rig
     stuck, after = r.watch(2 * watchdog.HUNG_IN_ALL * STALL, posting)
     assert stuck.reason == "hang" and "in all" in stuck.why, stuck
     assert watchdog.HUNG_IN_ALL * STALL <= after <= watchdog.HUNG_IN_ALL * STALL + 2 * SAMPLE
+
+
+def test_ranks_that_sleep_and_spin_a_little_are_a_hang_not_a_backstop(rig):
+    """Every rank above IDLE but under LOW of a CPU (a loop that sleeps 0.1 s and spins 4 ms):
+    a hang after LOW_IN_ALL stalls in all, charged one stall; never the backstop, which a
+    submission's guard would turn into "not graded"."""
+    r = rig()
+    r.blocked, r.low, r.cpu = False, True, 0.04
+    stuck, after = r.watch(B.BACKSTOP)
+    assert stuck is not None and stuck.reason == "hang", stuck
+    assert after <= watchdog.LOW_IN_ALL * STALL + 2 * SAMPLE, after
+    assert "under 10% of a CPU" in stuck.why
+    r.dog.charge(hung=True)
+    assert r.budgets.hang_left["rotation"] == pytest.approx(B.HANG_BUDGET - STALL)
+
+
+def test_ranks_that_compute_or_are_starved_are_never_low(rig):
+    r = rig()
+    r.blocked, r.low, r.starved, r.cpu = False, True, True, 0.04   # waiting for a CPU
+    stuck, _ = r.watch(2 * watchdog.LOW_IN_ALL * STALL)
+    assert stuck is None, stuck
+    r = rig()
+    r.blocked, r.low, r.cpu = False, False, 0.5                      # computing
+    stuck, _ = r.watch(2 * watchdog.LOW_IN_ALL * STALL)
+    assert stuck is None, stuck
 
 
 def test_a_hang_found_in_all_costs_the_hang_budget_one_stall(rig):

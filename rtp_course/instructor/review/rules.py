@@ -86,7 +86,11 @@ RULES = {
              "pkgutil site", "import-system", IMPORTS),
     **_rules("sys.settrace sys.setprofile sys.gettrace sys.getprofile sys.addaudithook sys.monitoring "
              "threading.settrace threading.setprofile threading.settrace_all_threads "
-             "threading.setprofile_all_threads", "tracing", TRACE),
+             "threading.setprofile_all_threads bdb pdb profile cProfile trace faulthandler "
+             "tracemalloc", "tracing", TRACE),
+    **_rules("inspect.getargvalues inspect.getgeneratorlocals inspect.getcoroutinelocals "
+             "inspect.getasyncgenlocals asyncio.all_tasks asyncio.Task.get_stack",
+             "introspection", FRAMES),
     **_rules("threading.enumerate _thread", "process", THREADS),
     **_rules("builtins.exec builtins.eval builtins.compile", "dynamic-code", RUN_CODE),
     **_rules("types.FunctionType types.LambdaType types.CodeType types.ModuleType marshal",
@@ -112,8 +116,12 @@ RULES = {
     **_rules("os.setxattr os.getxattr os.listxattr os.removexattr os.chmod os.lchmod os.fchmod os.chown "
              "os.lchown os.fchown os.utime os.chflags os.lchflags shutil.chown", "file-attrs", FILE_ATTRS),
     **_rules("os.write os.pwrite os.writev os.pwritev os.dup os.dup2 os.readlink os.symlink os.link "
-             "os.memfd_create os.mkfifo os.mknod os.chdir os.chroot os.truncate os.ftruncate",
-             "files", LOW_FILES),
+             "os.memfd_create os.mkfifo os.mknod os.chdir os.chroot os.truncate os.ftruncate "
+             "os.fdopen os.sendfile os.splice os.copy_file_range os.posix_fallocate io.FileIO "
+             "io.open_code _io", "files", LOW_FILES),
+    **_rules("os.sched_setscheduler os.sched_setaffinity os.sched_setparam os.setpriority os.nice",
+             "process", "changes how its process is scheduled, which the grader measures: "
+                        "exercise code only computes and calls torch.distributed"),
     **_rules("pathlib.Path.home os.path.expanduser os.path.expandvars", "outside-path", OUTSIDE),
     **_rules("pydoc", "dynamic-import", DYN_IMPORT),
     **_rules("dis", "introspection", "disassembles code, the grader's checks included: exercise code "
