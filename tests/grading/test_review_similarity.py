@@ -505,6 +505,89 @@ def test_a_copy_padded_with_statements_that_do_nothing_is_a_near_copy(statement)
     assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.95
 
 
+@pytest.mark.parametrize("statement", [
+    "import math", "x: object", "assert x is not None or x is None", "if x is None:\n    pass",
+    "for _ in ():\n    pass", "try:\n    pass\nexcept Exception:\n    raise",
+    "with torch.enable_grad():\n    pass"])
+@pytest.mark.parametrize("exercise", ["comm", "rotation", "sharding"])
+def test_a_copy_padded_with_blocks_and_bindings_that_do_nothing_is_a_near_copy(exercise, statement):
+    """The fourth red team's padding, one after every statement: 0.26-0.48, full points and no
+    near-copy row. An import or a bare annotation nothing reads, an assert that only reads,
+    and a block of `pass` on what only reads are set aside."""
+    ref, base = reference(exercise), stub(exercise)
+    padded = pad(disguise(ref), statement)
+    assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.9
+
+
+class _Rewrite(ast.NodeTransformer):
+    """The fourth red team's mechanical rewrites of a whole file: `f(a, b)` as `f(*(a, b))`,
+    `x.m()` as `torch.Tensor.m(x)`, parameters and returns annotated, a comprehension as
+    `list(map(lambda ...))`, two assignments as one of tuples."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in ("contiguous", "clone"):
+            return ast.Call(ast.parse(f"torch.Tensor.{f.attr}", mode="eval").body, [f.value, *node.args],
+                            node.keywords)
+        if len(node.args) > 1 and not any(isinstance(a, ast.Starred) for a in node.args):
+            node.args = [ast.Starred(ast.Tuple(node.args, ast.Load()), ast.Load())]
+        return node
+
+    def visit_arg(self, node):
+        node.annotation = ast.Name("object", ast.Load())
+        return node
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.returns = ast.Name("object", ast.Load())
+        return node
+
+    def visit_Lambda(self, node):               # a lambda's parameters take no annotation
+        self.generic_visit(node)
+        for a in node.args.args:
+            a.annotation = None
+        return node
+
+    def visit_ListComp(self, node):
+        self.generic_visit(node)
+        gen = node.generators[0]
+        if len(node.generators) == 1 and not gen.ifs and isinstance(gen.target, ast.Name):
+            fn = ast.Lambda(ast.arguments([], [ast.arg(gen.target.id)], None, [], [], None, []), node.elt)
+            return ast.Call(ast.Name("list", ast.Load()), [ast.Call(ast.Name("map", ast.Load()),
+                                                                     [fn, gen.iter], [])], [])
+        return node
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            merged = []
+            for st in body:
+                last = merged[-1] if merged else None
+                if isinstance(st, ast.Assign) and isinstance(last, ast.Assign) and len(st.targets) == 1 \
+                        and len(last.targets) == 1 and all(isinstance(t, ast.Name) for t in
+                                                           (st.targets[0], last.targets[0])) \
+                        and last.targets[0].id not in {n.id for n in ast.walk(st.value)
+                                                       if isinstance(n, ast.Name)}:
+                    merged[-1] = ast.Assign([ast.Tuple([last.targets[0], st.targets[0]], ast.Store())],
+                                            ast.Tuple([last.value, st.value], ast.Load()))
+                else:
+                    merged.append(st)
+            node.body = merged
+        return node
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_copy_rewritten_mechanically_is_a_near_copy(exercise):
+    """The same program in other spellings: comm scored 0.122 (the range of independent
+    work), rotation 0.358; the spellings are made one before the fingerprints."""
+    ref, base = reference(exercise), stub(exercise)
+    copy = ast.unparse(ast.fix_missing_locations(_Rewrite().visit(ast.parse(ref))))
+    assert "*(" in copy and ": object" in copy
+    assert similarity(fingerprints(ref, base), fingerprints(copy, base)) >= 0.85
+
+
 def test_a_copy_padded_with_no_op_calls_is_flagged():
     """The red team's padding: `torch.is_grad_enabled()` and `torch.get_default_dtype()` before and
     after every statement of the comm reference scored 0.275 (a call through a module was not

@@ -106,7 +106,7 @@ def _normalized(source: str):
     if len(source) > MAX_SOURCE:
         return source, None
     try:
-        tree = ast.parse(source)
+        tree = _Canonical().visit(ast.parse(source))
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, set(), _scope(nodes), False, keep_one=False)
         nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
@@ -118,6 +118,7 @@ def _normalized(source: str):
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
         tree = _Unhold(tree).visit(tree)    # `_s = SimpleNamespace(); _s.x = x; ... _s.x`: x
+        tree = _Canonical().visit(tree)     # `_s.a, _s.b = x, y` is now `a, b = x, y`
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
@@ -125,6 +126,67 @@ def _normalized(source: str):
         return source, None
     except Exception:                       # noqa: BLE001 - a crafted file ends no review
         return source, None
+
+
+class _Canonical(ast.NodeTransformer):
+    """Spellings that say the same thing, made one, before anything else: annotations dropped
+    (a bare one in a function is then dead), `f(*(a, b))` as `f(a, b)`, `torch.Tensor.m(x, ...)`
+    as `x.m(...)`, `list(map(lambda v: e, xs))` as `[e for v in xs]`, `a, b = x, y` (names or
+    attributes the right does not read) as two assignments."""
+
+    def visit_arg(self, node):
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node):
+        self.generic_visit(node)
+        node.returns = None
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_AnnAssign(self, node):
+        self.generic_visit(node)
+        if node.value is None:
+            return node
+        return ast.copy_location(ast.Assign([node.target], node.value), node)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        node.args = [e for a in node.args for e in (
+            a.value.elts if isinstance(a, ast.Starred) and isinstance(a.value, (ast.Tuple, ast.List))
+            else [a])]
+        f = node.func
+        tensor = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) \
+            and f.value.attr == "Tensor" and isinstance(f.value.value, ast.Name) \
+            and f.value.value.id == "torch"
+        if tensor and node.args \
+                and not isinstance(node.args[0], ast.Starred):
+            return ast.copy_location(ast.Call(ast.Attribute(node.args[0], f.attr, ast.Load()),
+                                              node.args[1:], node.keywords), node)
+        mapped = node.args[0] if len(node.args) == 1 and not node.keywords else None
+        if _callee(f) == "list" and isinstance(mapped, ast.Call) and _callee(mapped.func) == "map" \
+                and len(mapped.args) == 2 and not mapped.keywords \
+                and isinstance(mapped.args[0], ast.Lambda):
+            fn, items = mapped.args
+            a = fn.args
+            if len(a.args) == 1 and not (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg):
+                loop = ast.comprehension(ast.Name(a.args[0].arg, ast.Store()), items, [], 0)
+                return ast.copy_location(ast.ListComp(fn.body, [loop]), node)
+        return node
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        left, right = node.targets[0], node.value
+        if len(node.targets) == 1 and isinstance(left, ast.Tuple) and isinstance(right, ast.Tuple) \
+                and len(left.elts) == len(right.elts) \
+                and all(isinstance(t, (ast.Name, ast.Attribute)) and _root(t) for t in left.elts) \
+                and not any(isinstance(v, ast.Starred) for v in right.elts):
+            read = {ast.unparse(n) for n in ast.walk(right) if isinstance(n, (ast.Name, ast.Attribute))}
+            if not read & {ast.unparse(t) for t in left.elts}:
+                return [ast.copy_location(ast.Assign([t], v), node)
+                        for t, v in zip(left.elts, right.elts)]
+        return node
 
 
 def _returned_parameter(fn):
@@ -329,10 +391,12 @@ class _Scope:
     attributes: set     # attribute names the file reads (`self.x`: a class's x is read)
     imported: set       # names the file binds by import only (modules, their functions)
     noops: set          # the file's functions and methods that do nothing (`def _pad(*a): pass`)
+    loaded: set         # names the file reads
 
 
 def _scope(nodes) -> _Scope:
-    return _Scope(_never_read(nodes), _bound(nodes), _read_attributes(nodes), _imported(nodes), _noops(nodes))
+    return _Scope(_never_read(nodes), _bound(nodes), _read_attributes(nodes), _imported(nodes), _noops(nodes),
+                  {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
 
 
 def _noops(nodes) -> set:
@@ -546,8 +610,13 @@ def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
         return _live_block(stmt.body, gone, scope, in_function, False)
     if isinstance(stmt, ast.Pass) or isinstance(stmt, ast.Expr) and _inert(stmt.value, scope):
         return []                                           # docstrings, bare values, queries
-    if isinstance(stmt, ast.Assert) and _constant(stmt.test) == (True, True):
-        return []                                           # assert True
+    if isinstance(stmt, ast.Assert) and _inert(stmt.test, scope) and _inert(stmt.msg or ast.Constant(None), scope):
+        return []                                           # an assert only reads: it checks, does nothing
+    if in_function and isinstance(stmt, (ast.Import, ast.ImportFrom)) and not any(
+            (a.asname or a.name).split(".")[0] in scope.loaded for a in stmt.names):
+        return []                                           # an import nothing reads
+    if in_function and isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+        return []                                           # `x: object`: binds nothing
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in gone:
         return []                                           # an identity function, inlined
     if _assigned(stmt) in gone and isinstance(stmt.value, ast.Lambda):
@@ -571,7 +640,26 @@ def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
         part.body = _live_block(part.body, gone, scope, inner, keep_one=True)
     if isinstance(stmt, ast.Try) and not stmt.handlers and not stmt.orelse and not stmt.finalbody:
         return [s for s in stmt.body if not isinstance(s, ast.Pass)]     # try: ... finally: pass
+    if _empty(stmt, scope):
+        return []           # `if x is None: pass`, `for _ in (): pass`, `try: pass`, `with f(): pass`
     return [stmt]
+
+
+def _empty(stmt, scope) -> bool:
+    """A block statement that does nothing: bodies of `pass` alone, on a test, iterable or
+    context that only reads; a `try` whose body does nothing (it raises nothing to handle)."""
+    def nothing(block):
+        return all(isinstance(s, ast.Pass) for s in block)
+    if isinstance(stmt, ast.Try):
+        return nothing(stmt.body) and nothing(stmt.orelse) and nothing(stmt.finalbody)
+    if isinstance(stmt, (ast.If, ast.While)):
+        return nothing(stmt.body) and nothing(stmt.orelse) and _inert(stmt.test, scope)
+    if isinstance(stmt, ast.For):
+        return nothing(stmt.body) and nothing(stmt.orelse) and _inert(stmt.iter, scope)
+    if isinstance(stmt, ast.With):
+        return nothing(stmt.body) and all(i.optional_vars is None and _inert(i.context_expr, scope)
+                                          for i in stmt.items)
+    return False
 
 
 # ---- tokens --------------------------------------------------------------------------------------
