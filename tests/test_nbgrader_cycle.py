@@ -264,7 +264,8 @@ def _patch_grade_in_notebook(path: Path) -> None:
         "    print('PROC ENVIRON HOLDS A TOKEN')\n"
         "for _name, _try in (('chmod', lambda: os.chmod('.', 0o777)),\n"
         "                    ('symlink', lambda: os.symlink('/etc/passwd', 'link.ipynb')),\n"
-        "                    ('raw socket', lambda: socket.socket(17, 3, 0))):\n"
+        "                    ('raw socket', lambda: socket.socket(17, 3, 0)),\n"
+        "                    ('fifo', lambda: os.mkfifo('n1.ipynb.fifo'))):\n"
         "    try:\n"
         "        _try()\n"
         "        print('DID', _name)\n"
@@ -397,7 +398,7 @@ def test_feedback_shows_no_script_of_a_students_output(cycle):
 def test_notebook_cells_cannot_write_the_installed_course(cycle):
     """The autograde kernel is confined: mallory's cell could not open the course for writing,
     saw nothing of the grader's environment, and could change no file's mode, make no link
-    (for nbgrader to write through) and open no raw socket."""
+    (for nbgrader to write through) or FIFO (for it to block on) and open no raw socket."""
     import nbformat as nbf
     from rtp_course.confinement import landlock as sandbox
     if sandbox.abi_version() < 1:
@@ -413,7 +414,7 @@ def test_notebook_cells_cannot_write_the_installed_course(cycle):
     assert "ENVIRONMENT" in text and SECRET not in text and "GITHUB_TOKEN" not in text, text
     assert "PROC ENVIRON HOLDS A TOKEN" not in text, text
     assert "DID" not in text, text[-2000:]
-    for name in ("chmod", "symlink", "raw socket"):
+    for name in ("chmod", "symlink", "raw socket", "fifo"):
         assert f"refused: {name}" in text, text[-2000:]
 
 

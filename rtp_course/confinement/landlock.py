@@ -190,14 +190,16 @@ def library_dirs(avoid=()) -> list[str]:
 
 def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
             other_processes: bool = False, rendezvous: bool = True, tcp: bool = True,
-            scope_sockets: bool | None = None, links: bool = True) -> Confinement:
+            scope_sockets: bool | None = None, links: bool = True,
+            rendezvous_under=None) -> Confinement:
     """Restrict this process to reading `read` (+ the system and Python dirs, ETC_READ, and
     its libraries' dirs) and writing under `write`; `devices`: device nodes it may also
     read, write and ioctl (a GPU's); `unreadable`: files or directories under those it may
     list but not open; `other_processes`: all of /proc and /sys, not only this process's
     own, PROC_READ and SYS_READ (NCCL's bootstrap and topology search read more of them
     than has been seen run); `rendezvous`: it may make Unix socket files and FIFOs in
-    `write`; `tcp`: it may bind and connect TCP sockets (from ABI 4; False refuses every
+    `write` (`rendezvous_under`: only under those of `write`, e.g. its private temporary
+    directory, never where an unconfined process writes after it); `tcp`: it may bind and connect TCP sockets (from ABI 4; False refuses every
     bind and connect). From ABI 6, `scope_signals`: it can signal only processes of its own
     sandbox; `scope_sockets` (default: as `scope_signals`): it can connect to an abstract
     Unix socket of those only (never for a GPU rank: NCCL passes descriptors between a
@@ -221,7 +223,7 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
         return Confinement(False, abi, f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
         for path, rights in _rules(abi, read, write, devices, unreadable, other_processes,
-                                   rendezvous, links):
+                                   rendezvous, links, rendezvous_under):
             _add_rule(libc, fd, path, rights & handled)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return Confinement(False, abi, f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}")
@@ -234,7 +236,7 @@ def confine(read, write, scope_signals: bool = True, devices=(), unreadable=(),
 
 
 def _rules(abi, read, write, devices, unreadable, other_processes, rendezvous,
-           links=True) -> list:
+           links=True, rendezvous_under=None) -> list:
     """[(path, rights)] of the ruleset. /proc/self names this process as the machine's /proc
     numbers it (in a PID namespace of its own, getpid() would name another)."""
     procs = ["/proc", "/sys"] if other_processes else \
@@ -246,9 +248,11 @@ def _rules(abi, read, write, devices, unreadable, other_processes, rendezvous,
     device_rights = READ_FILE | WRITE_FILE | (IOCTL_DEV if abi >= 5 else 0)
     rules += [(p, device_rights | (READ_DIR if os.path.isdir(p) else 0))
               for p in (*DEVICES, *devices)]
-    made = WRITE if rendezvous else WRITE & ~(MAKE_SOCK | MAKE_FIFO)
-    made = made if links else made & ~(MAKE_SYM | REFER)
-    return rules + [(p, made | READ) for p in write]
+    plain = WRITE & ~(MAKE_SOCK | MAKE_FIFO)
+    plain = plain if links else plain & ~(MAKE_SYM | REFER)
+    meet = plain | MAKE_SOCK | MAKE_FIFO if rendezvous else plain
+    under = write if rendezvous_under is None else rendezvous_under
+    return rules + [(p, (meet if p in under else plain) | READ) for p in write]
 
 
 def _add_rule(libc, ruleset_fd: int, path, rights: int) -> None:

@@ -62,9 +62,11 @@ def main(argv: list[str]) -> None:
         os.environ[var] = private
     tempfile.tempdir = private
     package = str(Path(rtp_course.__file__).resolve().parent)
-    # no links: nbgrader, unconfined, writes the executed notebook where the kernel ran
+    # no links, no FIFO or socket file where the kernel ran: nbgrader, unconfined, writes the
+    # executed notebook there (a FIFO in its place would block it); multiprocessing's sockets
+    # go in the private directory
     confinement = sandbox.confine(read=[package, connection_file], write=[os.getcwd(), private],
-                                  links=False)
+                                  links=False, rendezvous_under=[private])
     _cap_resources()
     _ipython_profile(private)           # (its first start copies files with their mode: chmod)
     filtered = seccomp.install(gpu=True) if no_new_privs() else "no seccomp filter: no_new_privs"

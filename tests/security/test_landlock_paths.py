@@ -83,3 +83,34 @@ def test_a_confined_process_reads_its_libraries_directories_and_ld_library_path(
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(LOADED_LATER), *map(str, dirs)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.strip() == "OK", done.stdout + done.stderr
+
+
+MAKES_NODES = """
+import os, sys
+from rtp_course.confinement import landlock
+worked, private = sys.argv[1:]
+done = landlock.confine(read=[], write=[worked, private], links=False, rendezvous_under=[private])
+assert done.active, done
+for where in (worked, private):
+    try:
+        os.mkfifo(os.path.join(where, "n1.ipynb"))
+        print(where == private and "PRIVATE FIFO" or "WORKED FIFO")
+    except PermissionError:
+        print("refused")
+with open(os.path.join(worked, "n1.html"), "w") as f:
+    f.write("a file, as a kernel writes")
+print("file")
+"""
+
+
+@needs_landlock
+def test_a_confined_kernel_makes_no_fifo_where_nbgrader_writes_after_it(tmp_path):
+    """A FIFO in the place of the notebook in the folder a kernel ran in blocks nbgrader,
+    which writes the executed notebook there unconfined, until a guard of an hour. The kernel
+    may make FIFOs and sockets only in its private directory (multiprocessing's)."""
+    worked, private = tmp_path / "submitted", tmp_path / "private"
+    worked.mkdir()
+    private.mkdir()
+    done = subprocess.run([sys.executable, "-c", MAKES_NODES, str(worked), str(private)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["refused", "PRIVATE", "FIFO", "file"], done.stdout + done.stderr
