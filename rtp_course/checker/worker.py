@@ -29,6 +29,7 @@ from rtp_course.checker.registry import load_checks
 from rtp_course.checker.types import DONE
 from rtp_course.course.impl import code_files, exercise, load_impl, refuse_reference_imports
 from rtp_course.runtime import asked, commlog, devices, gpu_placement, nccl
+from rtp_course.runtime.commlog import sentry
 from rtp_course.runtime.launcher import own_channel, rank_device
 
 GRACE_AFTER_FAILURE = 3.0  # s a failed rank waits for its peers before leaving
@@ -180,6 +181,7 @@ class Ctx:
             nccl.warm_up_ring(group or self.group, self.device)
 
     def record(self, key: str, tensor) -> None:
+        sentry.look()       # a trace hook still set as the code under test returns
         if tensor is None:
             self.records[key] = None
         else:  # a plain tensor even if the code under test returned a host tensor

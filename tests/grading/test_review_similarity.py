@@ -519,6 +519,22 @@ def test_a_copy_padded_with_blocks_and_bindings_that_do_nothing_is_a_near_copy(e
     assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.9
 
 
+@pytest.mark.parametrize("made, statement", [("_t = []", "_t.append(0)"), ("_c = [0]", "_c[0] += 1"),
+                                             ("_s = set()", "_s.add(id(_s))")])
+@pytest.mark.parametrize("exercise", ["comm", "rotation", "sharding"])
+def test_a_copy_padded_with_writes_into_what_nothing_reads_is_a_near_copy(exercise, made, statement):
+    """The fifth red team's padding: a module-level object written after every statement and
+    never read otherwise: 0.36-0.49."""
+    ref, base = reference(exercise), stub(exercise)
+    padded = made + "\n" + pad(disguise(ref), statement)
+    assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.9
+
+
+def test_operator_functions_are_spelled_as_operators():
+    code = "import operator as _op\nfrom operator import getitem\ndef f(a, b):\n    return _op.mul(a, getitem(b, 0))\n"
+    assert normalize(code).endswith("return a * b[0]")
+
+
 class _Rewrite(ast.NodeTransformer):
     """The fourth red team's mechanical rewrites of a whole file: `f(a, b)` as `f(*(a, b))`,
     `x.m()` as `torch.Tensor.m(x)`, parameters and returns annotated, a comprehension as

@@ -106,7 +106,8 @@ def _normalized(source: str):
     if len(source) > MAX_SOURCE:
         return source, None
     try:
-        tree = _Canonical().visit(ast.parse(source))
+        tree = ast.parse(source)
+        tree = _Canonical(_operator_names(tree)).visit(tree)
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, set(), _scope(nodes), False, keep_one=False)
         nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
@@ -118,7 +119,7 @@ def _normalized(source: str):
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
         tree = _Unhold(tree).visit(tree)    # `_s = SimpleNamespace(); _s.x = x; ... _s.x`: x
-        tree = _Canonical().visit(tree)     # `_s.a, _s.b = x, y` is now `a, b = x, y`
+        tree = _Canonical(_operator_names(tree)).visit(tree)   # `_s.a, _s.b = x, y` is now `a, b = x, y`
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
@@ -128,11 +129,56 @@ def _normalized(source: str):
         return source, None
 
 
+_BINARY = {"add": ast.Add, "sub": ast.Sub, "mul": ast.Mult, "truediv": ast.Div,
+           "floordiv": ast.FloorDiv, "mod": ast.Mod, "pow": ast.Pow, "matmul": ast.MatMult,
+           "lshift": ast.LShift, "rshift": ast.RShift, "and_": ast.BitAnd, "or_": ast.BitOr,
+           "xor": ast.BitXor}
+_UNARY = {"neg": ast.USub, "pos": ast.UAdd, "invert": ast.Invert, "not_": ast.Not}
+_COMPARE = {"eq": ast.Eq, "ne": ast.NotEq, "lt": ast.Lt, "le": ast.LtE, "gt": ast.Gt,
+            "ge": ast.GtE, "is_": ast.Is, "is_not": ast.IsNot}
+
+
+def _operator_names(tree) -> dict:
+    """{name in the file: the operator module's function it is} (`import operator as _op`:
+    `_op.mul` is 'mul'; `from operator import mul as m`: `m` is 'mul'), as ('module', alias)
+    for the module."""
+    names = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            names.update({(a.asname or a.name): "" for a in n.names if a.name == "operator"})
+        elif isinstance(n, ast.ImportFrom) and n.module == "operator":
+            names.update({(a.asname or a.name): a.name for a in n.names})
+    return names
+
+
+def _operator_call(node, names):
+    """`operator.mul(a, b)` (or an alias) as `a * b`, `getitem(a, i)` as `a[i]`, ...; None."""
+    f = node.func
+    op = (names.get(f.id) if isinstance(f, ast.Name) else
+          f.attr if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+          and names.get(f.value.id) == "" else None)
+    a = node.args
+    if not op or node.keywords or any(isinstance(x, ast.Starred) for x in a):
+        return None
+    if op in _BINARY and len(a) == 2:
+        return ast.BinOp(a[0], _BINARY[op](), a[1])
+    if op in _UNARY and len(a) == 1:
+        return ast.UnaryOp(_UNARY[op](), a[0])
+    if op in _COMPARE and len(a) == 2:
+        return ast.Compare(a[0], [_COMPARE[op]()], [a[1]])
+    if op == "getitem" and len(a) == 2:
+        return ast.Subscript(a[0], a[1], ast.Load())
+    return None
+
+
 class _Canonical(ast.NodeTransformer):
     """Spellings that say the same thing, made one, before anything else: annotations dropped
     (a bare one in a function is then dead), `f(*(a, b))` as `f(a, b)`, `torch.Tensor.m(x, ...)`
     as `x.m(...)`, `list(map(lambda v: e, xs))` as `[e for v in xs]`, `a, b = x, y` (names or
-    attributes the right does not read) as two assignments."""
+    attributes the right does not read) as two assignments, `operator.mul(a, b)` as `a * b`."""
+
+    def __init__(self, operators=None):
+        self.operators = operators or {}
 
     def visit_arg(self, node):
         node.annotation = None
@@ -153,6 +199,9 @@ class _Canonical(ast.NodeTransformer):
 
     def visit_Call(self, node):
         self.generic_visit(node)
+        spelled = _operator_call(node, self.operators)
+        if spelled is not None:
+            return ast.copy_location(spelled, node)
         node.args = [e for a in node.args for e in (
             a.value.elts if isinstance(a, ast.Starred) and isinstance(a.value, (ast.Tuple, ast.List))
             else [a])]
@@ -392,11 +441,50 @@ class _Scope:
     imported: set       # names the file binds by import only (modules, their functions)
     noops: set          # the file's functions and methods that do nothing (`def _pad(*a): pass`)
     loaded: set         # names the file reads
+    sinks: set          # names only ever written into (`_t.append(0)`, `_c[0] += 1`): padding
 
 
 def _scope(nodes) -> _Scope:
     return _Scope(_never_read(nodes), _bound(nodes), _read_attributes(nodes), _imported(nodes), _noops(nodes),
-                  {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)})
+                  {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)},
+                  _sinks(nodes))
+
+
+def _sink_of(stmt):
+    """The name that `stmt` only writes into, or None: a method call on it whose value is
+    discarded (`_t.append(x)`), an item or attribute of it stored or updated (`_c[0] += 1`)."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+            and isinstance(stmt.value.func, ast.Attribute) and isinstance(stmt.value.func.value, ast.Name):
+        return stmt.value.func.value.id
+    targets = [stmt.target] if isinstance(stmt, ast.AugAssign) else \
+        stmt.targets if isinstance(stmt, ast.Assign) else []
+    if len(targets) == 1 and isinstance(targets[0], (ast.Subscript, ast.Attribute)) \
+            and isinstance(targets[0].value, ast.Name):
+        return targets[0].value.id
+    return None
+
+
+def _own_loads(stmt) -> set:
+    """Names `stmt` reads itself, not in the statements it holds (a loop's body)."""
+    found = set()
+    for _, value in ast.iter_fields(stmt):
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, ast.AST) and not isinstance(part, (ast.stmt, ast.excepthandler)):
+                found |= {n.id for n in ast.walk(part)
+                          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return found
+
+
+def _sinks(nodes) -> set:
+    """Names bound by a plain assignment that the file reads only to write into them again."""
+    assigned = {t.id for n in nodes if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Name)}
+    read = set()
+    for stmt in (n for n in nodes if isinstance(n, ast.stmt)):
+        read |= _own_loads(stmt) - {_sink_of(stmt)}
+    for handler in (n for n in nodes if isinstance(n, ast.excepthandler)):
+        read |= _own_loads(handler)
+    return assigned - read
 
 
 def _noops(nodes) -> set:
@@ -612,6 +700,11 @@ def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
         return []                                           # docstrings, bare values, queries
     if isinstance(stmt, ast.Assert) and _inert(stmt.test, scope) and _inert(stmt.msg or ast.Constant(None), scope):
         return []                                           # an assert only reads: it checks, does nothing
+    if _sink_of(stmt) in scope.sinks and _writes_only(stmt, scope):
+        return []                                           # `_t.append(0)`: into what nothing reads
+    if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) and t.id in scope.sinks
+                                            for t in stmt.targets) and _inert(stmt.value, scope):
+        return []                                           # `_t = []`, the sink itself
     if in_function and isinstance(stmt, (ast.Import, ast.ImportFrom)) and not any(
             (a.asname or a.name).split(".")[0] in scope.loaded for a in stmt.names):
         return []                                           # an import nothing reads
@@ -643,6 +736,16 @@ def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
     if _empty(stmt, scope):
         return []           # `if x is None: pass`, `for _ in (): pass`, `try: pass`, `with f(): pass`
     return [stmt]
+
+
+def _writes_only(stmt, scope) -> bool:
+    """Whether what `stmt` puts into its sink only reads (`_t.append(x)`, not `_t.append(x.add_(1))`)."""
+    if isinstance(stmt, ast.Expr):
+        call = stmt.value
+        return all(_inert(a, scope) for a in [*call.args, *(k.value for k in call.keywords)])
+    parts = [stmt.value, *(getattr(t, "slice", None) for t in
+                           ([stmt.target] if isinstance(stmt, ast.AugAssign) else stmt.targets))]
+    return all(p is None or _inert(p, scope) for p in parts)
 
 
 def _empty(stmt, scope) -> bool:

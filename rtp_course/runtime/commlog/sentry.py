@@ -42,7 +42,12 @@ def _sentry():
         look()
         return list(dict.fromkeys(changed))
 
-    return seal, look, seen
+    def note(what: str) -> None:
+        """A change seen elsewhere (commlog's wrappers), while sealed."""
+        if sealed:
+            changed.append(what)
+
+    return seal, look, seen, note
 
 
-seal, look, seen = _sentry()
+seal, look, seen, note = _sentry()

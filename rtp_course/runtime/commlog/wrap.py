@@ -201,14 +201,19 @@ def _harness_call(caller_file: str) -> bool:
 
 def _wrap_own_method(cls, name: str, family: str, position) -> None:
     """A process group's own method, recorded when the code under test calls it, itself or
-    through a trampoline; torch's functions and the harness calling it pass through."""
+    through a trampoline; torch's functions and the harness calling it pass through, torch's
+    only inside a logged call: a torch function that reaches it outside one was called behind
+    its wrapper (taken from a frame or a closure), which is recorded and a change."""
     method = vars(cls)[name]
 
     @functools.wraps(method)
     def wrapper(pg, *args, **kwargs):
         sentry.look()
-        if _harness_call(sys._getframe(1).f_code.co_filename):
-            return method(pg, *args, **kwargs)
+        caller_file = sys._getframe(1).f_code.co_filename
+        if _harness_call(caller_file):
+            if getattr(STATE.local, "depth", 0) or not caller_file.startswith(_TORCH_DIR):
+                return method(pg, *args, **kwargs)
+            sentry.note(f"torch.distributed's {family} was called behind commlog's wrapper")
         where = caller()
         if STATE.nccl_rules:
             nccl_calls.before_own_method(name, position, args, where)
