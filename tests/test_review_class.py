@@ -14,7 +14,7 @@ from rtp_course.instructor.grade_outcome import CellGrade
 from grading_course import ROOT, hidden_in_utf7, make_course
 
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
-sys.path.insert(0, str(ROOT / "tests" / "unit"))     # the disguises live with the similarity's tests
+sys.path.insert(0, str(ROOT / "tests" / "grading"))  # the disguises live with the similarity's tests
 import wrongs  # noqa: E402
 from test_review_similarity import COMM, COMM_API, disguise  # noqa: E402
 

@@ -13,7 +13,7 @@ import pytest
 
 from rtp_course.course import EXERCISES
 from rtp_course.course.rules import ALL, RULES, applying_to, pointer
-from wrongs import ROOT, collect, impl_with, reports, spec
+from wrongs import ROOT, caught, collect, impl_with, reports, spec
 
 QUOTED = re.compile(r"rule '([A-Z][A-Za-z -]*)'")
 BULLET = re.compile(r"^\* (.+)$", re.M)
@@ -90,7 +90,7 @@ ENTRIES = collect(rules=True)
 
 @pytest.mark.parametrize("path", ENTRIES, ids=[f"{p.parent.name}/{p.stem}" for p in ENTRIES])
 def test_a_wrong_entry_breaking_a_rule_fails_a_check_holding_it(path, tmp_path):
-    from rtp_course.checker import engine, report
+    from rtp_course.checker import engine
     s, exercise = spec(path), path.parent.name
     unknown = [r for r in s["rules"] if r not in RULES or exercise not in RULES[r].held_by]
     assert not unknown, f"{path}: RULE names {unknown}, not rules of {exercise}"
@@ -100,9 +100,10 @@ def test_a_wrong_entry_breaking_a_rule_fails_a_check_holding_it(path, tmp_path):
         holding |= public_checks(exercise) if held == ALL else set(held)
     only = sorted(holding & set(s["only"])) if s["only"] else sorted(holding)
     assert only, f"{path}: ONLY names none of the checks holding {s['rules']}"
-    results = engine.run([exercise], impl=str(impl_with(path, tmp_path / "impl")),
-                         world_sizes=s["world_sizes"], timeout_scale=0.5, only=only)
-    text = report.text(results)
+    impl = impl_with(path, tmp_path / "impl")
+    results, text = caught(path, lambda sizes: engine.run(
+        [exercise], impl=str(impl), world_sizes=sizes, timeout_scale=0.5, only=only),
+        holds=lambda results: {r.check for r in results if not r.passed} & holding)
     failing = {r.check for r in results if not r.passed}
     assert failing & holding, f"not caught by the checks holding {s['rules']}: {s['bug']}\n{text}"
     why = reports(path, text)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rtp_course.checker import engine, report
-from wrongs import CLASSES, collect, impl_with, reports, spec
+from rtp_course.checker import engine
+from wrongs import CLASSES, caught, collect, impl_with, reports, spec
 
 CASES = collect()
 RUN_HERE = collect(rules=False)     # those proving a rule's cell run in test_rules_stated.py
@@ -13,9 +13,9 @@ RUN_HERE = collect(rules=False)     # those proving a rule's cell run in test_ru
 def test_wrong_implementation_is_caught(path, tmp_path):
     s = spec(path)
     impl = impl_with(path, tmp_path / "impl")
-    results = engine.run([path.parent.name], impl=str(impl), world_sizes=s["world_sizes"],
-                         timeout_scale=0.5, only=s["only"], hidden=s["hidden"])
-    text = report.text(results)
+    results, text = caught(path, lambda sizes: engine.run(
+        [path.parent.name], impl=str(impl), world_sizes=sizes, timeout_scale=0.5,
+        only=s["only"], hidden=s["hidden"]))
     assert not all(r.passed for r in results), f"not caught: {s['bug']}\n{text}"
     why = reports(path, text)
     assert not why, why

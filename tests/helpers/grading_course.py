@@ -35,6 +35,7 @@ def make_course(tmp_path: Path, students: dict, assignment: str = "03_tp_communi
             "grade": False, "solution": True, "locked": False, "grade_id": "answer"}}))
     (course / "source" / assignment).mkdir(parents=True)
     nbformat.write(nb, course / "source" / assignment / f"{assignment}.ipynb")
+    shutil.copy(empty_gradebook(tmp_path.parent), course / "gradebook.db")
     with alembic_on_path(), \
             Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="rtp-course") as gb:
         gb.add_assignment(assignment)
@@ -48,6 +49,19 @@ def make_course(tmp_path: Path, students: dict, assignment: str = "03_tp_communi
             gb.add_student(student)
             gb.add_submission(assignment, student)
     return course, assignment
+
+
+def empty_gradebook(folder: Path) -> Path:
+    """An empty gradebook in `folder`, made there once (nbgrader makes one by running alembic's
+    migrations, about 10 s); a course copies it, as nbgrader then finds it up to date."""
+    from nbgrader.api import Gradebook
+    made = folder / "empty-gradebook.db"
+    if not made.exists():
+        building = folder / f"empty-gradebook.{os.getpid()}.db"
+        with alembic_on_path(), Gradebook(f"sqlite:///{building}", course_id="rtp-course"):
+            pass
+        os.replace(building, made)
+    return made
 
 
 @contextlib.contextmanager
