@@ -27,9 +27,11 @@ def graded(impl, **kw):
     pytest.skip("the machine was too busy to grade three times in a row")
 
 
-@pytest.mark.parametrize("bug", [SPINS, WAITS, NAPS, pytest.param(
-    WAITS_POSTING, marks=pytest.mark.extended, id="posting")],   # its rule: test_watchdog_rules
-                         ids=["spins", "waits", "naps", "posting"])
+# spins and posting: their rules are unit-tested (test_engine_budgets, test_watchdog_rules)
+@pytest.mark.parametrize("bug", [
+    WAITS, NAPS, pytest.param(SPINS, marks=pytest.mark.extended, id="spins"),
+    pytest.param(WAITS_POSTING, marks=pytest.mark.extended, id="posting")],
+    ids=["waits", "naps", "spins", "posting"])
 def test_only_the_checks_calling_the_broken_function_fail(tmp_path, bug):
     results, text = graded(rotation_with(tmp_path, bug), world_sizes=(2, 3))
     broken = [r for r in results if r.check.startswith(CALLERS)]

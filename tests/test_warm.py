@@ -79,6 +79,7 @@ def impl_with_bug(tmp_path) -> Path:
 
 
 @needs_server
+@pytest.mark.extended   # the served rank's trust is held in the default tier, below
 def test_a_warm_run_says_what_a_cold_run_says_and_sees_the_students_edits(server_dir, tmp_path):
     impl = impl_with_bug(tmp_path)
     cold = check(server_dir, "--impl", str(impl), warm_on=False)
