@@ -8,10 +8,13 @@ Writes (and refuses to overwrite): the course row (rtp_course/course/__init__.py
 rtp_course/<module>.py, its reference solutions/<module>.py, its public checks
 rtp_course/checker/public/<module>.py, its hidden checks tests/hidden/<module>.py, its notebook
 scripts/notebook_src/<notebook>.py paired with notebooks/<notebook>.ipynb (jupytext), and one
-wrong entry per rule every exercise holds (tests/wrong/<module>/). The points table of
-docs/INSTRUCTORS.md, its count of assignments and its total are written again from the course
-table. What is left to write by hand is
-marked TODO(author); the tests that hold each part print at the end.
+whole wrong entry per rule every exercise holds (tests/wrong/<module>/: the first function
+wrapped with the bug). The points table of docs/INSTRUCTORS.md, its count of assignments and
+its total are written again from the course table. What is left to write by hand is marked
+TODO(author): the stub's text, the reference, the checks' inputs and expected records, the
+notebook's text, and two wrong entries or more of the exercise's own bugs; scripts/scaffold/toy/
+holds those files of a worked example (E0, six files). The tests that hold each part print at
+the end.
 """
 from __future__ import annotations
 
@@ -27,11 +30,25 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "scaffold"
 TABLE = ROOT / "rtp_course" / "course" / "__init__.py"
 INSTRUCTORS = ROOT / "docs" / "INSTRUCTORS.md"
-# the rules every exercise holds (rules.py: EVERY), each proved by a wrong entry of this class
-EVERY_RULE_ENTRIES = {"Results": ("values", "results_wrong"),
-                      "Communication": ("traffic", "communication_extra"),
-                      "Device": ("device", "buffer_without_device"),
-                      "Dtypes": ("dtype", "buffer_in_float32")}
+# The rules every exercise holds (rules.py: EVERY), each proved by a wrong entry of this class
+# that the scaffold writes whole: the first function wrapped, `before` run ahead of it (x its
+# first floating-point tensor, group its process group), `after` applied to each tensor it
+# returns; the report must say the messages named (rtp_course/course/messages.py).
+EVERY_RULE_ENTRIES = {
+    "Results": dict(cls="values", stem="results_wrong", says="value.scaled",
+                    bug="{name}'s results doubled on every rank (a scale applied twice).",
+                    before="", after="lambda t: t * 2"),
+    "Communication": dict(cls="traffic", stem="communication_extra", expect="rule 'Communication'",
+                          bug="{name} all-reduces a scalar the rules do not list, first.",
+                          before="dist.all_reduce(torch.zeros(1, dtype=x.dtype, device=x.device), "
+                                 "group=group)", after=""),
+    "Device": dict(cls="device", stem="buffer_without_device", says="exception.device",
+                   bug="{name} communicates a tensor made without device=: host memory on a GPU.",
+                   before="dist.all_reduce(torch.zeros(1, dtype=x.dtype), group=group)", after=""),
+    "Dtypes": dict(cls="dtype", stem="buffer_in_float32", says="value.dtypes",
+                   bug="{name} returns its results in the default float32, not in x's dtype.",
+                   before="", after="lambda t: t.float()"),
+}
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -130,7 +147,12 @@ def hidden(a) -> str:
     name = a.tasks[0][1][0]
     cls = name[:1].upper() + name[1:] + "Check"
     return (f"\n\nclass {cls[:-5]}Float32(pub.{cls}):\n    name, hidden, dtype = "
-            f"{name + '_float32'!r}, True, \"float32\"\n")
+            f"{name + '_float32'!r}, True, \"float32\"\n\n"
+            "    def expected(self, world_size):\n"
+            "        \"\"\"The public check's records (serial torch in float64), in float32.\"\"\"\n"
+            "        return {r: {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v\n"
+            "                    for k, v in records.items()}\n"
+            "                for r, records in super().expected(world_size).items()}\n")
 
 
 def notebook_sections(a) -> str:
@@ -160,11 +182,27 @@ def files(a) -> dict:
            f"rtp_course/checker/public/{a.module}.py": made("check.py.tmpl"),
            f"tests/hidden/{a.module}.py": made("hidden.py.tmpl"),
            f"scripts/notebook_src/{a.notebook}.py": made("notebook.py.tmpl")}
-    name = a.tasks[0][1][0]                       # the entries' edits start in the first task
-    for rule, (cls, stem) in EVERY_RULE_ENTRIES.items():
-        out[f"tests/wrong/{a.module}/{stem}.py"] = made("wrong.py.tmpl", RULE=rule, CLASS=cls,
-                                                        NAME=name)
+    name = a.tasks[0][1][0]                       # the entries wrap the first task's first name
+    for rule, e in EVERY_RULE_ENTRIES.items():
+        said = f"SAYS: {e['says']}" if "says" in e else f"EXPECT: {e['expect']}"
+        out[f"tests/wrong/{a.module}/{e['stem']}.py"] = made(
+            "wrong.py.tmpl", RULE=rule, CLASS=e["cls"], NAME=name, EXPECT=said,
+            BUG=e["bug"].format(name=name), WRAPPER=wrapper(name, e["before"], e["after"]))
     return out
+
+
+def wrapper(name: str, before: str, after: str) -> str:
+    """`name` redefined around the reference's: `before` run first, `after` on its results."""
+    result = f"_each(out, {after})" if after else "out"
+    if name[:1].isupper():                       # a module: its forward wrapped
+        pre = (f"        x, group = _tensor(args), getattr(self, 'group', None)\n"
+               f"        {before}\n" if before else "")
+        return (f"\n_Reference = {name}\n\n\nclass {name}(_Reference):\n"
+                f"    def forward(self, *args, **kwargs):\n{pre}"
+                f"        out = super().forward(*args, **kwargs)\n        return {result}\n")
+    pre = f"    x, group = _tensor(args), _group(args, kwargs)\n    {before}\n" if before else ""
+    return (f"\n_reference = {name}\n\n\ndef {name}(*args, **kwargs):\n{pre}"
+            f"    out = _reference(*args, **kwargs)\n    return {result}\n")
 
 
 def add_row(a) -> None:
@@ -236,6 +274,7 @@ Now write every TODO(author) (grep -rn 'TODO(author)'), then prove it:
                                                      definitions and build
   pytest tests/test_notebooks.py -k {nb}             the notebook's tasks, sections, check cells
   pytest tests/unit/test_docs_quote_the_code.py      the points table
+The worked example of what is written by hand: scripts/scaffold/toy/ (tests/test_scaffold.py).
 Own rules go in rtp_course/course/rules.py (a row, or this exercise's cell in a row), correct
 alternatives in tests/correct/{m}/, a demo in rtp_course/notebook/demos/ if the notebook runs one.
 """
