@@ -5,12 +5,24 @@ where the walk from the model reaches it; and nothing a correct layer holds."""
 import gc
 import warnings
 
+import pytest
 import torch
 from torch import nn
 
 from rtp_course.training import memory
 
 FULL = 64 * 64 * 4     # bytes of the full weight each layer below is cut from
+
+
+@pytest.fixture(autouse=True)
+def heap_of_a_rank():
+    """The test process's heap before each test set aside (gc.freeze), as a rank's small heap:
+    the collector's walks then cost what they cost in a rank, not in a test runner that has
+    loaded the whole course. What a test makes is tracked as usual."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 def _layer(keep):
