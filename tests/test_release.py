@@ -5,6 +5,7 @@ in nbgrader form yet, the notebook checks run on a copy of the repository with
 two small fixture notebooks (test_nbgrader_cycle.py grades those same fixtures).
 """
 import ast
+import functools
 import os
 import re
 import shutil
@@ -148,18 +149,25 @@ def _distinctive_lines(path: Path) -> set:
             and not s.startswith(("#", "def ", "class ", "from ", "import "))}
 
 
+@functools.lru_cache(maxsize=None)
+def _shipped_texts(edition: Path) -> tuple:
+    """((path, text, its function bodies), ...) of the edition's text files, read and parsed
+    once for every solution's test."""
+    return tuple((path, text, set(_function_bodies(text)) if path.suffix == ".py" else set())
+                 for path in _files(edition)
+                 if path.suffix in (".py", ".ipynb", ".md", ".txt", ".sbatch", ".toml", ".yml")
+                 for text in (path.read_text(),))
+
+
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
 def test_no_solution_code_ships(edition, solution):
     sol_text = solution.read_text()
     bodies = _function_bodies(sol_text)
     lines = _distinctive_lines(solution)
-    for path in _files(edition):
-        if path.suffix not in (".py", ".ipynb", ".md", ".txt", ".sbatch", ".toml", ".yml"):
-            continue
-        text = path.read_text()
+    for path, text, shipped_bodies in _shipped_texts(edition):
         assert text != sol_text, f"{path} is solutions/{solution.name}"
         if path.suffix == ".py":
-            same = set(bodies) & set(_function_bodies(text))
+            same = set(bodies) & shipped_bodies
             assert not same, f"{path} holds {sorted(bodies[k] for k in same)} of solutions/{solution.name}"
         hits = {s for s in lines if s in text}
         assert len(hits) < max(4, 0.2 * len(lines)), f"{path}: lines of solutions/{solution.name}: {hits}"
