@@ -214,6 +214,8 @@ def ensure_guardian() -> None:
     os.environ[OWNER_ENV] = str(os.getpid())
     if _GUARDIAN is not None and _GUARDIAN[0] == os.getpid():
         return
+    if _sees_every_pid():
+        remove_dead_owners_dirs()       # what an owner killed with its guardian left
     import subprocess
     import tempfile
     read_end, write_end = os.pipe()
@@ -255,16 +257,28 @@ def clean_up_after(owner: int, tmp: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def remove_dead_owners_dirs(kind: str) -> list[str]:
-    """Remove this user's temporary `kind` directories whose owner is gone: a sweep may kill an
-    owner's guardian before it has removed them."""
+def _sees_every_pid() -> bool:
+    """Whether this process's PID namespace is that of its /proc: inside a nested one, a
+    live owner outside it would look dead."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next((len(ln.split()) == 2 for ln in fh if ln.startswith("NSpid:")), False)
+    except OSError:
+        return False
+
+
+def remove_dead_owners_dirs(kind: str = "*") -> list[str]:
+    """Remove this user's temporary `kind` directories ("*": of every kind) whose owner is
+    gone: a sweep, or a `kill` of every process named rtp_course, may end an owner's guardian
+    before it has removed them."""
     import glob
     import re
     import shutil
     import tempfile
     removed = []
+    named = r"[a-z0-9-]+?" if kind == "*" else re.escape(kind)
     for path in glob.glob(os.path.join(tempfile.gettempdir(), f"rtp-{kind}-o*-*")):
-        owner = re.match(rf"rtp-{kind}-o(\d+)-", os.path.basename(path))
+        owner = re.match(rf"rtp-{named}-o(\d+)-", os.path.basename(path))
         try:
             if not owner or os.lstat(path).st_uid != os.getuid():
                 continue

@@ -346,3 +346,25 @@ def test_a_killed_kernel_leaves_no_private_directory(tmp_path):
             kernels[1].kill()
             kernels[1].wait()
             clean_up_after_kernels(before, lambda: [])
+
+
+def test_the_next_run_removes_what_an_owner_killed_with_its_guardian_left(tmp_path):
+    """`pkill -f rtp_course` ends a checker and its guardian at once: nobody removed the run's
+    directories. The next checker (every launch starts its guardian first) removes those whose
+    owner is gone, and only those."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    left = [tmp_path / f"rtp-check-w2-o{dead}-abc", tmp_path / f"rtp-mp-o{dead}-def"]
+    for d in left:
+        d.mkdir()
+        (d / "listener").write_text("")
+    alive = tmp_path / f"rtp-check-w2-o{os.getpid()}-ghi"
+    alive.mkdir()
+    other = tmp_path / f"rtp-slurm-test-{dead}"
+    other.mkdir()
+    r = subprocess.run([sys.executable, "-c", "from rtp_course.runtime import reaper\n"
+                        "reaper.ensure_guardian()"], env={**os.environ, "TMPDIR": str(tmp_path)},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [d for d in left if d.exists()] == []
+    assert alive.is_dir() and other.is_dir()

@@ -440,6 +440,20 @@ EVASIONS = [
         os.sendfile(5, 6, 0, 10)
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         """, [(2, "files"), (3, "files"), (4, "files"), (5, "process")]),
+    # The fifth round's leftovers: code run by the grader's machinery, names held in strings.
+    ("hooks run when an object dies, an error is reported, a fork or a pickle happens", """
+        import weakref, copyreg, sys, threading, os
+        weakref.finalize(object(), print)
+        copyreg.pickle(complex, lambda c: (complex, (0, 0)))
+        sys.unraisablehook = threading.excepthook = print
+        os.register_at_fork(after_in_child=print)
+        """, [(2, "hooks"), (3, "hooks"), (4, "hooks"), (5, "hooks")]),
+    ("attributes reached by names held in strings", """
+        import operator
+        from operator import methodcaller
+        def f(dist):
+            return operator.attrgetter(dir(dist)[3])(dist), methodcaller("wait")
+        """, [(4, "introspection")]),
 ]
 
 

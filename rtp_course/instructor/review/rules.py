@@ -41,6 +41,10 @@ TORCH_C = "torch's C++ bindings and dispatch internals: exercise code uses torch
 C10D_C = ("the C++ bindings behind torch.distributed: calls through them bypass the functions the "
           "grader observes")
 INTERCEPT = "intercepts torch's operations process-wide, the grader's included"
+HOOKS = ("runs code of its own when the grader's machinery acts (an object freed, an error "
+         "reported, a fork, a pickle): exercise code runs only when it is called")
+BY_NAME = ("reaches attributes by names held in strings, out of a reader's and this scan's sight: "
+           "exercise code names what it uses")
 PATCH = ("changes a module or class the grader uses too: exercise code calls torch and its "
          "modules, never rewrites them")
 
@@ -91,6 +95,10 @@ RULES = {
     **_rules("inspect.getargvalues inspect.getgeneratorlocals inspect.getcoroutinelocals "
              "inspect.getasyncgenlocals asyncio.all_tasks asyncio.Task.get_stack",
              "introspection", FRAMES),
+    **_rules("weakref.finalize copyreg sys.excepthook sys.unraisablehook sys.displayhook "
+             "sys.breakpointhook sys.set_asyncgen_hooks threading.excepthook os.register_at_fork",
+             "hooks", HOOKS),
+    **_rules("operator.attrgetter operator.methodcaller", "introspection", BY_NAME),
     **_rules("threading.enumerate _thread", "process", THREADS),
     **_rules("builtins.exec builtins.eval builtins.compile", "dynamic-code", RUN_CODE),
     **_rules("types.FunctionType types.LambdaType types.CodeType types.ModuleType marshal",
