@@ -143,6 +143,22 @@ def test_regrading_one_student_keeps_anothers_tampering_row(tmp_path):
         assert not list(csv.DictReader(fh))
 
 
+def test_a_tampering_the_page_wraps_across_two_lines_is_a_row(tmp_path):
+    """A red team's: raising in a phase whose name pushed the mark to the page's margin split
+    it into "HARNESS" and "CHANGED" on two lines; review.csv had no `tampered` row."""
+    from rtp_course.confinement.integrity import MARK
+    from rtp_course.instructor.grade_record import checks_dir
+    a = "05_ring_rotation"
+    page = checks_dir(tmp_path, "mallory", a)
+    page.mkdir(parents=True)
+    head, tail = MARK.split(" ", 1)
+    (page / "rotation.txt").write_text(f"FAIL rotation.subgroup phase subgroup clockwise: {head}\n"
+                                       f"{tail}: the code under test changed dist.all_gather\n")
+    rows = review_class._tampered(tmp_path, a, "mallory")
+    assert [(r[2], r[3]) for r in rows] == [("rotation", "tampered")]
+    assert rows[0][6].startswith(MARK)
+
+
 @pytest.mark.extended     # the scan's decoding is unit-tested (tests/unit/test_review_scan.py)
 def test_a_module_that_declares_utf7_is_reviewed_as_python_runs_it(tmp_path):
     """The red team's comm.py declared `coding: utf-7` and hid the whole reference and an

@@ -29,8 +29,25 @@ def student_view(text: str, impl: Path) -> str:
     text = text.replace(f"{impl}{os.sep}", f"rtp_course{os.sep}")
     text = text.replace(f"{Path(rtp_course.__file__).resolve().parent.parent}{os.sep}", "")
     text = re.sub(r"/[^\s\"']*/site-packages/", "", text)
+    # the grader's own directories wherever they stand, glued to a word included ("x/root/..."):
+    # their last part only
+    for known in _graders_directories(impl):
+        text = re.sub(re.escape(known) + r"(?:/[\w.@+-]+)*/([\w.@+-]+)", r"\1", text)
+        text = re.sub(re.escape(known) + r"(?![\w.@+-])", "", text)
     # any other absolute path (a run directory, the grader's home): its last part only
     return re.sub(r"(?<![\w.~])/(?:[\w.@+-]+/)+([\w.@+-]+)", r"\1", text)
+
+
+def _graders_directories(impl: Path) -> list[str]:
+    """Python's, the temporary directory, the home, the course's checkout and the directories
+    above the submission: longest first, each at least two levels deep."""
+    import sys
+    import tempfile
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, tempfile.gettempdir(),
+             os.path.expanduser("~"), str(REPOSITORY), *map(str, Path(impl).resolve().parents),
+             *map(str, Path(impl).parents)}
+    return sorted((d for d in found if d.count("/") >= 2 or d in ("/tmp", "/root")),
+                  key=len, reverse=True)
 
 
 def report_header(grade: grade_outcome.CellGrade) -> str:

@@ -132,11 +132,10 @@ def _tampered(course: Path, assignment: str, student: str) -> list[tuple]:
     from rtp_course.instructor.grade_record import checks_dir
     rows = []
     for report in sorted(checks_dir(course, student, assignment).glob("*.txt")):
-        text = _read(report) or ""
-        if MARK in text:
-            line = next(ln.strip() for ln in text.splitlines() if MARK in ln)
+        flat = " ".join((_read(report) or "").split())    # the page wraps: MARK may span two lines
+        if MARK in flat:
             rows.append((student, assignment, report.stem, "tampered", report.name, "",
-                         line[:400]))
+                         flat[flat.index(MARK):][:400]))
     return rows
 
 
