@@ -29,6 +29,30 @@ def hangs(pid_file):
     time.sleep(600)
 
 
+def hangs_with_a_run_directory(pid_file):
+    """As a checker that runs past the guard: its guardian started, a run directory made."""
+    import tempfile
+
+    from rtp_course.runtime import reaper
+    reaper.ensure_guardian()
+    tempfile.mkdtemp(prefix=reaper.temp_prefix("check-w2"))
+    with open(pid_file, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(600)
+
+
+def test_a_submission_killed_at_the_guard_leaves_no_run_directory(tmp_path):
+    """A red team's: a class's sleeper, killed at the guard three rounds running, left six run
+    directories in the temporary directory (the kill took the checker's guardian too)."""
+    import tempfile
+    pid_file = tmp_path / "pid"
+    out = grade_pool.run([("s", hangs_with_a_run_directory, (str(pid_file),))], jobs=1, guard_s=6)
+    assert "took longer than 6 s" in out["s"].error
+    pid = pid_file.read_text()
+    from pathlib import Path
+    assert list(Path(tempfile.gettempdir()).glob(f"rtp-*-o{pid}-*")) == []
+
+
 def test_each_failure_is_its_submissions_and_the_next_is_graded(tmp_path):
     """Today a pool future's exception (fut.result()) ended `rtp-course grade` for the class,
     and nothing bounded one submission's wall time."""

@@ -117,8 +117,11 @@ class _Slot:
         return Outcome(self.key, error=value, seconds=seconds)
 
     def kill(self) -> None:
-        """This process and every process it started (the checker's forkserver and ranks; a
-        guardian of the checker's own sweeps what detached)."""
+        """This process and every process it started (the checker's forkserver and ranks, and
+        its guardian), then what the guardian would have swept: the processes marked as this
+        one's, its run directories."""
+        import tempfile
+
         from rtp_course.runtime import reaper
         for pid in sorted(reaper.descendants(self.process.pid)) + [self.process.pid]:
             try:
@@ -126,6 +129,7 @@ class _Slot:
             except (ProcessLookupError, PermissionError):
                 pass
         self.process.join(5)
+        reaper.clean_up_after(self.process.pid, tempfile.gettempdir())
 
     def close(self) -> None:
         try:
