@@ -27,7 +27,11 @@ from rtp_course.runtime.commlog import sentry
 
 MARK = "HARNESS CHANGED"
 WATCHED = ("rtp_course.checker", "rtp_course.runtime", "rtp_course.confinement",
-           "rtp_course.course", "rtp_hidden_checks", "torch.distributed", "torch.nn.parallel")
+           "rtp_course.course", "rtp_course.training", "rtp_course.models", "rtp_hidden_checks",
+           "torch.distributed", "torch.nn.parallel")
+# Classes watched whatever module defines them: torch.Tensor's Python methods (register_hook,
+# backward, ...), which checks call on their own tensors.
+WATCHED_CLASSES = (torch.Tensor,)
 PYTHON_CACHES = {"__slotnames__", "__abstractmethods__", "_abc_impl"}   # Python adds them itself
 _KINDS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type,
           types.ModuleType, classmethod, staticmethod, property)
@@ -131,6 +135,8 @@ def _snapshot(modules: dict) -> dict:
         warnings.simplefilter("ignore")
         for name, module in modules.items():
             _collect(name, module, seen)
+        for cls in WATCHED_CLASSES:
+            _collect_class(f"{cls.__module__}.{cls.__qualname__}", cls, seen)
     return seen
 
 
@@ -140,10 +146,14 @@ def _collect(name: str, module, seen: dict) -> None:
             continue
         _keep(seen, f"{name}.{attr}", value)
         if isinstance(value, type) and getattr(value, "__module__", None) == name:
-            for a, v in list(vars(value).items()):
-                if isinstance(v, _KINDS):
-                    _keep(seen, f"{name}.{attr}.{a}", v)
-            seen[f"{name}.{attr}.__dict__"] = frozenset(vars(value))   # what it defines
+            _collect_class(f"{name}.{attr}", value, seen)
+
+
+def _collect_class(key: str, cls: type, seen: dict) -> None:
+    for a, v in list(vars(cls).items()):
+        if isinstance(v, _KINDS):
+            _keep(seen, f"{key}.{a}", v)
+    seen[f"{key}.__dict__"] = frozenset(vars(cls))   # what it defines
 
 
 def _keep(seen: dict, key: str, value) -> None:

@@ -77,12 +77,27 @@ def _serve_store_apart(world_size: int, close=()) -> None:
         quiet = os.open(os.devnull, os.O_WRONLY)       # torch's words about its clients
         os.dup2(quiet, 1)
         os.dup2(quiet, 2)
+        _bound_memory(STORE_MB)
         store = dist.TCPStore("127.0.0.1", netns.PORT, world_size, is_master=True,  # noqa: F841
                               wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
         while True:
             time.sleep(3600)
     finally:
         os._exit(1)
+
+
+STORE_MB = 256   # what the store may hold beyond the memory it was forked with: a check's keys
+
+
+def _bound_memory(extra_mb: int) -> None:
+    """RLIMIT_DATA at what this process maps now plus `extra_mb`: the store server is no
+    rank (no rank's 4 GB cap), and a rank's code can set values in it through the store's
+    client (a red team's grew it past 4 GB)."""
+    import resource
+    with open("/proc/self/status") as fh:
+        data_kb = next(int(ln.split()[1]) for ln in fh if ln.startswith("VmData:"))
+    limit = (data_kb + extra_mb * 1024) * 1024
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
 def _no_new_privs() -> bool:

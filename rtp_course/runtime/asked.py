@@ -47,6 +47,14 @@ def dtype(t) -> torch.dtype:
     return _T.dtype.__get__(t)
 
 
+def requires_grad(t) -> bool:
+    return _T.requires_grad.__get__(t)
+
+
+def grad_fn(t):
+    return _T.grad_fn.__get__(t)
+
+
 def dim(t) -> int:
     with _OFF():
         return _T.dim(t)

@@ -293,13 +293,24 @@ _raw(x.new_zeros(1), group=group)"""
 # A profile function left on at the check's end, whatever it calls.
 PROFILER_LEFT_ON = """__import__('sys').setprofile(lambda *a: None)"""
 
+# The memory rule's measure made to say nothing (rtp_course.training, reached by dir()).
+MEASURE_SAYS_NOTHING = """import rtp_course as _r
+_m = getattr(getattr(_r, [n for n in dir(_r) if n.startswith('train')][0]), 'memory')
+setattr(_m, [n for n in dir(_m) if n.startswith('kept_')][0], lambda *a, **k: 0)"""
+
+# Tensor.register_hook made a no-op: a check's hook on its own tensor never fires.
+HOOKS_OFF = """import torch as _t
+_t.Tensor.register_hook = lambda self, hook: None"""
+
 
 @pytest.mark.parametrize("code", [BLIND_THE_WATCH, RULES_OFF, SWITCH_AROUND_A_CALL,
                                   UNWRAP_DDP, REPLACE_THE_WATCHS_END, DEBUGGER_IN_A_CALL,
-                                  PROFILER_LEFT_ON, BEHIND_THE_WRAPPER],
+                                  PROFILER_LEFT_ON, BEHIND_THE_WRAPPER, MEASURE_SAYS_NOTHING,
+                                  HOOKS_OFF],
                          ids=["watch-code-swapped", "nccl-rules-off", "switch-around-a-call",
                               "ddp-unwrapped", "watch-end-replaced", "debugger-in-a-call",
-                              "profiler-left-on", "behind-the-wrapper"])
+                              "profiler-left-on", "behind-the-wrapper", "measure-says-nothing",
+                              "tensor-hooks-off"])
 def test_what_the_harness_runs_and_its_switches_are_watched(tmp_path, code):
     from rtp_course.confinement.integrity import MARK
     results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
@@ -363,3 +374,38 @@ THROUGH_A_THREAD = f"""__import__('threading').Thread(target={_PG}.allreduce,
 def test_a_process_groups_own_method_called_through_a_thread_is_recorded(tmp_path):
     results, text = run(hostile(tmp_path, at_forward(THROUGH_A_THREAD)), only=("Duplication",))
     assert not results[0].passed and "ProcessGroup.allreduce" in text, text
+
+
+# A gradient that is a view (NCCL sends no view), returned as a subclass that says it is
+# contiguous; and a pipeline's loss, still attached to its graph, that says it is not.
+LYING_SLICE = {"comm": [(
+    "        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).contiguous(), None, None",
+    "        class _Slice(torch.Tensor):\n"
+    "            def is_contiguous(self, *a, **k):\n"
+    "                return True\n"
+    "        return grad.narrow(ctx.dim, ctx.rank * ctx.size, ctx.size).as_subclass(_Slice), None, None")]}
+
+
+def test_a_tensor_that_lies_about_itself_is_judged_by_torch(tmp_path):
+    """A red team's: AllGather's backward returned a view whose subclass said it was
+    contiguous, and the check asked the object: 15/15 where the honest view earns 11. The
+    check asks torch (runtime/asked.py)."""
+    results, text = run(hostile(tmp_path, LYING_SLICE), only=("AllGather",))
+    assert not results[0].passed and "contiguous" in text, text
+
+
+# The launch's store found by a dir() walk, then filled: its server is no rank, so the
+# ranks' 4 GB cap did not bound it (a red team's reached 4.1 GB).
+FILL_THE_STORE = """import torch.distributed as _d
+_inner = getattr(_d, [n for n in dir(_d) if n.startswith('distributed_c1')][0])
+_store = getattr(_inner, [n for n in dir(_inner) if n.startswith('_get_default_st')][0])()
+if _d.get_rank() == 0:
+    for _i in range(80):
+        _store.set(f'note/{_i}', bytes(4 << 20))
+    if len(_store.get('note/0')) == 4 << 20:
+        raise RuntimeError('STORED 320 MB')"""
+
+
+def test_the_launchs_store_holds_a_bounded_amount(tmp_path):
+    results, text = run(hostile(tmp_path, at_forward(FILL_THE_STORE)), only=("Duplication",))
+    assert not results[0].passed and "STORED" not in text, text

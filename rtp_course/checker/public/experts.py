@@ -22,6 +22,7 @@ from rtp_course.checker.common import make_optimizer, randn, seeded
 from rtp_course.checker.public.tensor_parallel_harness import raises
 from rtp_course.checker.registry import Bound, Check, CommRule
 from rtp_course.models.moe import MoE
+from rtp_course.runtime import asked
 
 DIM, HIDDEN, EXPERTS, TOKENS = 6, 8, 12, 16     # 12 experts split over 1, 2, 3 and 4 ranks
 AUX = 0.5               # the aux loss's weight in the checks' losses: its gradient shows
@@ -635,7 +636,7 @@ DETACHED = "detached (no autograd graph)"
 
 def detached(loss) -> str:
     """What train_step's returned loss holds of the step's graph."""
-    if isinstance(loss, torch.Tensor) and (loss.requires_grad or loss.grad_fn is not None):
+    if asked.is_tensor(loss) and (asked.requires_grad(loss) or asked.grad_fn(loss) is not None):
         return "a tensor that requires grad (it keeps the step's autograd graph)"
     return DETACHED
 

@@ -24,6 +24,7 @@ from rtp_course.checker.public.pipeline_harness import (  # noqa: F401 - also th
     traffic_rules)
 from rtp_course.checker.public.rotation_harness import NEVER_WAITED, others, record_unwaited
 from rtp_course.checker.registry import Bound, Check, CommRule, Like
+from rtp_course.runtime import asked
 
 LAST_LOSS = ("returning only the last micro-batch's loss (loss_fn / M of micro-batch M-1) "
              "instead of the sum of the M scaled losses")
@@ -204,9 +205,9 @@ class ScheduleCheck(Check):
             trace.remove()
             record_unwaited(ctx, f"M={m}", f"M={m}")
             if g == n - 1:
-                ctx.record(f"M={m}/loss", loss if isinstance(loss, torch.Tensor) else None)
-                ctx.record_value(f"M={m}/{DETACHED}", not isinstance(loss, torch.Tensor)
-                                 or not loss.requires_grad)
+                ctx.record(f"M={m}/loss", loss if asked.is_tensor(loss) else None)
+                ctx.record_value(f"M={m}/{DETACHED}", not asked.is_tensor(loss)   # torch's word
+                                 or not asked.requires_grad(loss))
             else:
                 ctx.record_value(f"M={m}/returned", repr(loss)[:40])
             for name in names:
