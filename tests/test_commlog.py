@@ -18,7 +18,7 @@ import torch.distributed._functional_collectives as funcol
 from rtp_course.runtime import commlog
 from rtp_course.runtime.launcher import launch
 
-COMMUNICATES = re.compile(r"reduce|gather|scatter|broadcast|send|recv|barrier|all_to_all|permute")
+COMMUNICATES = re.compile(r"reduce|gather|scatter|broadcast|send|recv|barrier|all_to_all|permute|p2p")
 # Public names that match the pattern but move no data themselves.
 NOT_COMMUNICATION = {"P2POp"}
 FUNCOL_MODULES = ("torch.distributed._functional_collectives",
@@ -102,9 +102,16 @@ def test_every_functional_collective_is_named_with_its_operation():
 
 
 def unwrapped_after_install(rank, world_size):
+    from rtp_course.runtime.commlog import wrap
     commlog.install()
-    return sorted(f"{m}.{n}" for m, n in _funcol_communicating()
-                  if not getattr(getattr(importlib.import_module(m), n), "__rtp_wrapped__", False))
+    ops = _issuing_ops()
+    formulas = [f"autograd formula {info._backward_fn.__name__}"
+                for info in wrap._autograd_formulas()
+                if _communicates(info._backward_fn, ops, set())
+                and not getattr(info._backward_fn, "__rtp_wrapped__", False)]
+    return formulas + sorted(
+        f"{m}.{n}" for m, n in _funcol_communicating()
+        if not getattr(getattr(importlib.import_module(m), n), "__rtp_wrapped__", False))
 
 
 def test_every_communicating_function_of_funcols_modules_is_wrapped():
@@ -148,6 +155,8 @@ def every_api(rank, world_size):
     funcol.wait_tensor(funcol.all_gather_tensor(x, 0, dist.group.WORLD))
     ctx = types.SimpleNamespace(group_name=dist.group.WORLD.group_name, reduce_op="sum")
     funcol.wait_tensor(funcol.all_reduce_backward(ctx, x.clone())[0])
+    leaf = x.clone().requires_grad_()      # autograd's backward of funcol's all_reduce
+    funcol.wait_tensor(funcol.all_reduce(leaf, "sum", dist.group.WORLD)).sum().backward()
     for t in funcol.batch_p2p_ops_inplace(["isend", "irecv"],
                                           [(rank + 1) % world_size, (rank - 1) % world_size],
                                           [0, 0], [x.clone(), x.new_empty(4)],
@@ -179,6 +188,6 @@ def test_each_way_of_communicating_is_one_event_of_its_operation():
     assert any(f == "all_gather" and k.startswith("funcol.") for k, f, _ in events[-3:]), events  # DTensor
     assert dict((k, n) for k, _, n in events)["all_gather_into_tensor"] == 16, events
     # funcol's autograd backwards and its batch of sends and receives, as their operations
-    assert ("funcol.all_reduce_backward", "all_reduce", 16) in events, events
+    assert events.count(("funcol.all_reduce_backward", "all_reduce", 16)) == 2, events
     batch = [(f, n) for k, f, n in events if k == "funcol.batch_p2p_ops_inplace"]
     assert batch == [("isend", 16), ("irecv", 16)], events

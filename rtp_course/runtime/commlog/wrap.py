@@ -32,7 +32,12 @@ def _group_of(fn, args, kwargs):
         sig = _SIGNATURES.get(fn)
         if sig is None:
             sig = _SIGNATURES[fn] = inspect.signature(fn)
-        group = sig.bind_partial(*args, **kwargs).arguments.get("group")
+        bound = sig.bind_partial(*args, **kwargs).arguments
+        group = bound.get("group", bound.get("group_name"))
+        if group is None and args and isinstance(getattr(args[0], "group_name", None), str):
+            group = args[0].group_name         # funcol's backwards: the forward's ctx names it
+        if isinstance(group, str):
+            group = c10d._resolve_process_group(group)
         pg = group if group is not None else c10d._get_default_group()
         if not isinstance(pg, dist.ProcessGroup):
             return "?", ()
@@ -73,7 +78,7 @@ def _inside_a_logged_call() -> bool:
     return not _code_under_test_between(sys._getframe(2))
 
 
-def _wrap(kind, family, position, keyword, fn, handles=True):
+def _wrap(kind, family, position, keyword, fn, handles=True, nccl=True):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _inside_a_logged_call():      # torch's own call inside another logged call
@@ -83,7 +88,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         where = caller()
         after = instead = None
         tag = nccl_calls.tag_of(kind, args, kwargs)
-        if STATE.nccl_rules:
+        if STATE.nccl_rules and nccl:
             args, kwargs, after, instead = nccl_calls.before(kind, position, keyword, args,
                                                              kwargs, where)
         peer = _peer(family, args, kwargs)
@@ -352,6 +357,7 @@ def install(code_dirs=()) -> None:
     # every function of funcol's modules that communicates (api.funcol_communicating: found
     # by what it does, not from a list), its public ones and the implementation's
     import importlib
+    wrapped = {}
     for module_name, prefix in zip(FUNCOL_MODULES, ("funcol", "funcol_impl")):
         module = importlib.import_module(module_name)
         for name, (family, position) in funcol_communicating(module).items():
@@ -362,7 +368,48 @@ def install(code_dirs=()) -> None:
             elif family == "batch":
                 w = _wrap_funcol_batch(kind, fn)
             else:
-                # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle
+                # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle;
+                # an autograd formula (its `ctx` first) makes the gradient contiguous itself
+                formula = list(inspect.signature(fn).parameters)[:1] == ["ctx"]
                 w = _wrap(kind, family, position, None, fn,
-                          handles=name.endswith(("isend_inplace", "irecv_inplace")))
+                          handles=name.endswith(("isend_inplace", "irecv_inplace")),
+                          nccl=not formula)
             setattr(module, name, w)
+            wrapped[fn] = w
+    _wrap_autograd_formulas(wrapped)
+
+
+def _autograd_formulas():
+    """The formulas torch.library.register_autograd registered (torch._library.autograd's
+    Info, held in the closure of its generated autograd Function's backward)."""
+    from torch._library.autograd import Info
+    classes, found = [torch.autograd.Function], []
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        functions = [vars(cls).get("backward")]
+        while functions:
+            fn = functions.pop()
+            fn = getattr(fn, "__func__", fn)
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:            # an empty cell
+                    continue
+                if isinstance(value, Info):
+                    found.append(value)
+                elif inspect.isfunction(value):
+                    functions.append(value)
+    return found
+
+
+def _wrap_autograd_formulas(wrapped: dict) -> None:
+    """Autograd calls funcol's backwards (all_reduce_backward & co., registered as the
+    formulas of its ops) through the functions it was given, not through the module: each
+    formula that is a function commlog wrapped gets its wrapper, so a backward through a
+    functional collective records the communication it does."""
+    for info in _autograd_formulas():
+        w = wrapped.get(getattr(info, "_backward_fn", None))
+        if w is not None:
+            _ORIGINAL[f"autograd.{w.__name__}"] = info._backward_fn
+            info._backward_fn = w
