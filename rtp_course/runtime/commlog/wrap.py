@@ -34,7 +34,8 @@ def _group_of(fn, args, kwargs):
             sig = _SIGNATURES[fn] = inspect.signature(fn)
         bound = sig.bind_partial(*args, **kwargs).arguments
         group = bound.get("group", bound.get("group_name"))
-        if group is None and args and isinstance(getattr(args[0], "group_name", None), str):
+        if group is None and args and not isinstance(args[0], torch.Tensor) and \
+                isinstance(getattr(args[0], "group_name", None), str):
             group = args[0].group_name         # funcol's backwards: the forward's ctx names it
         if isinstance(group, str):
             group = c10d._resolve_process_group(group)
@@ -146,13 +147,14 @@ def _wrap_funcol_batch(kind, fn):
     batch_isend_irecv's are; its results are tensors, waited when used."""
     ops = {"isend": _wrap(kind, "isend", 0, "tensor", _p2p, handles=False),
            "irecv": _wrap(kind, "irecv", 0, "tensor", _p2p, handles=False)}
+    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _inside_a_logged_call():
             return fn(*args, **kwargs)
         try:
-            bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+            bound = signature.bind(*args, **kwargs).arguments
             op_list, peers, tags, tensors = (list(bound[k]) for k in list(bound)[:4])
             group = list(bound.values())[4] if len(bound) > 4 else None
             if isinstance(group, str):
