@@ -57,6 +57,13 @@ FORGES = [
             store = _c10d._get_default_store()
             return store.get("x 1")
         """, [(1, "torch-dist-internals"), (3, "torch-dist-internals")]),
+    ("funcol's implementation and helpers, past the collectives commlog records", """
+        import torch.distributed._functional_collectives as funcol
+        def forward(x, group):
+            y = funcol.wait_tensor(funcol.all_reduce(x, "sum", group))
+            funcol.fun_col_impl._all_reduce(y, "sum", "", [0, 1], 2)
+            return funcol.backend_impl(y)
+        """, [(4, "torch-dist-internals"), (5, "torch-dist-internals")]),
     ("an extended attribute", """
         import os
         os.setxattr(".", "user.grade", b"100")

@@ -192,9 +192,21 @@ GRADER_CLASSES = {"Ctx", "Status", "Check", "CommRule", "Bound", "ExitCalled", "
 PG_METHODS = set("_start_coalescing _end_coalescing _get_backend _register_backend "
                  "_set_default_backend".split())
 
-# Private parts of torch.distributed that honest code may use: the functional collectives are
-# DTensor's API (tests/correct/comm/functional_collectives.py), observed like the others.
+# Private parts of torch.distributed that honest code may use, and which of their names: the
+# functional collectives are DTensor's API (tests/correct/comm/functional_collectives.py),
+# those commlog records (commlog.api.FUNCOL; DIST_PRIVATE_NAMES) and their waits; any other
+# name of the module (its implementation module, its ops' helpers) is flagged.
 DIST_PRIVATE_OK = {"_functional_collectives"}
+FUNCOL_WAITS = {"wait_tensor", "AsyncCollectiveTensor"}
+FUNCOL_OTHER = ("a part of torch's functional collectives other than the collectives the grader records (its "
+                "implementation, its ops' helpers): exercise code calls the collectives themselves")
+
+
+def dist_private_names(module: str) -> set:
+    """The names of the private module `module` of torch.distributed that exercise code may
+    use (commlog's recorded functional collectives, asked when a file names the module)."""
+    from rtp_course.runtime.commlog.api import FUNCOL
+    return set(FUNCOL) | FUNCOL_WAITS if module == "_functional_collectives" else set()
 # Module settings that exercise code may legitimately assign (documented flags, no behaviour swap).
 ASSIGN_OK = ("torch.backends.",)
 # rtp_course subpackages an exercise may import; rtp_impl is the name grading loads them under
@@ -239,10 +251,14 @@ def match(q: str):
         if hit:
             return hit
     if parts[:2] == ["torch", "distributed"]:
-        private = [p for p in parts[2:] if p.startswith("_") and not p.startswith("__")]
-        if private and private[0] not in DIST_PRIVATE_OK:
+        private = [i for i, p in enumerate(parts[2:], 2) if p.startswith("_")
+                   and not p.startswith("__")]
+        if private and parts[private[0]] not in DIST_PRIVATE_OK:
             return "torch-dist-internals", ("a private part of torch.distributed, its internals rather "
                                             "than its API: exercise code uses the public API")
+        if private and len(parts) > private[0] + 1 and \
+                parts[private[0] + 1] not in dist_private_names(parts[private[0]]):
+            return "torch-dist-internals", FUNCOL_OTHER
     return None
 
 

@@ -60,6 +60,18 @@ FUNCOL = {
     "legacy_reduce_scatter_base": ("reduce_scatter", 1),
     "legacy_all_to_all_single": ("all_to_all", 1), "legacy_isend": ("isend", 0),
     "legacy_irecv": ("irecv", 0),
+    # the backward of each autograd collective, public and callable with any `ctx` holding a
+    # group's name: the operation it performs on the gradient (its argument 1)
+    "all_reduce_backward": ("all_reduce", 1), "all_reduce_coalesced_backward": ("all_reduce", 1),
+    "all_gather_into_tensor_backward": ("reduce_scatter", 1),
+    "all_gather_into_tensor_coalesced_backward": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_backward": ("all_gather", 1),
+    "reduce_scatter_tensor_coalesced_backward": ("all_gather", 1),
+    "all_to_all_single_backward": ("all_to_all", 1),
+    # batches of sends and receives, each send and receive recorded in one batch (family
+    # "batch": batch_p2p_ops_inplace, wrap._wrap_funcol_batch; legacy_batch_p2p_ops is c10d's
+    # batch_isend_irecv under another name, wrap._wrap_batch)
+    "batch_p2p_ops_inplace": ("batch", None), "legacy_batch_p2p_ops": ("batch", None),
 }
 # Names of a newer torch than some clusters have (2.13: *_single; 2.14: the rest): install()
 # wraps what this torch has.
@@ -92,4 +104,89 @@ PG_OWN = {
 # Communicating names recorded through the calls they make, with why.
 INDIRECT = {"batch_isend_irecv": "each of its isend / irecv is recorded"}
 P2P = ("send", "recv", "isend", "irecv")
+
+# Which functions of funcol's modules communicate, found by what they are (their code names
+# an operation of torch's c10d namespaces, or calls a function of the module that does, or
+# is one of torch.distributed's communicating functions under another name), not by a list:
+# install() wraps every one, so a torch that adds one cannot add it unlogged.
+FUNCOL_MODULES = ("torch.distributed._functional_collectives",
+                  "torch.distributed._functional_collectives_impl")
+OP_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
+NOT_ISSUING = {"wait_tensor"}          # waits for an operation issued by another op
+# the operation each of those ops performs (its name, less these endings)
+_OP_FAMILY = (("all_reduce", "all_reduce"), ("all_gather", "all_gather"),
+              ("reduce_scatter", "reduce_scatter"), ("all_to_all", "all_to_all"),
+              ("broadcast", "broadcast"), ("isend", "isend"), ("irecv", "irecv"),
+              ("batch_p2p", "batch"))
+
+
+def issuing_ops() -> set:
+    """Names of the ops of torch's functional-collective namespaces that communicate."""
+    import torch
+    names = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        ns, _, op = full.partition("::")
+        if ns in OP_NAMESPACES and not op.startswith("_") and op not in NOT_ISSUING:
+            names.add(op)
+    return names
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def ops_reached(fn, ops: set, seen=None) -> set:
+    """The communicating ops `fn` (a function of funcol's modules) names, itself or through
+    the functions of those modules it calls by their global names; for a function of
+    torch.distributed's, {"c10d." + its name} when it is one of C10D's or INDIRECT's."""
+    import inspect
+    fn = inspect.unwrap(fn)
+    seen = set() if seen is None else seen
+    if not inspect.isfunction(fn) or fn in seen:
+        return set()
+    seen.add(fn)
+    if fn.__module__ == "torch.distributed.distributed_c10d":
+        return {f"c10d.{fn.__name__}"} if fn.__name__ in C10D or fn.__name__ in INDIRECT \
+            else set()
+    if fn.__module__ not in FUNCOL_MODULES:
+        return set()
+    names = _code_names(fn.__code__)
+    found = names & ops if names & set(OP_NAMESPACES) else set()
+    for name in names:
+        value = fn.__globals__.get(name)
+        if value is not None and value is not fn and inspect.isfunction(inspect.unwrap(value)):
+            found |= ops_reached(value, ops, seen)
+    return found
+
+
+def funcol_communicating(module, ops=None) -> dict:
+    """{name: (family, position)} of every function of `module` (one of FUNCOL_MODULES; its
+    public names, and every name of the implementation module) that communicates; FUNCOL's
+    family and position where it names it, else the family of the first op it reaches and
+    its first argument but a `ctx`."""
+    import inspect
+    ops = issuing_ops() if ops is None else ops
+    public_only = module.__name__ == FUNCOL_MODULES[0]
+    out = {}
+    for name, value in sorted(vars(module).items()):
+        if (public_only and name.startswith("_")) or name.startswith("__") or \
+                not inspect.isfunction(inspect.unwrap(value)):
+            continue
+        reached = ops_reached(value, ops)
+        if not reached:
+            continue
+        if public_only and name in FUNCOL:
+            out[name] = FUNCOL[name]
+            continue
+        first = sorted(reached)[0]
+        family = next((f for key, f in _OP_FAMILY if key in first), "all_reduce")
+        if first.startswith("c10d."):
+            family = C10D.get(first[5:], ("batch",))[0]
+        params = list(inspect.signature(inspect.unwrap(value)).parameters)
+        out[name] = (family, 1 if params[:1] == ["ctx"] else 0)
+    return out
 RECEIVES = ("recv", "irecv")

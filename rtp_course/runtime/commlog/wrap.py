@@ -12,7 +12,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from rtp_course.runtime import asked
 from rtp_course.runtime.commlog import sentry
-from rtp_course.runtime.commlog.api import C10D, FUNCOL, P2P, PG_OWN, RECEIVES
+from rtp_course.runtime.commlog.api import (C10D, FUNCOL_MODULES, P2P, PG_OWN, RECEIVES,
+                                            funcol_communicating)
 from rtp_course.runtime.commlog.state import (STATE, Event, _given, _nbytes, _peer, _pending,
                                               _splits, _status, _track_recv, caller)
 from rtp_course.runtime.commlog.works import _Work
@@ -31,7 +32,13 @@ def _group_of(fn, args, kwargs):
         sig = _SIGNATURES.get(fn)
         if sig is None:
             sig = _SIGNATURES[fn] = inspect.signature(fn)
-        group = sig.bind_partial(*args, **kwargs).arguments.get("group")
+        bound = sig.bind_partial(*args, **kwargs).arguments
+        group = bound.get("group", bound.get("group_name"))
+        if group is None and args and not isinstance(args[0], torch.Tensor) and \
+                isinstance(getattr(args[0], "group_name", None), str):
+            group = args[0].group_name         # funcol's backwards: the forward's ctx names it
+        if isinstance(group, str):
+            group = c10d._resolve_process_group(group)
         pg = group if group is not None else c10d._get_default_group()
         if not isinstance(pg, dist.ProcessGroup):
             return "?", ()
@@ -40,18 +47,39 @@ def _group_of(fn, args, kwargs):
         return "?", ()
 
 
+# The code of commlog's wrappers: where a logged call in progress shows on the stack.
+_WRAPPER_CODES: set = set()
+
+
+def _code_under_test_between(f) -> bool:
+    """Whether a frame of the code under test lies between frame `f` and the logged call in
+    progress (commlog's nearest wrapper; the whole stack when none is on it, as under the
+    harness's `unlogged`): a call made there is the code's own, whoever called it for it (a
+    student's __getstate__ run by pickle inside all_gather_object, a callback run by
+    contextlib)."""
+    dirs = STATE.code_dirs
+    while f is not None:
+        code = f.f_code
+        if code in _WRAPPER_CODES:
+            return False
+        if code.co_filename.startswith(dirs):
+            return True
+        f = f.f_back
+    return False
+
+
 def _inside_a_logged_call() -> bool:
     """Whether this call is torch's (or the harness's) own, made inside another: never when
-    the code under test makes it itself, whatever the depth says (code that sets the depth to
-    hide its calls is logged all the same)."""
+    the code under test makes it, itself or through any caller, inside the call in progress,
+    whatever the depth says (code that sets the depth to hide its calls is logged all the
+    same)."""
     sentry.look()                        # a switch turned around this call shows (grading)
     if not getattr(STATE.local, "depth", 0):
         return False
-    caller_file = sys._getframe(2).f_code.co_filename
-    return not any(caller_file.startswith(d) for d in STATE.code_dirs)
+    return not _code_under_test_between(sys._getframe(2))
 
 
-def _wrap(kind, family, position, keyword, fn, handles=True):
+def _wrap(kind, family, position, keyword, fn, handles=True, nccl=True):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if _inside_a_logged_call():      # torch's own call inside another logged call
@@ -61,7 +89,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         where = caller()
         after = instead = None
         tag = nccl_calls.tag_of(kind, args, kwargs)
-        if STATE.nccl_rules:
+        if STATE.nccl_rules and nccl:
             args, kwargs, after, instead = nccl_calls.before(kind, position, keyword, args,
                                                              kwargs, where)
         peer = _peer(family, args, kwargs)
@@ -83,7 +111,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
             STATE.trace.append((family, index))
         if family in RECEIVES and args and isinstance(args[0], torch.Tensor):
             _track_recv(args[0])
-        STATE.local.depth = 1
+        depth, STATE.local.depth = getattr(STATE.local, "depth", 0), 1
         _status(f"{kind} called from {where}", family=family, peer=peer,
                 collective={"kind": kind, "family": family, "group": group, "nth": nth,
                             "given": given, "where": where, "phase": STATE.phase,
@@ -92,7 +120,7 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
         try:
             out = instead() if instead is not None else fn(*args, **kwargs)
         finally:
-            STATE.local.depth = 0
+            STATE.local.depth = depth      # a call logged inside another: the outer's again
             _status(None)
         if handles and out is not None and (family in ("isend", "irecv") or kwargs.get("async_op")):
             _pending(STATE.events[index])
@@ -105,6 +133,53 @@ def _wrap(kind, family, position, keyword, fn, handles=True):
             after()
         return out
     wrapper.__rtp_wrapped__ = True
+    _WRAPPER_CODES.add(wrapper.__code__)
+    return wrapper
+
+
+def _p2p(tensor, peer, tag=0, group=None):
+    """What a send or receive of funcol's batch is recorded as (the batch does it)."""
+
+
+def _wrap_funcol_batch(kind, fn):
+    """funcol's batch of sends and receives (batch_p2p_ops_inplace(op_list, peer_list,
+    tag_list, tensors, group)): each send and receive recorded as one of a batch, as
+    batch_isend_irecv's are; its results are tensors, waited when used."""
+    ops = {"isend": _wrap(kind, "isend", 0, "tensor", _p2p, handles=False),
+           "irecv": _wrap(kind, "irecv", 0, "tensor", _p2p, handles=False)}
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _inside_a_logged_call():
+            return fn(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs).arguments
+            op_list, peers, tags, tensors = (list(bound[k]) for k in list(bound)[:4])
+            group = list(bound.values())[4] if len(bound) > 4 else None
+            if isinstance(group, str):
+                group = c10d._resolve_process_group(group)
+        except Exception:  # noqa: BLE001 - arguments torch refuses: recorded as one send
+            op_list, peers, tags, tensors, group = ["isend"], [None], [0], [None], None
+        start = len(STATE.events)
+        STATE.batches += 1
+        STATE.local.batch = STATE.batches
+        try:
+            for op, peer, tag, tensor in zip(op_list, peers, tags, tensors):
+                ops["irecv" if "recv" in str(op) else "isend"](
+                    tensor, peer, tag if isinstance(tag, int) else 0,
+                    group if isinstance(group, dist.ProcessGroup) else None)
+        finally:
+            STATE.local.batch = None
+        depth, STATE.local.depth = getattr(STATE.local, "depth", 0), 1
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            STATE.local.depth = depth
+        STATE.program.append(("wait", list(range(start, len(STATE.events)))))
+        return out
+    wrapper.__rtp_wrapped__ = True
+    _WRAPPER_CODES.add(wrapper.__code__)
     return wrapper
 
 
@@ -141,6 +216,7 @@ def _wrap_batch(fn):
                                                where, indices, sent=sent)], where)
         return [_Work(w, "batch_isend_irecv", where, indices, sent=sent) for w in inner]
     wrapper.__rtp_wrapped__ = True
+    _WRAPPER_CODES.add(wrapper.__code__)
     return wrapper
 
 
@@ -170,12 +246,14 @@ def _wrap_library(cls):
         if _inside_a_logged_call():
             return init(self, *args, **kwargs)
         STATE.events.append(Event(cls.__name__, STATE.phase, 0, None, caller(), "library"))
-        STATE.local.depth = 1          # its own Python-level calls are part of it
+        # its own calls are part of it
+        depth, STATE.local.depth = getattr(STATE.local, "depth", 0), 1
         try:
             return init(self, *args, **kwargs)
         finally:
-            STATE.local.depth = 0
+            STATE.local.depth = depth
     wrapper.__rtp_wrapped__ = True
+    _WRAPPER_CODES.add(wrapper.__code__)
     _ORIGINAL[f"{cls.__name__}.__init__"] = init
     cls.__init__ = wrapper
 
@@ -211,9 +289,12 @@ def _wrap_own_method(cls, name: str, family: str, position) -> None:
         sentry.look()
         caller_file = sys._getframe(1).f_code.co_filename
         if _harness_call(caller_file):
-            if getattr(STATE.local, "depth", 0) or not caller_file.startswith(_TORCH_DIR):
+            if not caller_file.startswith(_TORCH_DIR):
                 return method(pg, *args, **kwargs)
-            sentry.note(f"torch.distributed's {family} was called behind commlog's wrapper")
+            if not getattr(STATE.local, "depth", 0):
+                sentry.note(f"torch.distributed's {family} was called behind commlog's wrapper")
+            elif not _code_under_test_between(sys._getframe(1)):
+                return method(pg, *args, **kwargs)      # torch's, inside a logged call
         where = caller()
         if STATE.nccl_rules:
             nccl_calls.before_own_method(name, position, args, where)
@@ -237,17 +318,18 @@ def _wrap_own_method(cls, name: str, family: str, position) -> None:
         if family in P2P:
             posted = STATE.recv_from if family in RECEIVES else STATE.sent_to
             posted[peer] = posted.get(peer, 0) + 1
-        STATE.local.depth = 1
+        depth, STATE.local.depth = getattr(STATE.local, "depth", 0), 1
         try:
             out = method(pg, *args, **kwargs)
         finally:
-            STATE.local.depth = 0
+            STATE.local.depth = depth
         if out is None:                           # a blocking one (monitored_barrier)
             return None
         _pending(STATE.events[index])
         return _Work(out, f"ProcessGroup.{name}", where, [index],
                      sent=given if family == "isend" else ())
     wrapper.__rtp_wrapped__ = True
+    _WRAPPER_CODES.add(wrapper.__code__)
     _ORIGINAL[f"{cls.__name__}.{name}"] = method
     setattr(cls, name, wrapper)
 
@@ -274,11 +356,62 @@ def install(code_dirs=()) -> None:
         setattr(dist, name, w)
     _ORIGINAL["batch_isend_irecv"] = c10d.batch_isend_irecv
     c10d.batch_isend_irecv = dist.batch_isend_irecv = _wrap_batch(c10d.batch_isend_irecv)
-    import torch.distributed._functional_collectives as funcol
-    for name, (family, position) in FUNCOL.items():
-        fn = getattr(funcol, name, None)
-        if fn is not None:
-            _ORIGINAL[f"funcol.{name}"] = fn
-            # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle
-            setattr(funcol, name, _wrap(f"funcol.{name}", family, position, None, fn,
-                                        handles=name.endswith(("isend_inplace", "irecv_inplace"))))
+    # every function of funcol's modules that communicates (api.funcol_communicating: found
+    # by what it does, not from a list), its public ones and the implementation's
+    import importlib
+    wrapped = {}
+    for module_name, prefix in zip(FUNCOL_MODULES, ("funcol", "funcol_impl")):
+        module = importlib.import_module(module_name)
+        for name, (family, position) in funcol_communicating(module).items():
+            fn, kind = getattr(module, name), f"{prefix}.{name}"
+            _ORIGINAL[kind] = fn
+            if family == "batch" and fn is _ORIGINAL.get("batch_isend_irecv"):
+                w = _wrap_batch(fn)                   # c10d's, under another name
+            elif family == "batch":
+                w = _wrap_funcol_batch(kind, fn)
+            else:
+                # their results are tensors (AsyncCollectiveTensor): never wrapped in a handle;
+                # an autograd formula (its `ctx` first) makes the gradient contiguous itself
+                formula = list(inspect.signature(fn).parameters)[:1] == ["ctx"]
+                w = _wrap(kind, family, position, None, fn,
+                          handles=name.endswith(("isend_inplace", "irecv_inplace")),
+                          nccl=not formula)
+            setattr(module, name, w)
+            wrapped[fn] = w
+    _wrap_autograd_formulas(wrapped)
+
+
+def _autograd_formulas():
+    """The formulas torch.library.register_autograd registered (torch._library.autograd's
+    Info, held in the closure of its generated autograd Function's backward)."""
+    from torch._library.autograd import Info
+    classes, found = [torch.autograd.Function], []
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        functions = [vars(cls).get("backward")]
+        while functions:
+            fn = functions.pop()
+            fn = getattr(fn, "__func__", fn)
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:            # an empty cell
+                    continue
+                if isinstance(value, Info):
+                    found.append(value)
+                elif inspect.isfunction(value):
+                    functions.append(value)
+    return found
+
+
+def _wrap_autograd_formulas(wrapped: dict) -> None:
+    """Autograd calls funcol's backwards (all_reduce_backward & co., registered as the
+    formulas of its ops) through the functions it was given, not through the module: each
+    formula that is a function commlog wrapped gets its wrapper, so a backward through a
+    functional collective records the communication it does."""
+    for info in _autograd_formulas():
+        w = wrapped.get(getattr(info, "_backward_fn", None))
+        if w is not None:
+            _ORIGINAL[f"autograd.{w.__name__}"] = info._backward_fn
+            info._backward_fn = w
