@@ -12,8 +12,11 @@ spans it): an expression statement whose value is discarded and only reads or as
 `x.shape`, `len(x)`, `torch.is_tensor(x)`, `x.size(0)`, a module's function with written-out
 arguments or none, `torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`: `_inert`),
 `pass`, `assert True`, and the blocks that run their body once as it is (`if True:`, `if 1 ==
-1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it.
+1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it; a
+name bound once to a constant is that constant there (`time.sleep(_NAP)` with `_NAP = 0`).
 What takes the file's own data (`dist.all_reduce(t)`, `t.add_(1)`, `work.wait()`) stays.
+Spellings and orders that say the same are made one first (`_Canonical`: `b > a` is `a < b`,
+`type(x).m(x)` is `x.m()`, a loop of `r.append(e)` is the comprehension, ...).
 Names moved onto an object are moved back: a holder (a name bound once, to a call with no
 positional argument, `_s = SimpleNamespace(x=x)`, and otherwise only read as the root of an
 attribute) gives way to its attributes (`_s.x` is `x`, and `x = x` is gone).
