@@ -704,6 +704,8 @@ RETURN = "\nreturn (y, ok, n, r, z)"      # what each case computes, read (a sto
     ("r = [e(v) for v in xs if v > 0 if p(v)]",
      "r = []\nfor v in xs:\n    if bool(0 < v):\n        if p(v):\n            type(r).append(r, e(v))"),
     ("r = {v for u in xs for v in u}", "r = set()\nfor u in xs:\n    for v in u:\n        r.add(v)"),
+    ("r = [v * 2 for v in xs]", "r = list()\nfor v in xs:\n    r += [2 * v]"),
+    ("r = [v for v in xs]", "r = []\nfor v in xs:\n    r.extend([v])"),
     ("r = {k: f(k) for k in ks}", "r = dict()\nfor k in ks:\n    r[k] = f(k)"),
 ])
 def test_the_normal_form_makes_one_of_each_spelling_and_order(one, other):
@@ -723,6 +725,9 @@ def test_the_normal_form_makes_one_of_each_spelling_and_order(one, other):
     ("r = []\nfor v in xs:\n    r.append(v)\n    g(v)", "r = [v for v in xs]\ng(v)"),
     ("r = []\nfor v in xs:\n    r.append(r[-1])", "r = [r[-1] for v in xs]"),
     ("r = [0]\nfor v in xs:\n    r.append(v)", "r = [0] + [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    r += v", "r = [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    r.extend([v, v])", "r = [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    y.extend([v])", "r = [v for v in xs]"),
     ("y = t.size(0, 1)", "y = t.shape[0, 1]"),
     ("y = type(u).m(t)", "y = t.m()"),
 ])

@@ -371,8 +371,9 @@ class _Canonical(ast.NodeTransformer):
 
     def _comprehension(self, first, loop):
         """The comprehension that `first` (`r = []`, `set()`, `{}`, `dict()`) and `loop` (nested
-        `for`s and `if`s without else, one statement each, the innermost `r.append(e)`,
-        `r.add(e)` or `r[k] = v`) make together; None when they are not that."""
+        `for`s and `if`s without else, one statement each, the innermost `r.append(e)` (or
+        `r += [e]`, `r.extend([e])`), `r.add(e)` or `r[k] = v`) make together; None when they
+        are not that."""
         if not (_assigned(first) and isinstance(loop, ast.For) and not loop.orelse):
             return None
         name, empty = _assigned(first), first.value
@@ -397,6 +398,16 @@ class _Canonical(ast.NodeTransformer):
         else:
             return None
         call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if kind == "list":                  # `r += [e]` and `r.extend([e])` are `r.append(e)`
+            extended = stmt.value if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) \
+                and isinstance(stmt.target, ast.Name) and stmt.target.id == name else \
+                call.args[0] if call is not None and isinstance(call.func, ast.Attribute) \
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == name \
+                and call.func.attr == "extend" and len(call.args) == 1 and not call.keywords else None
+            if isinstance(extended, ast.List) and len(extended.elts) == 1 \
+                    and not isinstance(extended.elts[0], ast.Starred):
+                call = ast.Call(ast.Attribute(ast.Name(name, ast.Load()), "append", ast.Load()),
+                                extended.elts, [])
         if call is not None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
                 and call.func.value.id == name and len(call.args) == 1 and not call.keywords \
                 and not isinstance(call.args[0], ast.Starred) \
