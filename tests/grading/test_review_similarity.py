@@ -475,7 +475,8 @@ DISGUISES = {
         s, "_PAUSE = 0.0\n_STEPS = 4\n_EACH = _PAUSE / _STEPS", "time.sleep(_EACH * 2)"),
     "padded with blocks on a module-level False": lambda s: pad_with_constant(
         s, "_DEBUG = not 1", "if _DEBUG:\n    time.sleep(time.time() % 1)"),
-    "all at once": lambda s: disguise(rewritten_by_script(pad_with_constant(dead_code(identity_wrap(annotate(strip(reorder(s)))))))),
+    "all at once": lambda s: disguise(rewritten_by_script(pad_with_constant(
+        dead_code(identity_wrap(annotate(strip(reorder(s)))))))),
 }
 
 
