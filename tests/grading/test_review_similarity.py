@@ -311,6 +311,135 @@ def onto_object(source, shared=False):
     return "import types\n" + state + ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+# The seventh red team's shareable scripts (rt7, A05 and A20), each transformation written out
+# again here: every one keeps what the module does (the checks pass), and together they took
+# the reference to 0.33-0.48 against itself.
+
+_SWAPPED = (ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor)      # `+` may concatenate: left alone
+_MIRROR = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.Eq,
+           ast.NotEq: ast.NotEq, ast.Is: ast.Is, ast.IsNot: ast.IsNot}
+
+
+class _Mirror(ast.NodeTransformer):
+    """`a * b` as `b * a` (and &, |, ^), `a < b` as `b > a`, `a == b` as `b == a`, a chain
+    `a < b <= c` as `c >= b > a`."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, _SWAPPED):
+            node.left, node.right = node.right, node.left
+        return node
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if all(type(op) in _MIRROR for op in node.ops):
+            operands = [node.left, *node.comparators][::-1]
+            return ast.Compare(operands[0], [_MIRROR[type(op)]() for op in node.ops[::-1]], operands[1:])
+        return node
+
+
+def swap_operands(source):
+    return ast.unparse(ast.fix_missing_locations(_Mirror().visit(ast.parse(source))))
+
+
+def comprehensions_as_loops(source):
+    """Every `x = [e for v in xs if c]` (a set or dict comprehension likewise, any number of
+    `for`s) as `_built = []`, the loops and ifs, `_built.append(e)` (`.add(e)`, `_built[k] = v`)
+    innermost, then `x = _built`."""
+    count = iter(range(10 ** 6))
+
+    class Loops(ast.NodeTransformer):
+        def visit_Assign(self, node):
+            self.generic_visit(node)
+            comp = node.value
+            if not isinstance(comp, (ast.ListComp, ast.SetComp, ast.DictComp)) \
+                    or any(g.is_async for g in comp.generators):
+                return node
+            built = f"_built{next(count)}"
+            if isinstance(comp, ast.DictComp):
+                start, inner = "{}", f"{built}[{ast.unparse(comp.key)}] = {ast.unparse(comp.value)}"
+            else:
+                start = "[]" if isinstance(comp, ast.ListComp) else "set()"
+                verb = "append" if isinstance(comp, ast.ListComp) else "add"
+                inner = f"{built}.{verb}({ast.unparse(comp.elt)})"
+            body = ast.parse(inner).body
+            for g in reversed(comp.generators):
+                for test in reversed(g.ifs):
+                    body = [ast.If(test, body, [])]
+                body = [ast.For(g.target, g.iter, body, [])]
+            return [ast.parse(f"{built} = {start}").body[0], *body,
+                    ast.Assign(node.targets, ast.Name(built, ast.Load()))]
+    return ast.unparse(ast.fix_missing_locations(Loops().visit(ast.parse(source))))
+
+
+def keywords_reversed(source):
+    class Reverse(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if all(k.arg for k in node.keywords):
+                node.keywords = node.keywords[::-1]
+            return node
+    return ast.unparse(Reverse().visit(ast.parse(source)))
+
+
+def size_for_shape(source):
+    """`x.shape[i]` read as `x.size(i)`."""
+    class Size(ast.NodeTransformer):
+        def visit_Subscript(self, node):
+            self.generic_visit(node)
+            if isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "shape" and not isinstance(node.slice, ast.Slice):
+                return ast.Call(ast.Attribute(node.value.value, "size", ast.Load()), [node.slice], [])
+            return node
+    return ast.unparse(ast.fix_missing_locations(Size().visit(ast.parse(source))))
+
+
+def methods_through_type(source):
+    """`x.m(a)` as `type(x).m(x, a)` where x is a parameter or a local of the file's (not
+    `self`, a module or a class), m no dunder."""
+    tree = ast.parse(source)
+    local = {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    local |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local -= {"self", "cls"} | {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+
+    class Through(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            f = node.func
+            if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in local \
+                    and not f.attr.startswith("__"):
+                owner = ast.Call(ast.Name("type", ast.Load()), [ast.Name(f.value.id, ast.Load())], [])
+                return ast.Call(ast.Attribute(owner, f.attr, ast.Load()), [f.value, *node.args], node.keywords)
+            return node
+    return ast.unparse(ast.fix_missing_locations(Through().visit(tree)))
+
+
+def bool_around_tests(source):
+    """Every `if`, `while` and conditional expression's test as `bool(test)`."""
+    class Bool(ast.NodeTransformer):
+        def visit_If(self, node):
+            self.generic_visit(node)
+            node.test = ast.Call(ast.Name("bool", ast.Load()), [node.test], [])
+            return node
+        visit_While = visit_IfExp = visit_If
+    return ast.unparse(ast.fix_missing_locations(Bool().visit(ast.parse(source))))
+
+
+def rewritten_by_script(source):
+    """All of the A05 script's rewrites, one after another, as a student who shares it runs it."""
+    for step in (swap_operands, comprehensions_as_loops, keywords_reversed, size_for_shape,
+                 methods_through_type, bool_around_tests):
+        source = step(source)
+    return source
+
+
+def pad_with_constant(source, constants="_NAP = 0", statement="time.sleep(_NAP)"):
+    """`statement` after every statement, its argument a module-level name bound once to a
+    constant (a literal argument, `time.sleep(0)`, was already padding)."""
+    return f"import time\n{constants}\n" + pad(source, statement)
+
+
 DISGUISES = {
     "renamed and reformatted": disguise,
     "identity-wrapped": identity_wrap,
@@ -334,7 +463,20 @@ DISGUISES = {
     "padded with calls of a no-op of its own": lambda s: "def _pad(*args):\n    pass\n" + pad_around(
         s, lambda p: [f"_pad({', '.join(p)})"]),
     "locals moved onto a namespace per call": onto_object,
-    "all at once": lambda s: disguise(dead_code(identity_wrap(annotate(strip(reorder(s)))))),
+    "operands and comparisons swapped": swap_operands,
+    "comprehensions as loops": comprehensions_as_loops,
+    "keyword arguments reversed": keywords_reversed,
+    "x.shape[i] as x.size(i)": size_for_shape,
+    "methods called through type(x)": methods_through_type,
+    "tests through bool()": bool_around_tests,
+    "the A05 script's rewrites at once": rewritten_by_script,
+    "padded with a sleep of a module-level zero": pad_with_constant,
+    "padded with a sleep of constants folded": lambda s: pad_with_constant(
+        s, "_PAUSE = 0.0\n_STEPS = 4\n_EACH = _PAUSE / _STEPS", "time.sleep(_EACH * 2)"),
+    "padded with blocks on a module-level False": lambda s: pad_with_constant(
+        s, "_DEBUG = not 1", "if _DEBUG:\n    time.sleep(time.time() % 1)"),
+    "all at once": lambda s: disguise(rewritten_by_script(pad_with_constant(
+        dead_code(identity_wrap(annotate(strip(reorder(s)))))))),
 }
 
 
@@ -528,6 +670,106 @@ def test_a_copy_padded_with_writes_into_what_nothing_reads_is_a_near_copy(exerci
     ref, base = reference(exercise), stub(exercise)
     padded = made + "\n" + pad(disguise(ref), statement)
     assert similarity(fingerprints(ref, base), fingerprints(padded, base)) >= 0.9
+
+
+@pytest.mark.parametrize("script", ["A05", "A20"])
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_a_copy_made_by_the_seventh_red_teams_scripts_is_a_near_copy(exercise, script):
+    """A05 (operands and comparisons swapped, comprehensions as loops, keywords reversed,
+    `x.size(i)` for `x.shape[i]`, `type(x).m(x, ...)`, `if bool(c):`) took the reference to
+    0.33-0.48 against itself, A20 (`time.sleep(_NAP)` after every statement, `_NAP = 0`) to
+    0.39-0.48: full points and no near-copy row. Each rewrite is undone by the normal form."""
+    ref, base = reference(exercise), stub(exercise)
+    copy = rewritten_by_script(ref) if script == "A05" else pad_with_constant(ref)
+    assert copy != ref
+    pairs = compare_class({"mallory": {exercise: copy}}, {exercise: ref}, {exercise: base})
+    assert [(p.a, p.b, p.near_copy) for p in pairs] == [("mallory", "reference", True)]
+    assert pairs[0].score >= 0.9, pairs[0]
+
+
+RETURN = "\nreturn (y, ok, n, r, z)"      # what each case computes, read (a store nothing reads is dropped)
+
+
+@pytest.mark.parametrize("one, other", [
+    ("y = a * b + c", "y = c + b * a"),
+    ("y = (a & b) | (c ^ d)", "y = (d ^ c) | (b & a)"),
+    ("ok = a < b <= c", "ok = c >= b > a"),
+    ("ok = x is None and n != 0 or not y", "ok = not y or 0 != n and None is x"),
+    ("f(t, group=g, dim=d, op=o)", "f(t, op=o, dim=d, group=g)"),
+    ("n = t.shape[d] // x.size()[0]", "n = t.size(d) // x.shape[0]"),
+    ("t.add_(u, alpha=2)", "type(t).add_(t, u, alpha=2)"),
+    ("t.add_(u)", "t.__class__.add_(t, u)"),
+    ("t.add_(u)", "torch.Tensor.add_(t, u)"),
+    ("while n > 0:\n    n = g(n)\nz = a if c else b", "while bool(0 < n):\n    n = g(n)\nz = a if bool(c) else b"),
+    ("assert not x, 'no'", "assert not bool(x), 'no'"),
+    ("r = [e(v) for v in xs if v > 0 if p(v)]",
+     "r = []\nfor v in xs:\n    if bool(0 < v):\n        if p(v):\n            type(r).append(r, e(v))"),
+    ("r = {v for u in xs for v in u}", "r = set()\nfor u in xs:\n    for v in u:\n        r.add(v)"),
+    ("r = [v * 2 for v in xs]", "r = list()\nfor v in xs:\n    r += [2 * v]"),
+    ("r = [v for v in xs]", "r = []\nfor v in xs:\n    r.extend([v])"),
+    ("r = {k: f(k) for k in ks}", "r = dict()\nfor k in ks:\n    r[k] = f(k)"),
+])
+def test_the_normal_form_makes_one_of_each_spelling_and_order(one, other):
+    head = "import torch\n\n\ndef go(a, b, c, d, e, f, g, n, o, p, t, u, x, xs, y, ks):\n"
+    indent = lambda code: "".join(f"    {line}\n" for line in (code + RETURN).splitlines())  # noqa: E731
+    assert normalize(head + indent(one)) == normalize(head + indent(other)), (normalize(head + indent(one)),
+                                                                            normalize(head + indent(other)))
+
+
+@pytest.mark.parametrize("one, other", [
+    ("y = a - b", "y = b - a"),
+    ("y = a @ b", "y = b @ a"),
+    ("y = [a] + b", "y = b + [a]"),                     # a list written out: concatenation
+    ("y = 'a' + b", "y = b + 'a'"),
+    ("ok = a in b", "ok = b in a"),
+    ("ok = f(a) and g(b)", "ok = g(b) and f(a)"),        # calls: the order of effects
+    ("r = []\nfor v in xs:\n    r.append(v)\n    g(v)", "r = [v for v in xs]\ng(v)"),
+    ("r = []\nfor v in xs:\n    r.append(r[-1])", "r = [r[-1] for v in xs]"),
+    ("r = [0]\nfor v in xs:\n    r.append(v)", "r = [0] + [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    r += v", "r = [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    r.extend([v, v])", "r = [v for v in xs]"),
+    ("r = []\nfor v in xs:\n    y.extend([v])", "r = [v for v in xs]"),
+    ("y = t.size(0, 1)", "y = t.shape[0, 1]"),
+    ("y = type(u).m(t)", "y = t.m()"),
+])
+def test_the_normal_form_keeps_what_differs(one, other):
+    head = "def go(a, b, f, g, t, u, xs, y):\n"
+    indent = lambda code: "".join(f"    {line}\n" for line in (code + RETURN).splitlines())  # noqa: E731
+    assert normalize(head + indent(one)) != normalize(head + indent(other))
+
+
+def test_a_name_bound_once_to_a_constant_is_folded_for_the_padding_and_dead_code_tests():
+    code = '''
+import time
+import torch
+import torch.distributed as dist
+_NAP = 0
+_TWICE = _NAP * 2
+_OFF = not 1
+_BUSY = 0
+
+
+def step(t, group):
+    time.sleep(_NAP)
+    dist.all_reduce(t, group=group)
+    time.sleep(_TWICE + 1)
+    torch.manual_seed(_NAP)
+    if _OFF:
+        t.zero_()
+    time.sleep(_BUSY)
+    time.sleep(t.numel())
+    return t
+
+
+def slow():
+    global _BUSY
+    _BUSY = 1
+'''
+    text = normalize(code)
+    for gone in ("sleep(_NAP", "sleep(_TWICE", "_OFF:", "manual_seed", "zero_"):
+        assert gone not in text, (gone, text)
+    for kept in ("dist.all_reduce(t, group=group)", "time.sleep(_BUSY)", "time.sleep(t.numel())"):
+        assert kept in text, (kept, text)
 
 
 def test_operator_functions_are_spelled_as_operators():

@@ -12,8 +12,11 @@ spans it): an expression statement whose value is discarded and only reads or as
 `x.shape`, `len(x)`, `torch.is_tensor(x)`, `x.size(0)`, a module's function with written-out
 arguments or none, `torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`: `_inert`),
 `pass`, `assert True`, and the blocks that run their body once as it is (`if True:`, `if 1 ==
-1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it.
+1:`, `for _ in range(1):`, `with nullcontext():`, `try: ... finally: pass`) give way to it; a
+name bound once to a constant is that constant there (`time.sleep(_NAP)` with `_NAP = 0`).
 What takes the file's own data (`dist.all_reduce(t)`, `t.add_(1)`, `work.wait()`) stays.
+Spellings and orders that say the same are made one first (`_Canonical`: `b > a` is `a < b`,
+`type(x).m(x)` is `x.m()`, a loop of `r.append(e)` is the comprehension, ...).
 Names moved onto an object are moved back: a holder (a name bound once, to a call with no
 positional argument, `_s = SimpleNamespace(x=x)`, and otherwise only read as the root of an
 attribute) gives way to its attributes (`_s.x` is `x`, and `x = x` is gone).
@@ -93,6 +96,7 @@ class Pair:
 
 MAX_SOURCE = 2 << 20            # longer sources are tokenized as they are (the scan says so)
 MAX_PASSES = 8                  # wrappers of wrappers: inlined a pass at a time
+MAX_FOLD = 32                   # deepest expression folded to a constant (_value)
 
 
 def normalize(source: str) -> str:
@@ -107,7 +111,7 @@ def _normalized(source: str):
         return source, None
     try:
         tree = ast.parse(source)
-        tree = _Canonical(_operator_names(tree)).visit(tree)
+        tree = _Canonical(tree).visit(tree)
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, set(), _scope(nodes), False, keep_one=False)
         nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
@@ -119,7 +123,7 @@ def _normalized(source: str):
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
         tree = _Unhold(tree).visit(tree)    # `_s = SimpleNamespace(); _s.x = x; ... _s.x`: x
-        tree = _Canonical(_operator_names(tree)).visit(tree)   # `_s.a, _s.b = x, y` is now `a, b = x, y`
+        tree = _Canonical(tree).visit(tree)   # `_s.a, _s.b = x, y` is now `a, b = x, y`
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
@@ -138,12 +142,12 @@ _COMPARE = {"eq": ast.Eq, "ne": ast.NotEq, "lt": ast.Lt, "le": ast.LtE, "gt": as
             "ge": ast.GtE, "is_": ast.Is, "is_not": ast.IsNot}
 
 
-def _operator_names(tree) -> dict:
+def _operator_names(nodes) -> dict:
     """{name in the file: the operator module's function it is} (`import operator as _op`:
     `_op.mul` is 'mul'; `from operator import mul as m`: `m` is 'mul'), as ('module', alias)
-    for the module."""
+    for the module; nodes: the file's, ast.walk's."""
     names = {}
-    for n in ast.walk(tree):
+    for n in nodes:
         if isinstance(n, ast.Import):
             names.update({(a.asname or a.name): "" for a in n.names if a.name == "operator"})
         elif isinstance(n, ast.ImportFrom) and n.module == "operator":
@@ -173,12 +177,27 @@ def _operator_call(node, names):
 
 class _Canonical(ast.NodeTransformer):
     """Spellings that say the same thing, made one, before anything else: annotations dropped
-    (a bare one in a function is then dead), `f(*(a, b))` as `f(a, b)`, `torch.Tensor.m(x, ...)`
-    as `x.m(...)`, `list(map(lambda v: e, xs))` as `[e for v in xs]`, `a, b = x, y` (names or
-    attributes the right does not read) as two assignments, `operator.mul(a, b)` as `a * b`."""
+    (a bare one in a function is then dead), `f(*(a, b))` as `f(a, b)`, `torch.Tensor.m(x, ...)`,
+    `type(x).m(x, ...)` and `x.__class__.m(x, ...)` as `x.m(...)`, `x.size(i)` as `x.shape[i]`
+    (`x.size()` as `x.shape`), `list(map(lambda v: e, xs))` as `[e for v in xs]`, a loop that
+    only appends to a list made empty just before it (`r = []`, then `for v in xs: if c:
+    r.append(e)`; a set's `add`, a dict's `r[k] = v`) as the comprehension, `a, b = x, y`
+    (names or attributes the right does not read) as two assignments, `operator.mul(a, b)` as
+    `a * b`, `bool(c)` as a test (`if`, `while`, `assert`, a comprehension's `if`) as `c`;
+    and orders made one: the operands of `*`, `&`, `|`, `^` and of `+` (but where one is a
+    string, list or tuple written out: a concatenation), a comparison's sides (`b > a` is
+    `a < b`), the operands of `and`/`or` where none calls anything but a builtin that only
+    reads, and a call's keyword arguments, each by the operands' `_Shape` (what tokens they
+    become, whatever the file names its own things), then, where that is the same, by their
+    text."""
 
-    def __init__(self, operators=None):
-        self.operators = operators or {}
+    def __init__(self, tree):
+        nodes = list(ast.walk(tree))
+        self.operators = _operator_names(nodes)
+        self.shape = _Shape(_names(tree, nodes), _bound(nodes))
+        self.bound = self.shape.bound
+        self.methods = {f.name for c in nodes if isinstance(c, ast.ClassDef) for f in c.body
+                        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def visit_arg(self, node):
         node.annotation = None
@@ -197,22 +216,104 @@ class _Canonical(ast.NodeTransformer):
             return node
         return ast.copy_location(ast.Assign([node.target], node.value), node)
 
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and len(block) > 1 and isinstance(block[0], ast.stmt):
+                setattr(node, field, self._comprehensions(block))
+        return node
+
+    # -- tests, operands and keywords in one order --------------------------------------------
+
+    def _test(self, node):
+        """A condition less `bool(...)` around it or its parts (`not bool(c)`, `bool(a) and b`)."""
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" \
+                and "bool" not in self.bound and len(node.args) == 1 and not node.keywords \
+                and not isinstance(node.args[0], ast.Starred):
+            node = node.args[0]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            node.operand = self._test(node.operand)
+        elif isinstance(node, ast.BoolOp):
+            node.values = [self._test(v) for v in node.values]
+            node = self._ordered(node)
+        return node
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        node.test = self._test(node.test)
+        return node
+
+    visit_While = visit_IfExp = visit_Assert = visit_If
+
+    def visit_comprehension(self, node):
+        self.generic_visit(node)
+        node.ifs = [self._test(c) for c in node.ifs]
+        return node
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        return self._ordered(node)
+
+    visit_Compare = visit_BoolOp = visit_BinOp
+
+    def _ordered(self, node):
+        """`node` (a BinOp, Compare or BoolOp) with its operands in the one order."""
+        key = self.shape.key
+        if isinstance(node, ast.BinOp) and isinstance(node.op, _COMMUTATIVE) \
+                and not (isinstance(node.op, ast.Add) and (_sequence(node.left) or _sequence(node.right))):
+            left, right = key(node.left), key(node.right)
+            if right < left or right == left and ast.dump(node.right) < ast.dump(node.left):
+                node.left, node.right = node.right, node.left
+        elif isinstance(node, ast.Compare) and all(type(op) in _FLIP for op in node.ops):
+            operands = [node.left, *node.comparators]
+            back = [_FLIP[type(op)]() for op in reversed(node.ops)]
+            ahead = ([key(o) for o in operands], [_RANK[type(op)] for op in node.ops])
+            turned = ([key(o) for o in reversed(operands)], [_RANK[type(op)] for op in back])
+            if turned < ahead or turned == ahead and [ast.dump(o) for o in reversed(operands)] < \
+                    [ast.dump(o) for o in operands]:
+                node.left, *node.comparators = reversed(operands)
+                node.ops = back
+        elif isinstance(node, ast.BoolOp) and all(self._reads_only(v) for v in node.values):
+            node.values = sorted(node.values, key=lambda v: (key(v), ast.dump(v)))
+        return node
+
+    def _reads_only(self, node) -> bool:
+        """Whether evaluating `node` calls nothing but builtins that only read (so that the order
+        of `and`'s operands is the order of its checks, not of its effects)."""
+        for n in ast.walk(node):
+            if isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
+                return False
+            if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in _PURE
+                                                and n.func.id not in self.bound):
+                return False
+        return True
+
+    # -- calls ------------------------------------------------------------------------------
+
     def visit_Call(self, node):
         self.generic_visit(node)
         spelled = _operator_call(node, self.operators)
         if spelled is not None:
-            return ast.copy_location(spelled, node)
+            return self._ordered(ast.copy_location(spelled, node))
         node.args = [e for a in node.args for e in (
             a.value.elts if isinstance(a, ast.Starred) and isinstance(a.value, (ast.Tuple, ast.List))
             else [a])]
+        for _ in range(4):                  # type(x).size(x, 0): x.size(0), then x.shape[0]
+            again = self._method(node)
+            if again is None:
+                break
+            node = ast.copy_location(again, node)
+        if not isinstance(node, ast.Call):
+            return node
         f = node.func
-        tensor = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute) \
-            and f.value.attr == "Tensor" and isinstance(f.value.value, ast.Name) \
-            and f.value.value.id == "torch"
-        if tensor and node.args \
-                and not isinstance(node.args[0], ast.Starred):
-            return ast.copy_location(ast.Call(ast.Attribute(node.args[0], f.attr, ast.Load()),
-                                              node.args[1:], node.keywords), node)
+        if f.__class__ is ast.Attribute and f.attr == "size" and "size" not in self.methods \
+                and _root(f.value) not in self.shape.aliases and not any(
+                    isinstance(a, ast.Starred) for a in node.args):
+            dims = node.args + [k.value for k in node.keywords if k.arg == "dim"]
+            if len(dims) == len(node.args) + len(node.keywords) and len(dims) <= 1:
+                shape = ast.Attribute(f.value, "shape", ast.Load())
+                return ast.copy_location(ast.Subscript(shape, dims[0], ast.Load()) if dims else shape, node)
         mapped = node.args[0] if len(node.args) == 1 and not node.keywords else None
         if _callee(f) == "list" and isinstance(mapped, ast.Call) and _callee(mapped.func) == "map" \
                 and len(mapped.args) == 2 and not mapped.keywords \
@@ -222,7 +323,26 @@ class _Canonical(ast.NodeTransformer):
             if len(a.args) == 1 and not (a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg):
                 loop = ast.comprehension(ast.Name(a.args[0].arg, ast.Store()), items, [], 0)
                 return ast.copy_location(ast.ListComp(fn.body, [loop]), node)
+        if len(node.keywords) > 1 and all(k.arg is not None for k in node.keywords):
+            node.keywords = sorted(node.keywords, key=lambda k: (self.shape.key(k.value), k.arg))
         return node
+
+    def _method(self, node):
+        """`x.m(...)` for `torch.Tensor.m(x, ...)`, `type(x).m(x, ...)`, `x.__class__.m(x, ...)`;
+        None for any other call."""
+        f = node.func
+        if not (isinstance(f, ast.Attribute) and node.args and not isinstance(node.args[0], ast.Starred)):
+            return None
+        owner, me = f.value, node.args[0]
+        tensor = isinstance(owner, ast.Attribute) and owner.attr == "Tensor" \
+            and isinstance(owner.value, ast.Name) and owner.value.id == "torch"
+        of = owner.args[0] if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) \
+            and owner.func.id == "type" and "type" not in self.bound and len(owner.args) == 1 \
+            and not owner.keywords else owner.value if isinstance(owner, ast.Attribute) \
+            and owner.attr == "__class__" else None
+        if tensor or of is not None and ast.dump(of) == ast.dump(me):
+            return ast.Call(ast.Attribute(me, f.attr, ast.Load()), node.args[1:], node.keywords)
+        return None
 
     def visit_Assign(self, node):
         self.generic_visit(node)
@@ -236,6 +356,130 @@ class _Canonical(ast.NodeTransformer):
                 return [ast.copy_location(ast.Assign([t], v), node)
                         for t, v in zip(left.elts, right.elts)]
         return node
+
+    # -- loops that build a list, set or dict --------------------------------------------------
+
+    def _comprehensions(self, block: list) -> list:
+        out = []
+        for stmt in block:
+            made = self._comprehension(out[-1], stmt) if out else None
+            if made is None:
+                out.append(stmt)
+            else:
+                out[-1] = ast.copy_location(ast.Assign([out[-1].targets[0]], made), out[-1])
+        return out
+
+    def _comprehension(self, first, loop):
+        """The comprehension that `first` (`r = []`, `set()`, `{}`, `dict()`) and `loop` (nested
+        `for`s and `if`s without else, one statement each, the innermost `r.append(e)` (or
+        `r += [e]`, `r.extend([e])`), `r.add(e)` or `r[k] = v`) make together; None when they
+        are not that."""
+        if not (_assigned(first) and isinstance(loop, ast.For) and not loop.orelse):
+            return None
+        name, empty = _assigned(first), first.value
+        kind = "list" if isinstance(empty, ast.List) and not empty.elts else \
+            "dict" if isinstance(empty, ast.Dict) and not empty.keys else \
+            empty.func.id if isinstance(empty, ast.Call) and isinstance(empty.func, ast.Name) \
+            and empty.func.id in ("list", "set", "dict") and empty.func.id not in self.bound \
+            and not empty.args and not empty.keywords else None
+        if kind is None:
+            return None
+        generators, stmt = [], loop
+        for _ in range(MAX_NESTING):
+            if isinstance(stmt, ast.For) and not stmt.orelse:
+                generators.append(ast.comprehension(stmt.target, stmt.iter, [], 0))
+            elif isinstance(stmt, ast.If) and not stmt.orelse:
+                generators[-1].ifs.append(stmt.test)
+            else:
+                break
+            if len(stmt.body) != 1:
+                return None
+            stmt = stmt.body[0]
+        else:
+            return None
+        call = stmt.value if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+        if kind == "list":                  # `r += [e]` and `r.extend([e])` are `r.append(e)`
+            extended = stmt.value if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) \
+                and isinstance(stmt.target, ast.Name) and stmt.target.id == name else \
+                call.args[0] if call is not None and isinstance(call.func, ast.Attribute) \
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == name \
+                and call.func.attr == "extend" and len(call.args) == 1 and not call.keywords else None
+            if isinstance(extended, ast.List) and len(extended.elts) == 1 \
+                    and not isinstance(extended.elts[0], ast.Starred):
+                call = ast.Call(ast.Attribute(ast.Name(name, ast.Load()), "append", ast.Load()),
+                                extended.elts, [])
+        if call is not None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+                and call.func.value.id == name and len(call.args) == 1 and not call.keywords \
+                and not isinstance(call.args[0], ast.Starred) \
+                and call.func.attr == {"list": "append", "set": "add"}.get(kind):
+            made = (ast.ListComp if kind == "list" else ast.SetComp)(call.args[0], generators)
+        elif kind == "dict" and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Subscript) and isinstance(stmt.targets[0].value, ast.Name) \
+                and stmt.targets[0].value.id == name and not isinstance(stmt.targets[0].slice, ast.Slice):
+            made = ast.DictComp(stmt.targets[0].slice, stmt.value, generators)
+        else:
+            return None
+        if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(made)):
+            return None                     # the loop reads what it builds
+        return made
+
+
+_COMMUTATIVE = (ast.Add, ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor)
+_FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.Eq,
+         ast.NotEq: ast.NotEq, ast.Is: ast.Is, ast.IsNot: ast.IsNot}
+_RANK = {op: i for i, op in enumerate((ast.Lt, ast.LtE, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.Gt, ast.GtE))}
+MAX_NESTING = 16                # loops and ifs in one loop made a comprehension
+
+
+def _sequence(node) -> bool:
+    """A string, list or tuple written out: `+` with it concatenates (its order counts)."""
+    return isinstance(node, (ast.List, ast.Tuple, ast.JoinedStr, ast.ListComp)) \
+        or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))
+
+
+class _Shape:
+    """A key of an expression that is the same wherever the file's own names differ: what sorts
+    commutative operands, comparisons and keyword arguments into one order. Names the file
+    defines, its own attributes, numbers and strings are placeholders as the tokens make them
+    ("V", "N", "S"), an import is its qualified name, an API's attribute its name. Two
+    expressions with the same key become the same tokens, so their order does not matter."""
+
+    def __init__(self, names, bound):
+        self.defined, self.attrs, self.aliases = names[:3]
+        self.bound = bound
+        self.memo: dict = {}                # id(node) -> (node, key): the node held, so no id is reused
+
+    def key(self, node):
+        hit = self.memo.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        if isinstance(node, ast.Name):
+            name = node.id
+            found = ("Name", self.aliases[name] if name in self.aliases else
+                     "V" if name in self.defined or name not in _BUILTINS else name)
+        elif isinstance(node, ast.Constant):
+            v = node.value
+            found = ("~Constant", "S" if isinstance(v, (str, bytes)) else repr(v)
+                     if v is None or isinstance(v, bool) or v is ... else "N")
+        elif isinstance(node, ast.Attribute):
+            root, own = self.key(node.value), node.attr in self.attrs
+            found = root if own and root == ("Name", "V") else \
+                ("Attribute", root, ("V" if own else node.attr,))     # `self.w`, `_G.x`: one name
+        else:
+            parts = [type(node).__name__]
+            for field, value in ast.iter_fields(node):
+                if field == "ctx":
+                    continue
+                if isinstance(value, ast.AST):
+                    parts.append(self.key(value))
+                elif isinstance(value, list):
+                    parts.append(("list", *(self.key(v) if isinstance(v, ast.AST) else ("", repr(v))
+                                            for v in value)))
+                else:
+                    parts.append(("", "V" if isinstance(value, str) else repr(value)))
+            found = tuple(parts)
+        self.memo[id(node)] = (node, found)
+        return found
 
 
 def _returned_parameter(fn):
@@ -442,12 +686,82 @@ class _Scope:
     noops: set          # the file's functions and methods that do nothing (`def _pad(*a): pass`)
     loaded: set         # names the file reads
     sinks: set          # names only ever written into (`_t.append(0)`, `_c[0] += 1`): padding
+    constants: dict     # names bound once, to a value written out (`_NAP = 0`): {name: the value}
 
 
 def _scope(nodes) -> _Scope:
     return _Scope(_never_read(nodes), _bound(nodes), _read_attributes(nodes), _imported(nodes), _noops(nodes),
                   {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)},
-                  _sinks(nodes))
+                  _sinks(nodes), _constants(nodes))
+
+
+def _constants(nodes) -> dict:
+    """{name: value} of the names the file binds once, by `name = value` where the value is
+    written out or folds from such (`_NAP = 0`, `_OFF = not 1`, `_B = _A * 2`): a padder's
+    `time.sleep(_NAP)` is `time.sleep(0)`, and `if _OFF:` is `if False:`."""
+    counts: dict = {}
+    for n in nodes:
+        binds = _BINDS.get(type(n))
+        if binds is None:
+            continue
+        for name in binds(n):
+            counts[name] = counts.get(name, 0) + 1
+    single = [n for n in nodes if _assigned(n) and counts.get(n.targets[0].id) == 1]
+    values: dict = {}
+    for _ in range(4):                      # _B = _A * 2 after _A = 1
+        before = len(values)
+        for n in single:
+            name = n.targets[0].id
+            if name not in values:
+                known, value = _value(n.value, values)
+                if known:
+                    values[name] = value
+        if len(values) == before:
+            break
+    return values
+
+
+_BINDS = {      # what each kind of node binds (a global or nonlocal declaration: twice, not once)
+    ast.Name: lambda n: () if isinstance(n.ctx, ast.Load) else (n.id,), ast.arg: lambda n: (n.arg,),
+    ast.FunctionDef: lambda n: (n.name,), ast.AsyncFunctionDef: lambda n: (n.name,),
+    ast.ClassDef: lambda n: (n.name,), ast.alias: lambda n: ((n.asname or n.name).split(".")[0],),
+    ast.Global: lambda n: n.names * 2, ast.Nonlocal: lambda n: n.names * 2,
+    ast.ExceptHandler: lambda n: (n.name,) if n.name else (), ast.MatchAs: lambda n: (n.name,) if n.name else (),
+    ast.MatchStar: lambda n: (n.name,) if n.name else (), ast.MatchMapping: lambda n: (n.rest,) if n.rest else ()}
+_FOLD = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+         ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+_UNFOLD = {ast.USub: lambda a: -a, ast.UAdd: lambda a: +a, ast.Not: lambda a: not a, ast.Invert: lambda a: ~a}
+
+
+def _value(node, constants, depth=0):
+    """(True, value) of an expression written out (a constant, a name of `constants`, numbers
+    combined by + - * / // %, a tuple of such), else (False, None). Bounded: numbers only are
+    combined, none larger than 2**64, at most MAX_FOLD deep."""
+    if depth > MAX_FOLD:
+        return False, None
+    if isinstance(node, ast.Constant):
+        return True, node.value
+    if isinstance(node, ast.Name):
+        return (True, constants[node.id]) if node.id in constants else (False, None)
+    if isinstance(node, ast.Tuple):
+        parts = [_value(e, constants, depth + 1) for e in node.elts]
+        return (True, tuple(v for _, v in parts)) if all(k for k, _ in parts) else (False, None)
+    numbers = (bool, int, float)
+    try:
+        if isinstance(node, ast.UnaryOp):
+            known, v = _value(node.operand, constants, depth + 1)
+            if known and (isinstance(v, numbers) and abs(v) < 1 << 64 or isinstance(node.op, ast.Not)):
+                return True, _UNFOLD[type(node.op)](v)
+        elif isinstance(node, ast.BinOp) and type(node.op) in _FOLD:
+            (k1, a), (k2, b) = _value(node.left, constants, depth + 1), _value(node.right, constants, depth + 1)
+            if k1 and k2 and isinstance(a, numbers) and isinstance(b, numbers) \
+                    and abs(a) < 1 << 64 and abs(b) < 1 << 64:     # `0x...` of a megabyte: not multiplied
+                v = _FOLD[type(node.op)](a, b)
+                if abs(v) < 1 << 64:
+                    return True, v
+    except (ArithmeticError, ValueError, TypeError):
+        pass
+    return False, None
 
 
 def _sink_of(stmt):
@@ -528,20 +842,23 @@ _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Is:
 _SIMPLE = (bool, int, float, str, type(None))
 
 
-def _constant(node):
+def _constant(node, scope=None):
     """(True, its truth) for a constant condition (`False`, `0`, `not True`, `1 == 1`, `x or
-    True` where reading x does nothing), else (False, None)."""
-    if isinstance(node, ast.Constant):
-        return True, bool(node.value)
+    True` where reading x does nothing, a name bound once to such: `_OFF = 0`, `if _OFF:`),
+    else (False, None)."""
+    constants = scope.constants if scope is not None else {}
+    if isinstance(node, (ast.Constant, ast.Name, ast.BinOp)):
+        known, value = _value(node, constants)
+        return (True, bool(value)) if known else (False, None)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        known, value = _constant(node.operand)
+        known, value = _constant(node.operand, scope)
         return known, None if value is None else not value
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE \
-            and all(isinstance(x, ast.Constant) and type(x.value) in _SIMPLE
-                    for x in (node.left, *node.comparators)):
-        return True, _COMPARE[type(node.ops[0])](node.left.value, node.comparators[0].value)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        (k1, a), (k2, b) = _value(node.left, constants), _value(node.comparators[0], constants)
+        if k1 and k2 and type(a) in _SIMPLE and type(b) in _SIMPLE:
+            return True, _COMPARE[type(node.ops[0])](a, b)
     if isinstance(node, ast.BoolOp):
-        values = [_constant(v) for v in node.values]
+        values = [_constant(v, scope) for v in node.values]
         decisive = isinstance(node.op, ast.Or)          # one True decides an `or`, one False an `and`
         if all(k for k, _ in values):
             return True, any(v for _, v in values) if decisive else all(v for _, v in values)
@@ -567,16 +884,17 @@ def _root(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _literal(node) -> bool:
-    """A value written out: a constant, -1, a tuple, list, set or dict of such."""
-    if isinstance(node, ast.Constant):
-        return True
+def _literal(node, scope=None) -> bool:
+    """A value written out: a constant, -1, a name bound once to such (scope.constants:
+    `_NAP = 0`), numbers combined (`2 * _NAP`), a tuple, list, set or dict of such."""
+    if isinstance(node, (ast.Constant, ast.Name, ast.BinOp)):
+        return _value(node, scope.constants if scope is not None else {})[0]
     if isinstance(node, ast.UnaryOp):
-        return _literal(node.operand)
+        return _literal(node.operand, scope)
     if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        return all(_literal(e) for e in node.elts)
+        return all(_literal(e, scope) for e in node.elts)
     if isinstance(node, ast.Dict):
-        return all(k is not None and _literal(k) and _literal(v) for k, v in zip(node.keys, node.values))
+        return all(k is not None and _literal(k, scope) and _literal(v, scope) for k, v in zip(node.keys, node.values))
     return False
 
 
@@ -608,7 +926,7 @@ def _inert(node, scope) -> bool:
     arguments = [*node.args, *(k.value for k in node.keywords)]
     if scope is None:
         return False
-    if all(_literal(a) for a in arguments) and all(k.arg is not None for k in node.keywords) \
+    if all(_literal(a, scope) for a in arguments) and all(k.arg is not None for k in node.keywords) \
             and _root(node.func) in scope.imported:
         return True                                                     # (b)
     name = _callee(node.func)
@@ -661,10 +979,10 @@ def _wrapper(stmt, scope) -> bool:
     if isinstance(stmt, ast.For) and not stmt.orelse and _stores_to([stmt.target], scope.dead) \
             and not _leaves_loop(stmt.body):
         it = stmt.iter
-        once = isinstance(it, (ast.Tuple, ast.List)) and len(it.elts) == 1 and _literal(it.elts[0])
+        once = isinstance(it, (ast.Tuple, ast.List)) and len(it.elts) == 1 and _literal(it.elts[0], scope)
         once = once or (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                         and "range" not in scope.bound and not it.keywords and len(it.args) == 1
-                        and isinstance(it.args[0], ast.Constant) and it.args[0].value == 1)
+                        and _value(it.args[0], scope.constants) == (True, 1))
         return once
     if isinstance(stmt, ast.With):
         return all(i.optional_vars is None and isinstance(i.context_expr, ast.Call)
@@ -689,7 +1007,7 @@ def _live_block(block: list, gone: set, scope: _Scope, in_function: bool, keep_o
 
 def _live(stmt, gone: set, scope: _Scope, in_function: bool) -> list:
     if isinstance(stmt, (ast.If, ast.While)):
-        known, value = _constant(stmt.test)
+        known, value = _constant(stmt.test, scope)
         if known and not value:                             # if False: / while 0:
             return _live_block(stmt.orelse, gone, scope, in_function, False)
         if known and isinstance(stmt, ast.If):              # if True:
@@ -767,14 +1085,14 @@ def _empty(stmt, scope) -> bool:
 
 # ---- tokens --------------------------------------------------------------------------------------
 
-def _names(tree):
+def _names(tree, nodes=None):
     """(names the file defines, attribute names it defines, {alias: qualified name}, names it
     stores but never reads), from its ast; empty when it does not parse (None: its names then
     all become placeholders)."""
     if tree is None:
         return set(), set(), {}, set()
     defined, attrs, aliases, classes, loaded, stored = set(), set(), {}, [], set(), set()
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if nodes is None else nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             stored.add(node.id)
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
