@@ -503,8 +503,16 @@ def test_the_disguises_change_the_code():
     assert wrapped.count("if True:") > 20 and "if True:\n            dist.all_reduce(" in wrapped
 
 
-@pytest.mark.parametrize("name", list(DISGUISES))
-@pytest.mark.parametrize("exercise", EXERCISES)
+# Every disguise on three exercises of different shapes, and all of them at once on every
+# exercise, in the default tier; the rest of the cross product in the extended tier.
+SAMPLED = ("comm", "rotation", "sharding")
+DISGUISE_CASES = [pytest.param(ex, name, id=f"{ex}-{name}",
+                               marks=() if ex in SAMPLED or name == "all at once"
+                               else pytest.mark.extended)
+                  for ex in EXERCISES for name in DISGUISES]
+
+
+@pytest.mark.parametrize("exercise, name", DISGUISE_CASES)
 def test_each_disguise_of_the_reference_is_a_near_copy(exercise, name):
     """Identity wrappers once scored 0.01-0.05 (every k-gram broken by `_i(`), dead code between
     statements 0.1-0.5: full points and no near-copy row."""
