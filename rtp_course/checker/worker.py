@@ -15,7 +15,10 @@ import datetime
 import dis
 import json
 import os
+import queue
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -273,16 +276,42 @@ def _outcome_of(e: BaseException, files: tuple, phase: str) -> dict:
             "phase": phase}
 
 
-def _destroy_groups_since(before: set) -> None:
+def _destroy_groups_since(before: set, wait: bool = True) -> None:
     """Destroy the process groups made since `before` (the check's and the code under test's)
     that torch names by its counter. A group named by its ranks' hash (new_group with
     use_local_synchronization) stays: made again, it would get the same name and meet the
-    destroyed one's rendezvous keys in the store."""
+    destroyed one's rendezvous keys in the store. `wait=False`: the groups' last references
+    go to a thread that drops them (gloo: see _Dropped)."""
     names = c10d._world.pg_names
-    for pg in [pg for pg in c10d._world.pg_map
-               if pg not in before and str(names.get(pg, "")).isdigit()]:
+    doomed = [pg for pg in c10d._world.pg_map
+              if pg not in before and str(names.get(pg, "")).isdigit()]
+    for pg in doomed:
         with contextlib.suppress(Exception):     # a group the code under test broke
             dist.destroy_process_group(pg)
+    if not wait and doomed:
+        _Dropped.put(doomed)
+
+
+class _Dropped:
+    """Freeing a gloo group waits for its transport's event loop to let go of each
+    connection (ticks of 10 ms: about 20 ms a group, a check's worth of waiting every few
+    checks). The wait holds no GIL, so a daemon thread frees them while the next check runs."""
+    _queue: queue.SimpleQueue | None = None
+
+    @classmethod
+    def put(cls, group) -> None:
+        if cls._queue is None:
+            cls._queue = queue.SimpleQueue()
+            threading.Thread(target=cls._drop, args=(cls._queue,), daemon=True,
+                             name="rtp-course: freeing passed checks' groups").start()
+        cls._queue.put(group)
+
+    @staticmethod
+    def _drop(groups: queue.SimpleQueue) -> None:
+        while True:
+            doomed = groups.get()
+            time.sleep(0.05)              # the caller's own names for them are gone by then
+            doomed.clear()                # the last references: gloo's teardown runs here
 
 
 def run_checks(rank: int, world_size: int, job: dict) -> str:
@@ -357,7 +386,7 @@ def run_checks(rank: int, world_size: int, job: dict) -> str:
                     # gloo keeps two threads a rank for each group: a run of every check
                     # would hold thousands (EAGAIN). A failed check's groups stay: a peer
                     # may be stuck in them.
-                    _destroy_groups_since(groups_before)
+                    _destroy_groups_since(groups_before, wait=False)
     finally:
         os._exit = _exit
     return "done"
