@@ -4,7 +4,7 @@ bookkeeping is held without processes in tests/unit/test_engine_budgets.py."""
 import pytest
 
 from rtp_course.checker import engine, report
-from wrongs import NAPS, SPINS, WAITS, WAITS_POSTING, reduce_scatter_starting_with
+from wrongs import NAPS, SLEEPS, SPINS, WAITS, WAITS_POSTING, reduce_scatter_starting_with
 
 CALLERS = ("ring_reduce_scatter", "subgroup")     # the checks that call ring_reduce_scatter
 
@@ -46,3 +46,18 @@ def test_only_the_checks_calling_the_broken_function_fail(tmp_path, bug):
                for r in broken if r.world_size == 3 and r.check in at_2), text
     assert "may follow from" not in text and "NOT RUN" not in text, text
 
+
+
+def test_a_function_that_sleeps_under_the_stall_spends_only_its_own_checks_time(tmp_path):
+    """Slow, not hung (a red team's sleeper): each call waits under the stall, so no check
+    hangs, but the waiting is charged to the exercise's hang budget: the sleeping function's
+    checks pass slowly or are not run (grading fails those after its last round), and every
+    other check runs, after them, and passes."""
+    results, text = graded(rotation_with(tmp_path, SLEEPS), world_sizes=(2, 3))
+    broken = [r for r in results if r.check.startswith(CALLERS)]
+    rest = [r for r in results if not r.check.startswith(CALLERS)]
+    assert rest and all(r.passed for r in rest), text
+    # each of its checks waited (charged), hung once the budget left less than a sleep, or
+    # was not run for the budget it spent
+    assert broken and all(r.spent_budgets or r.status == "notrun" for r in broken), text
+    assert all(r.details["waited"] >= 0.5 for r in broken if r.passed), text

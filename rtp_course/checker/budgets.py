@@ -10,7 +10,10 @@ whose checks deadlock one after another stops early.
 A budget shared with other checks never fails a check: one that it left no time for, or cut
 short, is "not run" (not graded), and the engine runs those again with fresh budgets. Only a
 check's own budget, or its own hang, fails it; the report names the checks that spent the
-shared ones.
+shared ones. Time every rank spent waiting without computing (no rank starved, no step of
+the checker's own) is charged to the hang budget too, hang or not: code that sleeps a little
+under the stall between its calls spends it, where correct code spends next to nothing, and
+a check that waited `WAITED` seconds marks its task as one that spent it (types.Result).
 
 Wall time decides one thing only: a check still running after `BACKSTOP` seconds is
 stopped. If its ranks were starved (waiting for a CPU) most of that time, it is not graded
@@ -22,7 +25,8 @@ from rtp_course.checker.types import SHARED, StopReason
 from rtp_course.course import EXERCISES
 
 STALL = 6.0              # s with every rank blocked (on no CPU and waiting for none): a hang
-HANG_BUDGET = 20.0       # s an exercise's checks may spend hung, in all
+HANG_BUDGET = 20.0       # s an exercise's checks may spend hung or waiting, in all
+WAITED = 2.0             # s a check's ranks waited without computing: it spent the hang budget
 EXERCISE_CPU = 120.0     # CPU-s the checks of one exercise may use, at every world size
 RUN_CPU = 300.0          # CPU-s the checks of one run (a submission) may use
 START_CPU = 40.0         # CPU-s for a launch's ranks to start, join and import the code
@@ -89,7 +93,7 @@ class Budgets:
         which = 1 if hung else 0
         top = sorted(((u[which], cid) for cid, u in self.used.items()
                       if u[which] >= 0.5 and exercise in ("", cid.split(".")[0])), reverse=True)[:3]
-        unit = "s hung" if hung else "CPU-s"
+        unit = "s hung or waiting" if hung else "CPU-s"
         return ", ".join(f"{cid.split('.', 1)[1]} ({u:.0f} {unit})" for u, cid in top)
 
     def why(self, reason: str, exercise: str = "", used: float = 0.0, limit: float = 0.0) -> str:
@@ -101,8 +105,8 @@ class Budgets:
 
     def _shared(self, reason: str, exercise: str) -> str:
         if reason == StopReason.HANG:
-            spent = (f"checks of {exercise} hung for {HANG_BUDGET * self.scale:.0f} s in all "
-                     f"(an exercise's hang budget)")
+            spent = (f"checks of {exercise} hung or waited without computing for "
+                     f"{HANG_BUDGET * self.scale:.0f} s in all (an exercise's hang budget)")
         elif reason == StopReason.EXERCISE:
             spent = (f"checks of {exercise} used the {EXERCISE_CPU * self.scale:.0f} CPU-seconds "
                      f"an exercise's checks may use in all")

@@ -67,7 +67,7 @@ def run(exercises=None, impl="rtp_course", world_sizes=None, hidden=False, dtype
     the code under test confined (rtp_course/confinement); default: with the hidden checks,
     as grading does. `again`: run what a shared budget left "not run" once more (grading
     leaves them to its next round, each round under its guard). `later`: task ids whose
-    checks run after the others (their functions hung or spun in an earlier run)."""
+    checks run after the others (their functions hung, spun or waited in an earlier run)."""
     budgets = B.Budgets(timeout_scale, timeout)
     confine = hidden if confine is None else confine
     exercises = list(exercises or EXERCISES)
@@ -149,7 +149,7 @@ def _not_run(results: list, plan, last_tasks=frozenset()) -> list:
 
 def _later_last(plan, last_tasks: set) -> list:
     """`plan` with the checks of `last_tasks` after every other check, at every world size:
-    what hung or spun before cannot spend the budgets the others need, at any size."""
+    what hung, spun or waited before cannot spend the budgets the others need, at any size."""
     if not last_tasks:
         return [(ws, todo) for ws, todo in plan if todo]
     first = [(ws, [c for c in todo if c.task_id not in last_tasks]) for ws, todo in plan]
@@ -158,8 +158,8 @@ def _later_last(plan, last_tasks: set) -> list:
 
 
 def _stopped_tasks(results: list, task_of: dict) -> set:
-    """The tasks of the checks that hung or spun past their own budget."""
-    return {task_of.get(f"{r.exercise}.{r.check}") for r in results if r.never_returned}
+    """The tasks of the checks that hung, spun past their own budget or waited."""
+    return {task_of.get(f"{r.exercise}.{r.check}") for r in results if r.spent_budgets}
 
 
 def _run_sizes(plan, impl_dir, modules, dtype, budgets, backend,

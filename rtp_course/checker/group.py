@@ -90,6 +90,7 @@ def run_world(todo, ws, impl_dir, modules, dtype, budgets: B.Budgets, backend, t
             retried.add(ended[0].check)     # once more: a connection lost under load, or the
             ended = ended[1:]               # code's, which breaks it again
         results += ended
+        _mark_waiting(results[first_of_launch:], watchdog.waited, budgets)
         _annotate(results[first_of_launch:], rundir, ws)
         shutil.rmtree(rundir, ignore_errors=True)
         todo = _remaining(todo, results, first_of_launch)
@@ -203,6 +204,15 @@ def _started(rundir: Path, ws: int, check, failure=None) -> bool:
     ranks = [failure.rank] if isinstance(failure, RankFailed) and failure.rank in range(ws) \
         else range(ws)
     return any(RankStatus.read(rundir / f"status.{r}.json").check == check.id for r in ranks)
+
+
+def _mark_waiting(results, waited: dict, budgets: B.Budgets) -> None:
+    """The checks whose ranks waited without computing long enough to have spent their
+    exercise's hang budget (budgets.WAITED): their tasks run last in a regrade."""
+    for r in results:
+        seconds = waited.get(f"{r.exercise}.{r.check}", 0.0)
+        if seconds >= B.WAITED * budgets.scale:
+            r.details["waited"] = round(seconds, 1)
 
 
 def _annotate(results, rundir: Path, ws: int) -> None:

@@ -233,5 +233,11 @@ class Result:
             self.details.get("stopped") in (StopReason.OWN, StopReason.SLOW)
 
     @property
+    def spent_budgets(self) -> bool:
+        """It never returned, or its ranks waited without computing (a sleep, a poll loop)
+        long enough to spend its exercise's hang budget (checker/budgets.py)."""
+        return self.never_returned or "waited" in self.details
+
+    @property
     def not_graded(self) -> bool:
         return self.status in NOT_GRADED

@@ -164,6 +164,7 @@ class Watchdog:
         self.usage = _Usage(world_size)
         self.own = _Own()
         self.text = None
+        self.waited: dict = {}                # check id -> s its ranks waited, charged
         self.harness = False                  # every rank in the checker's own steps
         self.sampled = 0.0
         # The group's place: a Place before the first check, then the check some rank is in
@@ -172,7 +173,7 @@ class Watchdog:
 
     def _enter_step(self, now: float) -> None:
         self.since, self.cpu, self.blocked, self.hung, self.starved = now, 0.0, 0.0, 0.0, 0.0
-        self.low = 0.0
+        self.low = self.waiting = 0.0
 
     def __call__(self, processes) -> None:
         now = self.clock()
@@ -217,13 +218,16 @@ class Watchdog:
         return self.by_id[self.order[self.step]] if 0 <= self.step < len(self.order) else None
 
     def charge(self, hung: bool = False) -> None:
-        """Charge the budgets with what the current step used so far (once)."""
+        """Charge the budgets with what the current step used so far (once): its CPU time,
+        and the time it hung (a hang) or its ranks waited without computing (budgets.py)."""
         check = self.current()
         if check is not None:
-            self.budgets.charge(check, self.cpu, self.hung if hung else 0.0)
+            self.budgets.charge(check, self.cpu, self.hung if hung else self.waiting)
+            if not hung and self.waiting:
+                self.waited[check.id] = self.waited.get(check.id, 0.0) + self.waiting
         else:
             self.budgets.charge_run(self.cpu)
-        self.cpu = self.hung = 0.0
+        self.cpu = self.hung = self.waiting = 0.0
 
     def elapsed(self) -> float:
         return self.clock() - self.since
@@ -243,6 +247,8 @@ class Watchdog:
         # above IDLE (blocked has its own rules) and under LOW: ranks that wait, not compute
         if self.usage.low and not (blocked or starved or waiting_on_parent or self.harness):
             self.low += dt
+        if (blocked or self.usage.low) and not (starved or waiting_on_parent or self.harness):
+            self.waiting += dt
         if starved:
             self.starved += dt
 

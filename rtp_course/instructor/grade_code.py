@@ -70,7 +70,7 @@ class Submission:
     why: dict = field(default_factory=dict)          # exercise -> why it has no results
     error: str = ""                                  # the last failure's full text
     only: list | None = None                         # check ids to run in the next round (None: all)
-    later: list = field(default_factory=list)        # task ids of checks that hung or spun: run last
+    later: list = field(default_factory=list)        # tasks that hung, spun or waited: run last
 
     def take(self, outcome: grade_pool.Outcome, again: bool, last: bool = False) -> None:
         """A round's outcome: merge its results; keep to do what is still not graded. After
@@ -86,7 +86,7 @@ class Submission:
                     grade_outcome.fail_not_run(self.results[ex])
             self.todo = [ex for ex in self.todo if grade_outcome.has_busy(self.results[ex])]
             # a regrade runs only what was not graded: a check that passed or failed keeps its
-            # verdict, and the checks whose functions hung or spun run after the others
+            # verdict, and the checks whose functions hung, spun or waited run after the others
             self.only = [cid for ex in self.todo for cid in grade_outcome.not_graded_ids(self.results[ex])]
             self.later = [cid for ex in self.todo for cid in grade_outcome.stopped_ids(self.results[ex])]
         else:

@@ -78,20 +78,22 @@ def has_busy(results: list) -> bool:
 
 
 def stopped_ids(results: list) -> list[str]:
-    """The tasks ("E4.4") of the checks that hung or were stopped for their own budget."""
-    return sorted({r.task for r in results if r.task and r.never_returned})
+    """The tasks ("E4.4") of the checks that hung, were stopped for their own budget, or
+    waited without computing (types.Result.spent_budgets)."""
+    return sorted({r.task for r in results if r.task and r.spent_budgets})
 
 
 def fail_not_run(results: list) -> None:
-    """The checks still not run after the last round whose own task hung or spun (its
-    functions used the budgets): failed, saying why. A check of a task that never hung or
-    spun stays not graded, whatever the others did: never failed by association."""
+    """The checks still not run after the last round whose own task hung, spun or waited (its
+    functions used the budgets): failed, saying why. A check of a task that did none of that
+    stays not graded, whatever the others did: never failed by association."""
     stopped = set(stopped_ids(results))
     for r in results:
         if r.status == "notrun" and r.task in stopped:
             r.status = "failed"
             r.message = (f"{r.message}; after {ROUNDS} gradings it was still not run, and "
-                         f"checks of its own task ({r.task}) hung or spun: it counts as failed")
+                         f"checks of its own task ({r.task}) hung, spun or waited without computing: "
+                         f"it counts as failed")
 
 
 def not_graded_ids(results: list) -> list[str]:

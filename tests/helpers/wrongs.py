@@ -347,6 +347,8 @@ NAPS = ("    import time\n"
         "        time.sleep(0.1)\n")
 WAITS = ("    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"
          "    dist.recv(tensor.new_empty(1), src=dist.get_global_rank(group, peer), group=group)\n")
+# Slow, not hung: a sleep under the stall (at timeout_scale 0.25: 1.5 s) at each call.
+SLEEPS = "    import time\n    time.sleep(1.0)\n"
 # A hang whose status keeps moving: a receive posted every second, none ever completed.
 WAITS_POSTING = ("    import time\n"
                  "    peer = (dist.get_rank(group) + 1) % dist.get_world_size(group)\n"

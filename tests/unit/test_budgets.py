@@ -87,8 +87,8 @@ def test_the_hang_budgets_sentence_names_the_checks_that_hung():
     budgets.charge(check("a"), 1.0, hung=6.0)
     budgets.charge(check("b"), 30.0, hung=0.0)
     assert budgets.why("hang", "rotation") == (
-        f"checks of rotation hung for {B.HANG_BUDGET:.0f} s in all (an exercise's hang "
-        f"budget), most of it a (6 s hung)")
+        f"checks of rotation hung or waited without computing for {B.HANG_BUDGET:.0f} s in "
+        f"all (an exercise's hang budget), most of it a (6 s hung or waiting)")
 
 
 def test_a_checks_own_budget_says_too_slow_with_what_it_used():

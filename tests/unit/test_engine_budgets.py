@@ -133,8 +133,23 @@ def test_grading_fails_what_is_still_not_run_only_where_its_own_task_hung_or_spu
     assert grade_outcome.stopped_ids(rs) == ["E4.2"]
     grade_outcome.fail_not_run(rs)
     assert [r.status for r in rs] == ["failed", "deadlock", "notrun", "passed"]
-    assert "checks of its own task (E4.2) hung or spun" in rs[0].message
+    assert "checks of its own task (E4.2) hung, spun or waited" in rs[0].message
     assert grade_outcome.not_graded_ids(rs) == ["rotation.ring_peers"]
+
+
+def test_grading_fails_what_is_still_not_run_where_its_own_task_waited_without_computing():
+    """A function that sleeps a little under the stall between its calls passes each check
+    slowly and spends its exercise's hang budget (group._mark_waiting puts "waited" in the
+    details): its task's checks still not run after the last round fail, and it runs last."""
+    from rtp_course.instructor import grade_outcome
+    rs = [Result("comm", "AllGather", 2, "passed", task="E2.3", details={"waited": 11.2}),
+          Result("comm", "AllGather_float32", 3, "notrun", "not run: ...", task="E2.3"),
+          Result("comm", "ReduceScatter", 3, "notrun", "not run: ...", task="E2.4")]
+    assert rs[0].spent_budgets and not rs[0].never_returned
+    assert grade_outcome.stopped_ids(rs) == ["E2.3"]
+    grade_outcome.fail_not_run(rs)
+    assert [r.status for r in rs] == ["passed", "failed", "notrun"]
+    assert "hung, spun or waited without computing" in rs[1].message
 
 
 def test_checks_of_a_task_that_spun_run_after_the_others(launches):

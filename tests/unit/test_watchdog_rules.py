@@ -240,6 +240,59 @@ def test_the_graders_own_wait_for_a_cpu_is_read_from_its_threads():
     assert own.starved(10.0) is False      # this test's process did not wait 5 s for a CPU
 
 
+def _sleeps_between_calls(r, seconds):
+    """Both ranks blocked in check 0, posting a call every 2.8 s (under the stall), for
+    `seconds`; then both leave it."""
+    def posting(i):
+        if i % round(2.8 / SAMPLE) == 0:
+            r.in_check(0, call=f"all_gather #{i}")
+    stuck, _ = r.watch(seconds, posting)
+    for rank in (0, 1):
+        r.status(rank, 1)
+    r.watch(2 * SAMPLE)
+    return stuck
+
+
+def test_ranks_that_wait_between_their_calls_pay_the_hang_budget_though_the_check_ends(rig):
+    """Slow, not hung: no verdict, but the time every rank waited without computing is
+    charged to the exercise's hang budget, and the watch says which check waited."""
+    r = rig(names=("rotate", "wait_twice"))
+    stuck = _sleeps_between_calls(r, 10.0)
+    assert stuck is None, stuck.why
+    assert r.ticks[:1] == [0] and r.dog.current().id == "rotation.wait_twice"
+    assert B.HANG_BUDGET - r.budgets.hang_left["rotation"] == pytest.approx(10.0, abs=1.0)
+    assert r.dog.waited["rotation.rotate"] == pytest.approx(10.0, abs=1.0)
+    assert r.budgets.used["rotation.rotate"][1] == pytest.approx(10.0, abs=1.0)
+
+
+@pytest.mark.parametrize("ranks", ["compute", "starved", "harness", "parent_busy"])
+def test_time_spent_computing_starved_or_in_the_checkers_steps_is_not_waiting(rig, ranks):
+    r = rig(names=("rotate", "wait_twice"), parent_busy=lambda: ranks == "parent_busy")
+    if ranks == "compute":
+        r.blocked, r.cpu = False, 0.6
+    elif ranks == "starved":
+        r.blocked, r.starved, r.cpu = False, True, 0.04
+    elif ranks == "harness":
+        r.in_check(0, harness=True)
+    if ranks == "harness":
+        stuck, _ = r.watch(2 * STALL)               # (three stalls make a harness hang)
+        for rank in (0, 1):
+            r.status(rank, 1)
+        r.watch(2 * SAMPLE)
+    else:
+        stuck = _sleeps_between_calls(r, 10.0)
+    assert stuck is None, stuck.why
+    assert r.dog.waited == {} and r.budgets.hang_left["rotation"] == B.HANG_BUDGET
+
+
+def test_waiting_that_spends_the_hang_budget_leaves_the_rest_not_run(rig):
+    r = rig(names=("rotate", "wait_twice"))
+    r.budgets.hang_left["rotation"] = 4.0
+    _sleeps_between_calls(r, 6.0)
+    assert r.budgets.spent(r.checks[1]) == "hang"
+    assert "hung or waited without computing" in r.budgets.why("hang", "rotation")
+
+
 def test_a_check_past_its_own_cpu_budget_is_too_slow(rig):
     r = rig()
     r.blocked, r.cpu = False, 2.0                  # two ranks, each a CPU
