@@ -23,6 +23,11 @@ def _passes(path, tmp_path, sizes, confine):
     assert results and all(r.passed for r in results), (
         f"a correct alternative is rejected{' when confined' if confine else ''} "
         f"({spec(path)['bug']}):\n" + report.text(results))
+    # correct code computes: waiting that would spend the hang budget (budgets.WAITED) is
+    # a sleeper's mark, never a correct alternative's
+    waited = {f"{r.check} at {r.world_size}": r.details["waited"] for r in results
+              if "waited" in r.details}
+    assert not waited, f"a correct alternative waited without computing: {waited}"
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=[f"{p.parent.name}/{p.stem}" for p in CORRECT])
