@@ -201,3 +201,21 @@ def test_a_copy_parked_in_a_sibling_module_is_a_near_copy_and_honest_classmates_
     assert not [k for k in copies if {"ann", "stubs"} & set(k)], copies
     assert any(ln.startswith("REVIEW  xmod/") and "comm.py is a near copy of the reference" in ln for ln in lines)
     assert not any(ln.startswith(("REVIEW  ann/", "REVIEW  stubs/")) for ln in lines), lines
+
+
+def test_a_flag_quoting_terminal_escapes_shows_them_and_hides_nothing(tmp_path):
+    """A name the scan quotes (a dead `setattr(torch, "<escapes>", 0)`) would wipe the REVIEW
+    line in the instructor's terminal and hide what follows: review.csv, the comment and the
+    line show each control character as an escape."""
+    escapes = "_\r\x1b[2K\x1b[1A\x1b]0;graded\x07\x1b[8m"
+    mallory = (ROOT / "solutions" / "comm.py").read_text() + (
+        f"\n\ndef _never():\n    import torch\n    setattr(torch, {escapes!r}, 0)\n")
+    students = {"ref": None, "mallory": {"comm": mallory}}
+    course, a = make_course(tmp_path, students, "03_tp_communication")
+    cells = grade_code.graded_cells(course, a)
+    lines = []
+    rows = review_class.review(course, a, cells, _grades(cells, students), lines.append)
+    assert any(r[0] == "mallory" and r[3] == "flag" for r in rows), rows
+    said = (course / review_class.NAME).read_text() + "".join(lines)
+    assert "\\x1b[2K" in said or "\\x1b" in said, said
+    assert not any(c in said for c in "\x1b\x07\r"), repr(said)

@@ -169,6 +169,10 @@ SIZES_DTYPE = ("the sizes differ by a factor of 2: the same shape in another dty
                "dtype and shape of what arrives (torch.empty_like of such a tensor). " + _SIZES)
 
 
+TOO_MANY_CALLS = ("a check needs a few communication calls per step of its algorithm: look for "
+                  "communication repeated in a loop over elements or rows")
+
+
 def nccl_order(outcomes: dict[int, Outcome]) -> dict | None:
     """A failed result's fields when the ranks' calls, which gloo completed, would hang on
     NCCL's streams (runtime/nccl/order.py); None when they would complete."""
@@ -179,6 +183,12 @@ def nccl_order(outcomes: dict[int, Outcome]) -> dict | None:
         found = nccl.simulate(programs)
     except (KeyError, TypeError, ValueError, IndexError):
         return None                  # a record the simulation cannot read: not judged by it
+    except nccl.ReplayTooLong as e:
+        calls = sum(len(ops) for _, ops in programs.values())
+        return dict(status=Verdict.FAILED, rank=0, phase="", key="communication",
+                    message=f"the ranks made {calls} communication calls in this check, in an "
+                            f"order whose replay on NCCL's streams could not be decided ({e}; "
+                            f"a check's calls take milliseconds)", hint=TOO_MANY_CALLS)
     if found is None:
         return None
     rank = next(r for r, w in sorted(found["waiting"].items()) if w)

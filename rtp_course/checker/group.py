@@ -130,6 +130,7 @@ def _launch(todo, ws, rundir, impl_dir, modules, dtype, budgets, backend, tick, 
     failure = None
     try:
         launch(run_checks, ws, args=(job,), backend=backend, timeout=backstop, rundir=rundir,
+               results="none",
                env=NCCL_ENV if backend == "nccl" else None, on_poll=watchdog,
                capture_output=True, channels=server, isolation=isolation)
     except (Stuck, RankFailed, RankHung) as e:

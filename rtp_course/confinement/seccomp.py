@@ -22,7 +22,8 @@ And for a CPU (gloo) rank, which needs no more than TCP on its own launch's netw
   sched_setscheduler, sched_setparam, sched_setattr) or another's limits (prlimit64 on a
   pid other than 0, the form setrlimit uses): a submission graded beside another keeps to
   its cores and cannot slow the other's grading;
-* memory no mapping holds, which no limit counts (memfd_create, shmget), and channels
+* memory no mapping holds, which no limit counts (memfd_create, shmget, System V message
+  queues and semaphores, POSIX message queues: msgget, semget, mq_open), and channels
   through files every rank may read: locks (flock, fcntl lock, lease and notify
   commands) and watches (inotify, fanotify).
 
@@ -65,7 +66,7 @@ _ARCHES = {
         "socket": 41, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
         "kcmp": 312, "setpriority": 141, "sched_setaffinity": 203, "sched_setscheduler": 144,
         "sched_setparam": 142, "sched_setattr": 314, "prlimit64": 302, "memfd_create": 319,
-        "shmget": 29, "flock": 73, "fcntl": 72, "ioctl": 16, "inotify_init": 253,
+        "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240, "flock": 73, "fcntl": 72, "ioctl": 16, "inotify_init": 253,
         "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
         "fanotify_mark": 301, **_COMMON}),
     "aarch64": (0xC00000B7, {"seccomp": 277,
@@ -77,6 +78,7 @@ _ARCHES = {
         "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "setpriority": 140,
         "sched_setaffinity": 122, "sched_setscheduler": 119, "sched_setparam": 118,
         "sched_setattr": 274, "prlimit64": 261, "memfd_create": 279, "shmget": 194,
+        "msgget": 186, "semget": 190, "mq_open": 180,
         "flock": 32, "fcntl": 25, "ioctl": 29, "inotify_init1": 26, "inotify_add_watch": 27,
         "fanotify_init": 262, "fanotify_mark": 263, **_COMMON}),
 }
@@ -89,7 +91,8 @@ SERVICES = ("keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userf
             "io_uring_setup", "io_uring_enter", "io_uring_register")
 CPU_ONLY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
             "pidfd_getfd", "setpriority", "sched_setaffinity", "sched_setscheduler",
-            "sched_setparam", "sched_setattr", "memfd_create", "shmget", "flock", "inotify_init",
+            "sched_setparam", "sched_setattr", "memfd_create", "shmget", "msgget", "semget",
+            "mq_open", "flock", "inotify_init",
             "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 
 AF_UNIX, AF_VSOCK = 1, 40

@@ -26,6 +26,7 @@ import os
 import stat
 from pathlib import Path
 
+from rtp_course.checker.report import visible
 from rtp_course.course import EXERCISES
 from rtp_course.instructor import grade_outcome, grade_record
 from rtp_course.instructor.review.source import python_text
@@ -203,7 +204,10 @@ def review(course: Path, assignment: str, cells, graded=None, log=print) -> list
             found = grade_outcome.read_status(path) or {}
             if all(c.grade_id in found for c in cells):
                 grades[path.parent.parent.name] = [found[c.grade_id] for c in cells]
-    rows = findings(course, assignment, exercises, sorted(grades))
+    # what a flag quotes is the submission's own text (a name it used): shown, never acted on
+    # by the instructor's terminal or spreadsheet
+    rows = [tuple(visible(v) if isinstance(v, str) else v for v in row)
+            for row in findings(course, assignment, exercises, sorted(grades))]
     write_csv(course, assignment, rows, set(grades))
     grade_record.write_comments(course, assignment, comments(course, assignment, cells, rows, grades))
     _log_flagged(assignment, rows, set(grades), log)

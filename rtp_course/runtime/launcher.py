@@ -126,7 +126,8 @@ def launch(fn, world_size: int, args: tuple = (), backend: str | None = None,
     `fn` must be importable (defined in a module, not a notebook cell: spawn
     pickles it by name). Returns the list of per-rank return values: plain data
     (tensors, numbers, strings, lists, dicts), read without unpickling code,
-    unless `results="objects"` (demos that return their own classes). Raises
+    unless `results="objects"` (demos that return their own classes); `results="none"`: Nones,
+    the files not read (the checker's ranks, whose results are their outcome files). Raises
     RankFailed (with the rank and its traceback) if a rank raises or dies,
     RankHung if ranks are still running after `timeout` seconds. Every process
     is ended before this returns, with whatever they started, and a temporary
@@ -224,6 +225,8 @@ def _load_result(rundir: Path, rank: int, results: str):
     path = rundir / f"result.{rank}.pt"
     if not path.exists() or path.stat().st_size == 0:
         raise RankFailed(rank, died_how(0), exit_code=0)
+    if results == "none":      # only that it returned: its file is the code under test's too
+        return None
     try:
         return torch.load(path, weights_only=(results != "objects"))
     except Exception as e:

@@ -131,6 +131,11 @@ def receive_from_anyone(rank, n, device):
     return dist.recv(torch.empty(1, device=device)) if rank == 1 else None
 
 
+def monitored(rank, n, device):
+    dist.monitored_barrier()
+    return rank
+
+
 def non_contiguous_all_reduce(rank, n, device):
     t = torch.ones(3, 4, device=device).t()
     dist.all_reduce(t)
@@ -189,6 +194,8 @@ PATTERNS = {
     "mismatched_tags": Pattern(mismatched_tags, "ok", (2,), "tags"),
     "receive_from_anyone": Pattern(receive_from_anyone, "error", (2,), "any-source receive",
                                    "recvAnysource|without a source"),
+    "monitored_barrier": Pattern(monitored, "error", (2,), "gloo only",
+                                 "GLOO|gloo only"),
     "non_contiguous_all_reduce": Pattern(non_contiguous_all_reduce, "error", (2,),
                                          "contiguity", "contiguous"),
     "average": Pattern(average, "ok", (2, 3), "ReduceOp.AVG"),

@@ -134,6 +134,12 @@ def test_memory_no_private_mapping_holds_is_capped_too(tmp_path, monkeypatch):
              "        pass\n"
              "    if _ct.CDLL(None).shmget(0, 1 << 20, 0o1600) >= 0:\n"
              "        _said.append('A SYSV SEGMENT')\n"
+             "    if _ct.CDLL(None).msgget(0, 0o1600) >= 0:\n"
+             "        _said.append('A SYSV MESSAGE QUEUE')\n"
+             "    if _ct.CDLL(None).semget(0, 1, 0o1600) >= 0:\n"
+             "        _said.append('A SYSV SEMAPHORE')\n"
+             "    if _ct.CDLL(None).mq_open(b'/rtp-probe', 0o100 | 2, 0o600, None) >= 0:\n"
+             "        _said.append('A POSIX MESSAGE QUEUE')\n"
              "if _said:\n"
              "    raise RuntimeError(' / '.join(_said))")
     results, text = run(hostile(tmp_path, in_all_reduce(probe)), only=("AllReduce",))

@@ -85,6 +85,28 @@ def test_a_launched_function_cannot_return_code(tmp_path):
     assert not marker.exists()
 
 
+def test_the_checkers_ranks_return_values_are_never_unpickled(tmp_path, monkeypatch):
+    """A rank's launcher result file is one of its inherited descriptors: a pickle that builds
+    gigabytes of objects written there took the grader minutes and gigabytes to load. The
+    checker's ranks return through their outcome files only; the launcher reads nothing else
+    of theirs (launch(results="none"))."""
+    from rtp_course.checker import group
+    from rtp_course.runtime import launcher
+    asked = []
+
+    def watched(*args, **kwargs):
+        asked.append(kwargs.get("results", "data"))
+        return launcher.launch(*args, **kwargs)
+    monkeypatch.setattr(group, "launch", watched)
+    results, text = run(ROOT / "solutions", only=("Duplication",))
+    assert results and all(r.passed for r in results), text
+    assert asked == ["none"], asked
+    import attack_targets
+    assert launcher.launch(attack_targets.return_bomb, 1, args=(str(tmp_path / "pwned"),),
+                           timeout=60, results="none") == [None]
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_a_sparse_result_is_a_failed_check_not_a_crash_of_the_grader(tmp_path):
     edits = {"rotation": [("    return rotate_async(tensor, direction, group, recv_shape, recv_dtype).wait()",
                            "    return rotate_async(tensor, direction, group, recv_shape, recv_dtype)"
@@ -192,6 +214,39 @@ def test_a_rank_that_changes_the_harness_is_flagged(tmp_path, code, where):
     impl = hostile(tmp_path, at_import(code) if where == "at import" else at_forward(code))
     results, text = run(impl, only=("AllReduce",) if where == "at import" else ("Duplication",))
     assert not results[0].passed and MARK in text, text
+
+
+# The outcome files the worker opened before confinement are the rank's descriptors too.
+WRITE_AN_OUTCOME_FIRST = """import os as _o, stat as _st
+for _fd in range(3, 1024):
+    try:
+        _s = _o.fstat(_fd)
+    except OSError:
+        continue
+    if _st.S_ISREG(_s.st_mode) and _s.st_size == 0:
+        try:
+            _o.write(_fd, b'a forged outcome')
+        except OSError:
+            pass"""
+KEEP_A_DUPLICATE = """import os as _o, stat as _st, builtins as _b
+_b._kept = []
+for _name in _o.listdir('/proc/self/fd'):
+    try:
+        if _st.S_ISREG(_o.fstat(int(_name)).st_mode):
+            _b._kept.append(_o.dup(int(_name)))
+    except OSError:
+        pass"""
+
+
+@pytest.mark.parametrize("code", [WRITE_AN_OUTCOME_FIRST, KEEP_A_DUPLICATE],
+                         ids=["written first", "a duplicate kept"])
+def test_the_checks_outcome_files_written_by_the_code_are_flagged(tmp_path, code):
+    """A forged outcome written through the inherited descriptor before the worker writes
+    (the real one then lands at the file's start all the same), or a duplicate of it kept to
+    write through afterwards: the check fails with the mark (confinement/result_files.py)."""
+    from rtp_course.confinement.integrity import MARK
+    results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
+    assert not results[0].passed and MARK in text and "checker's own files" in text, text
 
 
 def test_the_reference_changes_nothing_of_the_harness(tmp_path):

@@ -108,3 +108,30 @@ def test_unknown_groups_are_left_out():
     for op in ops.values():
         op["group"] = "?"
     assert simulate({0: (steps, ops), 1: (steps, ops)}) is None
+
+
+def test_a_replay_that_runs_past_its_cpu_budget_stops_and_fails_the_check(monkeypatch):
+    """Thousands of calls posted in an order whose replay costs the square of their number
+    (the red team's forged program: the grader stalled for hours): the replay stops at
+    REPLAY_CPU and the check fails saying why, instead of holding the grading up."""
+    import time
+
+    import pytest
+
+    from rtp_course.checker import communication
+    from rtp_course.checker.types import Outcome
+    from rtp_course.runtime.nccl import order
+    calls = 1500
+    per_rank = {0: [("isend", 1)] * calls + [("wait_all",)],
+                1: [("irecv", 0)] * calls + [("wait_all",)]}
+    started = time.process_time()
+    assert run(2, per_rank.get) is None                  # the default budget replays it
+    whole = time.process_time() - started
+    monkeypatch.setattr(order, "REPLAY_CPU", whole / 10)
+    with pytest.raises(order.ReplayTooLong):
+        run(2, per_rank.get)
+    outcomes = {r: Outcome.parse({"status": "ok", "program": {
+        "steps": [list(s) for s in steps], "ops": list(ops.values())}})
+        for r, (steps, ops) in ((r, rank_program(r, 2, *per_rank[r])) for r in (0, 1))}
+    found = communication.nccl_order(outcomes)
+    assert found["status"] == "failed" and f"{2 * calls} communication calls" in found["message"]

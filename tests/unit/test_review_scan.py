@@ -461,6 +461,12 @@ EVASIONS = [
         def f(dist):
             return operator.attrgetter(dir(dist)[3])(dist), methodcaller("wait")
         """, [(4, "introspection")]),
+    ("a descriptor inherited from the worker, opened by its number", """
+        import stat, os
+        for fd in range(3, 64):
+            with open(fd, "wb", closefd=False) as fh:
+                fh.write(b"a forged outcome")
+        """, [(3, "files")]),
 ]
 
 

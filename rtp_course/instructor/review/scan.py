@@ -28,8 +28,8 @@ from pathlib import Path
 from rtp_course.instructor.review.fold import Folder
 from rtp_course.instructor.review.rules import (  # noqa: F401 - GRADER_NAMES: the tests'
     ASSIGN_OK, ATTRS, C10D_C, ENV_MUTATORS, ENVIRON, GLOBALS_MUTATORS, GRADER, GRADER_CLASSES,
-    GRADER_NAMES, HIDDEN_MODULE, INTERCEPTORS, OUTSIDE, PATCH, PATH_FUNCS, PATH_METHODS, PATH_RE,
-    PATH_ROOTS, PG_METHODS, REEXPORTED, UNPICKLE, judge_string, match as _match)
+    GRADER_NAMES, HIDDEN_MODULE, INTERCEPTORS, LOW_FILES, OUTSIDE, PATCH, PATH_FUNCS, PATH_METHODS,
+    PATH_RE, PATH_ROOTS, PG_METHODS, REEXPORTED, UNPICKLE, judge_string, match as _match)
 from rtp_course.instructor.review.scopes import scopes
 from rtp_course.instructor.review.source import declared, finding as encoding_finding, python_text
 from rtp_course.instructor.review.shapes import class_of as _class_of, const_str as _const_str, \
@@ -291,6 +291,10 @@ class _Scanner:
         elif func == "torch.load" and any(k.arg == "weights_only" and isinstance(k.value, ast.Constant)
                                           and k.value.value is False for k in node.keywords):
             self.add(node, "dynamic-code", f"calls torch.load with weights_only=False ({UNPICKLE})")
+        elif func in ("builtins.open", "io.open") and args and _const_str(args[0]) is None \
+                and not isinstance(args[0], ast.JoinedStr):
+            self.add(node, "files", f"opens {ast.unparse(args[0])[:40]}, which may be a descriptor "
+                                    f"number, not a path ({LOW_FILES})")
         elif func == "builtins.vars" and args and not self._own(node, args[0]):
             self.add(node, "introspection", f"uses vars({ast.unparse(args[0])[:40]}) (the namespace of "
                                             "an object that is not the file's own, such as a module or "

@@ -13,7 +13,7 @@ the test that holds it (tests/test_nccl_semantics.py, whose cases also run on NC
 scripts/gpu_proof.sh).
 """
 from rtp_course.runtime.nccl.calls import RULE, Coalesced, NCCLRuleError, before, warm_up_ring
-from rtp_course.runtime.nccl.order import describe, simulate, size_mismatch
+from rtp_course.runtime.nccl.order import ReplayTooLong, describe, simulate, size_mismatch
 
 __all__ = ["RULE", "Coalesced", "NCCLRuleError", "before", "warm_up_ring", "describe",
-           "simulate", "size_mismatch"]
+           "simulate", "size_mismatch", "ReplayTooLong"]

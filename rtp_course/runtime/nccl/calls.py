@@ -41,6 +41,7 @@ def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
     """(args, kwargs, after, instead): the call as NCCL would take it; `after()` (or None)
     finishes the result once the operation completed (AVG's division); `instead()` (or None)
     does the whole operation in place of gloo's (an uneven all_gather)."""
+    _refuse_gloo_only(kind, where)
     _refuse_non_contiguous(kind, position, keyword, args, kwargs, where)
     if kind in _ALSO_SENT:          # the input too: NCCL checks every tensor of the call
         _refuse_non_contiguous(kind, *_ALSO_SENT[kind], args, kwargs, where)
@@ -53,6 +54,17 @@ def before(kind: str, position, keyword, args: tuple, kwargs: dict, where: str):
         return (*averaged, None)
     return args, kwargs, None, (_uneven_all_gather(kind, args, kwargs)
                                 or _uneven_all_to_all(kind, args, kwargs))
+
+
+# NCCL rule 'gloo only' (DESIGN.md)
+def _refuse_gloo_only(kind: str, where: str) -> None:
+    """monitored_barrier exists for gloo alone: on NCCL torch raises (distributed_c10d's
+    monitored_barrier: "only implemented for GLOO backend")."""
+    if kind == "monitored_barrier":
+        raise NCCLRuleError(
+            f"dist.monitored_barrier (at {where}): {RULE} (torch supports it on gloo only and "
+            f"raises on a GPU run; dist.barrier() waits on both, and a collective that every "
+            f"rank makes needs no barrier before it)")
 
 
 def before_own_method(name: str, position, args: tuple, where: str) -> None:

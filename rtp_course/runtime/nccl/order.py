@@ -23,10 +23,16 @@ An op whose group is unknown ("?") is left out: the rules judge only what they c
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict, deque
 
 SENDS, RECVS = ("send", "isend"), ("recv", "irecv")
 P2P = SENDS + RECVS
+REPLAY_CPU = 5.0        # CPU-s one replay may take: a check's hundreds of calls take milliseconds
+
+
+class ReplayTooLong(RuntimeError):
+    """The replay used REPLAY_CPU: more operations, in a worse order, than a check makes."""
 
 
 class _Rank:
@@ -75,9 +81,10 @@ def simulate(programs: dict) -> dict | None:
             e["posted"] = False
             for op in e["ops"]:
                 entry_of[(r, op["id"])] = e
+    until = time.process_time() + REPLAY_CPU
     while True:
         moved = _run_hosts(ranks, streams, entry_of, done)
-        moved |= _complete(ranks, streams, done)
+        moved |= _complete(ranks, streams, done, until)
         if not moved:
             break
     stuck = {r: st.blocked_on for r, st in ranks.items() if st.pc < len(st.steps)}
@@ -109,15 +116,17 @@ def _run_hosts(ranks, streams, entry_of, done) -> bool:
     return moved
 
 
-def _complete(ranks, streams, done) -> bool:
+def _complete(ranks, streams, done, until: float) -> bool:
     """Complete what can run now at the heads of the streams; True if anything did."""
     moved = False
     for group in {g for r in ranks for g, q in streams[r].items() if q}:
+        if time.process_time() > until:
+            raise ReplayTooLong(f"the replay took over {REPLAY_CPU:.0f} CPU-s")
         heads = {r: streams[r][group][0] for r in ranks if streams[r][group]}
         for r in _collectives_ready(heads):
             for op in heads[r]["ops"]:
                 done.add((r, op["id"]))
-        moved |= _p2p_matches(heads, done)
+        moved |= _p2p_matches(heads, done, until)
         for r, e in heads.items():           # an entry leaves its stream once all of it ran
             if all((r, op["id"]) in done for op in e["ops"]):
                 streams[r][group].popleft()
@@ -137,7 +146,7 @@ def _collectives_ready(heads) -> set:
     return members if len(families) == 1 else set()
 
 
-def _p2p_matches(heads, done) -> bool:
+def _p2p_matches(heads, done, until: float) -> bool:
     """Complete the sends and receives that meet at the heads: a send of rank A to B runs with
     B's receive from A when both are in the entries at the heads of their streams (one
     operation, or a batch, whose operations progress together), matched in the order they
@@ -148,6 +157,8 @@ def _p2p_matches(heads, done) -> bool:
     moved = False
     for a, ops in pending.items():
         for op in ops:
+            if time.process_time() > until:
+                raise ReplayTooLong(f"the replay took over {REPLAY_CPU:.0f} CPU-s")
             b = op["peer"]
             if op["family"] not in SENDS or (a, op["id"]) in done or b not in pending:
                 continue
