@@ -13,7 +13,10 @@ gets its own network namespace instead:
 * the other ranks join both namespaces (setns, as their owner's user may), before any
   thread starts;
 * rank 0 serves the launch's TCP store there, on a fixed port: no other launch can reach
-  it, and none can collide with it.
+  it, and none can collide with it;
+* a socket's buffers there grow to `SOCKET_BUFFER` bytes at most (tcp_rmem and tcp_wmem
+  are the namespace's own): connections a rank never reads hold memory from the machine's
+  TCP pool, which every launch shares and no rank limit counts.
 
 Only for gloo: NCCL's bootstrap runs over the machine's interfaces (a GPU run keeps the
 machine's network). Where the kernel refuses unprivileged user namespaces (some
@@ -37,6 +40,8 @@ CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x10000000, 0x40000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNS = 0x20000000, 0x00020000
 MADE = [0]              # the namespaces this rank made for itself with unshare_own()
 PORT = 29500            # the store's port inside the namespace (nothing else listens there)
+SOCKET_BUFFER = 256 << 10   # bytes a socket may buffer each way (the machine's: 4 to 32 MB);
+#                             a check's transfers are kilobytes
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
@@ -82,6 +87,11 @@ def _private_network(more: int = 0, loopback: bool = True, also: int | None = No
         request = struct.pack("16sH22x", b"lo", 0)
         flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request)[:18])[1]
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+    for direction in ("rmem", "wmem"):       # per namespace since Linux 4.15
+        try:
+            _write(f"/proc/sys/net/ipv4/tcp_{direction}", f"4096 16384 {SOCKET_BUFFER}")
+        except OSError:
+            pass
 
 
 def _map_helper(uid_map: str, gid_map: str) -> tuple[int, int]:

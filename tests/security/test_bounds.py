@@ -146,6 +146,36 @@ def test_memory_no_private_mapping_holds_is_capped_too(tmp_path, monkeypatch):
     assert results and all(r.passed for r in results), text
 
 
+# A connection on the launch's loopback whose other end never reads: what it holds is taken
+# from the machine's TCP memory, which every launch shares.
+UNREAD_CONNECTION = """import socket as _so
+_srv = _so.socket()
+_srv.bind(("127.0.0.1", 0))
+_srv.listen()
+_c = _so.create_connection(_srv.getsockname())
+_a, _ = _srv.accept()
+_c.setblocking(False)
+_n = 0
+try:
+    while True:
+        _n += _c.send(bytes(1 << 16))
+except BlockingIOError:
+    pass
+if _n > 4 * CAP:
+    raise RuntimeError(f'BUFFERED {_n} BYTES')"""
+
+
+def test_a_connection_never_read_buffers_only_so_much(tmp_path):
+    """Socket buffers count against no rank limit: in a launch's own network a socket's grow
+    to netns.SOCKET_BUFFER each way (the machine's default lets one connection hold 10 MB)."""
+    from rtp_course.confinement import netns
+    if not netns.available():
+        pytest.skip("no private network for a launch on this machine")
+    code = UNREAD_CONNECTION.replace("CAP", str(netns.SOCKET_BUFFER))
+    results, text = run(hostile(tmp_path, in_all_reduce(code)), only=("AllReduce",))
+    assert results and all(r.passed for r in results), text
+
+
 # Claims, in its status file, to have finished every check, then computes for ever.
 CLAIM_ALL_DONE = """import gc as _gc, json as _json, os as _os, time as _time
 for _o in _gc.get_objects():
