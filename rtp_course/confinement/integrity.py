@@ -46,6 +46,7 @@ def _switches() -> list:
     pairs = [(state, n) for n in ("nccl_rules", "code_dirs", "guard", "local", "on_status")]
     pairs += [(gpu_placement, "_CODE_DIRS"), (torch.Tensor, "cpu"), (torch.Tensor, "to")]
     pairs += [(torch, f.__name__) for f in gpu_placement.FACTORIES]
+    pairs += list(gpu_placement.PLACED)
     return pairs
 
 

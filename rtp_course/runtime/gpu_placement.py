@@ -10,10 +10,13 @@ and raises HostTensorError where CUDA or NCCL would refuse them.
 
 Host tensors: made by a factory (torch.empty, zeros, randn, tensor, the
 parameters of an nn.Linear built without device= ...) called from the code
-under test without a device or with device="cpu", by one that takes no device
-(torch.frombuffer, from_numpy, from_dlpack), or computed only from host tensors. Not
-the legacy constructors (torch.Tensor(2, 3), torch.FloatTensor(n)): torch.Tensor.__new__
-cannot be wrapped (torch._dynamo, imported later, checks its signature). Hostness belongs to the storage: views and nn.Parameter share it, and
+under test without a device or with the CPU written as its device, by
+Tensor.new_empty / new_zeros ... or torch.empty_like / zeros_like ... given the
+CPU so (without device= they follow their input, as on a GPU), by a factory
+that takes no device (torch.frombuffer, from_numpy, from_dlpack), or computed
+only from host tensors. Not the legacy constructors (torch.Tensor(2, 3),
+torch.FloatTensor(n)): torch.Tensor.__new__ cannot be wrapped (torch._dynamo,
+imported later, checks its signature). Hostness belongs to the storage: views and nn.Parameter share it, and
 `Module.to(device)` gives a parameter a copy, which is not host (the parameter
 gets its own class back; the registry, not the class, says what is host).
 Allowed, as CUDA allows them: a 0-dim host tensor (a CPU scalar) in any op,
@@ -21,21 +24,38 @@ copy_ in either direction, host index tensors, .item() / .tolist(), empty
 tensors. Refused: any other op that mixes a host tensor with a non-empty device
 tensor, and a host tensor given to a torch.distributed call.
 
+The CPU written as the device: on a CPU run every device the code derives from
+its data (x.device, str(x.device), f"{x.device}", x.device.type) is the CPU too,
+and on a GPU run the GPU, so a device that is the CPU makes a host tensor only
+where the call the code under test makes (its source, all its lines) gives it
+the literal 'cpu' / "cpu:0": as device=, as a positional argument (.to("cpu")),
+or through a call given so (device=torch.device("cpu")); of a `with` statement,
+its context expressions (_cpu_written). Not caught, a missed bug and never a
+false rejection: "cpu" bound to a name elsewhere (dev = "cpu" on another line),
+one chosen by an expression ("cuda" if ... else "cpu"), a device read from a
+host tensor (torch.zeros(n, device=host.device)), an f-string.
+
 A device tensor that the code under test moves to the host (`.cpu()`,
 `.to("cpu")`) is a host tensor too, as on a GPU. What CUDA accepts is accepted:
 a factory called inside `with torch.device(x.device):` or after
 `torch.set_default_device(x.device)` makes a device tensor (one whose context
-was entered with the literal "cpu" makes a host tensor, as it would on a GPU).
+was entered with the CPU written as its device makes a host tensor, as it would
+on a GPU).
 
 Only ops that touch a HostTensor pay for this (its __torch_function__); a
 TorchFunctionMode would tax every op of every check (it made the public suite
-20% slower). `.cpu()` and `.to()` pay a Python call each.
+20% slower). `.cpu()`, `.to()`, `new_*` and `*_like` pay a Python call each.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import functools
+import itertools
+import linecache
+import os
+import re
 import sys
 import weakref
 
@@ -57,12 +77,22 @@ except ImportError:  # pragma: no cover - older torch
 HOST_ONLY = tuple(f for f in (getattr(torch, n, None) for n in (
     "frombuffer", "from_numpy", "from_file", "from_dlpack")) if f is not None)
 
+# Factories that take their device from a tensor unless given device= (watched: _placed).
+PLACED = tuple((holder, n) for holder, names in (
+    (torch.Tensor, ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor",
+                    "new_empty_strided")),
+    (torch, ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like",
+             "randint_like"))) for n in names if hasattr(holder, n))
+_PLACED_FUNCS = frozenset(getattr(getattr(h, n), "__rtp_original__", getattr(h, n))
+                          for h, n in PLACED)
+
 RULE = "rule 'Device'"   # each stub's Rules state it; exception_causes gives the fix as the hint
 
 # CUDA takes these with host tensors in them; what they return lives where `self` does.
 _MIXING_ALLOWED = frozenset({torch.Tensor.copy_, torch.Tensor.__setitem__, torch.Tensor.__getitem__,
                              torch.Tensor.index_put_, torch.Tensor.index_put})
 _MOVES = frozenset({torch.Tensor.to, torch.Tensor.type_as, torch.Tensor.cpu})
+_TENSOR_CPU = torch.Tensor.cpu   # torch's own (host_placement watches torch.Tensor.cpu)
 
 
 class HostTensorError(RuntimeError):
@@ -135,12 +165,84 @@ def _name(func) -> str:
 
 
 def _is_cpu(device) -> bool:
+    """`device` is the CPU ("cpu", "cpu:0", torch.device("cpu")): on a CPU run also x.device."""
+    if isinstance(device, torch.device):
+        return device.type == "cpu"
     return isinstance(device, str) and device.split(":")[0] == "cpu"
+
+
+def _host_device(device) -> bool:
+    """Whether `device` (a factory's device=, what .to() moves to, a device context's) puts
+    a tensor in host memory on a GPU run: the CPU, written as a literal in the call the code
+    under test is making (_cpu_written). A device that the code derives from its data
+    (x.device, str(x.device), x.device.type) is "cpu" on this run and the GPU on a GPU run:
+    the rank's device. Outside the code under test, a device string "cpu" is the host."""
+    if not _is_cpu(device):
+        return False
+    frame = _code_frame()
+    if frame is None:
+        return isinstance(device, str)
+    return _cpu_written(frame.f_code.co_filename, frame.f_code, frame.f_lasti)
+
+
+def _code_frame():
+    """The innermost frame of the code under test (not torch's, not this module's)."""
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith(_CODE_DIRS) and not name.startswith(_TORCH_DIR) and name != _HERE:
+            return f
+        f = f.f_back
+    return None
+
+
+_HERE = _is_cpu.__code__.co_filename
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_CPU = re.compile(r"cpu(:\d+)?")
+
+
+@functools.lru_cache(maxsize=4096)
+def _cpu_written(filename: str, code, lasti: int) -> bool:
+    """Whether the call that `code` (of `filename`) is making at `lasti` (its source, from the instruction's
+    positions: all its lines) gives a device the literal "cpu" ('cpu', "cpu:0"): as device=,
+    as a positional argument (x.to("cpu"), torch.device("cpu"), set_default_device("cpu")),
+    or inside a call given so (device=torch.device("cpu")); of a `with` statement, its
+    context expressions. Not a literal chosen by an expression ("cuda" if ... else "cpu",
+    dev or "cpu"), nor one bound to a name elsewhere: a missed bug, never a false rejection."""
+    pos = next(itertools.islice(code.co_positions(), lasti // 2, None), None)
+    if pos is None or pos[0] is None:
+        return False
+    start, end, col, end_col = pos
+    linecache.checkcache(filename)
+    lines = [line.encode() for line in linecache.getlines(filename)[start - 1:(end or start)]]
+    if not lines:
+        return False
+    if col is not None and end_col is not None:    # byte offsets; the last line's end first
+        lines[-1] = lines[-1][:end_col]
+        lines[0] = lines[0][col:]
+    try:
+        stmt = ast.parse(b"".join(lines).decode().strip()).body[0]
+    except (SyntaxError, ValueError, IndexError):
+        return False
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        roots = [item.context_expr for item in stmt.items]
+    else:
+        roots = [stmt.value] if isinstance(stmt, ast.Expr) else []
+    return any(_gives_cpu(root) for root in roots)
+
+
+def _gives_cpu(node) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and _CPU.fullmatch(node.value) is not None
+    if isinstance(node, ast.Call):
+        return any(_gives_cpu(a) for a in node.args) or \
+            any(_gives_cpu(k.value) for k in node.keywords if k.arg == "device")
+    return False
 
 
 def _move_target(func, args, kwargs):
     """Tensor.to / type_as / cpu: the device (or tensor) moved to; None for a dtype change."""
-    if func is torch.Tensor.cpu:
+    if func is _TENSOR_CPU:
         return "cpu"
     if func is torch.Tensor.type_as:
         return args[1] if len(args) > 1 else kwargs.get("other")
@@ -165,6 +267,8 @@ class HostTensor(torch.Tensor):
                 return out
             if func in _MOVES:
                 return _move(func, args, kwargs)
+            if func in _PLACED_FUNCS and kwargs.get("device") is not None:
+                return func(*args, **kwargs)    # where device= says (_placed decides)
             if func is torch.Tensor.__deepcopy__:
                 return _deepcopy(args[0], args[1] if len(args) > 1 else kwargs["memo"])
             if func in _MIXING_ALLOWED:
@@ -194,7 +298,8 @@ def _move(func, args, kwargs):
     "devices" may return the tensor itself, so a copy stands for the moved tensor."""
     out, target, src = func(*args, **kwargs), _move_target(func, args, kwargs), made_at(args[0])
     to_host = (src is not None if target is None else
-               _is_cpu(target) or (isinstance(target, torch.Tensor) and made_at(target) is not None))
+               func is _TENSOR_CPU or _host_device(target)
+               or (isinstance(target, torch.Tensor) and made_at(target) is not None))
     same = _storage(out) is _storage(args[0])
     if to_host:
         return _host(out.clone() if same and src is None else out, src or commlog.caller())
@@ -247,7 +352,7 @@ def _factory(fn, always_host: bool = False):
     def factory(*args, **kwargs):
         out = fn(*args, **kwargs)
         device = kwargs.get("device")
-        host = always_host or (_is_cpu(device) if device is not None
+        host = always_host or (_host_device(device) if device is not None
                                else _context_is_host() is not False)
         if host and type(out) in (torch.Tensor, nn.Parameter) \
                 and not any(True for a in args for _ in _tensors_in(a)) \
@@ -273,9 +378,25 @@ def _mover(fn, to_host):
     return move
 
 
+def _placed(fn):
+    """Tensor.new_empty / new_zeros ..., torch.empty_like / zeros_like ...: without device=
+    they follow their input's device, as on a GPU (a host tensor's are host: HostTensor);
+    given the literal "cpu", a host tensor."""
+    @functools.wraps(fn)
+    def make(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        device = kwargs.get("device")
+        if device is not None and isinstance(out, torch.Tensor) and made_at(out) is None \
+                and _code_under_test_made_it() and _host_device(device):
+            return _host(out, commlog.caller())
+        return out
+    make.__rtp_original__ = fn
+    return make
+
+
 def _to_cpu(args, kwargs) -> bool:
     target = kwargs.get("device", args[0] if args else None)
-    return _is_cpu(target)
+    return _host_device(target)
 
 
 def _context_init():
@@ -285,7 +406,7 @@ def _context_init():
 
     def __init__(self, device):
         init(self, device)
-        self._rtp_host = _is_cpu(device)
+        self._rtp_host = _host_device(device)
     return DeviceContext, init, __init__
 
 
@@ -318,6 +439,9 @@ def host_placement(code_dirs=("",)):
     moves = {"cpu": (torch.Tensor.cpu, lambda args, kwargs: True), "to": (torch.Tensor.to, _to_cpu)}
     for name, (fn, to_host) in moves.items():
         setattr(torch.Tensor, name, _mover(getattr(fn, "__rtp_original__", fn), to_host))
+    placed = [(holder, name, getattr(holder, name)) for holder, name in PLACED]
+    for holder, name, fn in placed:
+        setattr(holder, name, _placed(getattr(fn, "__rtp_original__", fn)))
     context_cls, init, watched_init = _context_init()
     context_cls.__init__ = watched_init
     guard, commlog.STATE.guard = commlog.STATE.guard, refuse_host_tensors
@@ -329,6 +453,8 @@ def host_placement(code_dirs=("",)):
             setattr(torch, name, fn)
         for name, (fn, _) in moves.items():
             setattr(torch.Tensor, name, fn)
+        for holder, name, fn in placed:
+            setattr(holder, name, fn)
         context_cls.__init__ = init
         commlog.STATE.guard = guard
 

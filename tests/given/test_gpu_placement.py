@@ -25,6 +25,38 @@ def arange(n):                     return torch.arange(n)
 def linear(i, o):                  return nn.Linear(i, o, dtype=torch.float64)
 def param(n):                      return nn.Parameter(torch.zeros(n, dtype=torch.float64))
 def tensor_of(xs):                 return torch.tensor(xs)
+
+def new_empty_on_cpu(x, n):        return x.new_empty(n, device="cpu")
+def new_zeros(t, n):               return t.new_zeros(n)
+def new_zeros_on(t, x, n):         return t.new_zeros(n, device=x.device)
+def empty_like_on_cpu(x):          return torch.empty_like(x, device="cpu")
+def zeros_like(x):                 return torch.zeros_like(x)
+def on_cpu_object(n):              return torch.zeros(n, device=torch.device("cpu"))
+def on_named_device(x, n):         return torch.zeros(n, device=str(x.device))
+def on_device_type(x, n):          return torch.zeros(n, device=x.device.type)
+def on_formatted_device(x, n):     return torch.zeros(n, device=f"{x.device}")
+def moved_to_named(t, x):          return t.to(str(x.device))
+def moved_to_cpu_object(t):        return t.to(torch.device("cpu"))
+def on_available(n):               return torch.zeros(n, device="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def on_cpu_two_lines(x, n):
+    return torch.zeros(n, dtype=x.dtype,
+                       device="cpu")
+
+
+def named_device_beside_a_cpu_word(x, n):
+    return torch.zeros(n, device=str(x.device)) if x.device.type != "cpu" or n else None
+
+
+def in_context(x, n, device):
+    with torch.device(device(x)):
+        return torch.zeros(n)
+
+
+def in_cpu_context(n):
+    with torch.device("cpu"):
+        return torch.zeros(n)
 '''
 
 
@@ -53,6 +85,40 @@ def test_what_the_code_under_test_makes_without_a_device_is_host(student):
     assert made_at(dev(3)) is None                       # the harness's own tensors stay plain
     assert made_at(student.linear(2, 3).weight) is not None
     assert made_at(student.param(3)) is not None
+
+
+def test_new_and_like_factories_given_the_cpu_make_host_tensors(student):
+    """Tensor.new_* and torch.*_like follow their input's device unless given device="cpu"."""
+    x = dev(3)
+    assert "in new_empty_on_cpu" in made_at(student.new_empty_on_cpu(x, 2))
+    assert made_at(student.empty_like_on_cpu(x)) is not None
+    assert made_at(student.new_zeros_on(x, x, 2)) is None
+    assert made_at(student.zeros_like(x)) is None
+    host = student.zeros(3)
+    assert made_at(student.zeros_like(host)) is not None       # a host tensor's: host
+    assert made_at(student.new_zeros(host, 2)) is not None
+    assert made_at(student.new_zeros_on(host, x, 2)) is None    # host.new_zeros(device=x.device)
+    with pytest.raises(HostTensorError, match=r"irecv was given .*\(at student_code.py:\d+ "
+                                              r"in new_empty_on_cpu\)"):
+        refuse_host_tensors("irecv", (student.new_empty_on_cpu(x, 3),), {})
+
+
+def test_the_cpu_is_the_host_where_the_call_writes_it(student):
+    """A device "cpu" is the host where the code under test's call says "cpu"; one derived
+    from the data (str(x.device), x.device.type) is "cuda:0" on a GPU run: the device."""
+    x = dev(3)
+    assert made_at(student.on_cpu_object(2)) is not None
+    assert made_at(student.on_cpu_two_lines(x, 2)) is not None
+    assert made_at(student.moved_to_cpu_object(x)) is not None
+    assert made_at(student.in_cpu_context(2)) is not None
+    for derived in (student.on_named_device, student.on_device_type,
+                    student.on_formatted_device, student.named_device_beside_a_cpu_word):
+        assert made_at(derived(x, 2)) is None, derived.__name__
+    assert made_at(student.on_available(2)) is None             # "cuda" on a GPU run
+    assert made_at(student.moved_to_named(x, x)) is None
+    assert made_at(student.moved_to_named(student.zeros(2), x)) is None
+    assert made_at(student.in_context(x, 2, lambda t: str(t.device))) is None
+    assert (dev(3) + student.on_named_device(x, 3)).shape == (3,)
 
 
 def test_mixing_a_host_tensor_with_device_tensors_is_refused_with_where_it_was_made(student):
@@ -132,6 +198,9 @@ def test_collectives_refuse_host_tensors(student):
 
 def test_the_factories_are_torchs_own_again_afterwards(tmp_path):
     before = torch.zeros
+    new_empty, empty_like = torch.Tensor.new_empty, torch.empty_like
     with host_placement([str(tmp_path)]):
         assert torch.zeros is not before
+        assert torch.Tensor.new_empty is not new_empty and torch.empty_like is not empty_like
     assert torch.zeros is before
+    assert torch.Tensor.new_empty is new_empty and torch.empty_like is empty_like

@@ -357,15 +357,26 @@ setattr(_m, [n for n in dir(_m) if n.startswith('kept_')][0], lambda *a, **k: 0)
 HOOKS_OFF = """import torch as _t
 _t.Tensor.register_hook = lambda self, hook: None"""
 
+# torch's own new_empty put back around a call, then host placement's again: a receive buffer
+# made by x.new_empty(n, device="cpu") in between would not be seen as a host tensor.
+PLACEMENT_UNWRAPPED = """import torch as _t, torch.distributed as _d
+_own = _t.Tensor.__dict__.get('new_empty')
+_t.Tensor.new_empty = getattr(_own, '__rtp_original__', _t.Tensor.new_empty)
+_d.all_reduce(x.new_zeros(1), group=group)
+if _own is None:
+    del _t.Tensor.new_empty
+else:
+    _t.Tensor.new_empty = _own"""
+
 
 @pytest.mark.parametrize("code", [BLIND_THE_WATCH, RULES_OFF, SWITCH_AROUND_A_CALL,
                                   UNWRAP_DDP, REPLACE_THE_WATCHS_END, DEBUGGER_IN_A_CALL,
                                   PROFILER_LEFT_ON, BEHIND_THE_WRAPPER, MEASURE_SAYS_NOTHING,
-                                  HOOKS_OFF],
+                                  HOOKS_OFF, PLACEMENT_UNWRAPPED],
                          ids=["watch-code-swapped", "nccl-rules-off", "switch-around-a-call",
                               "ddp-unwrapped", "watch-end-replaced", "debugger-in-a-call",
                               "profiler-left-on", "behind-the-wrapper", "measure-says-nothing",
-                              "tensor-hooks-off"])
+                              "tensor-hooks-off", "placement-unwrapped"])
 def test_what_the_harness_runs_and_its_switches_are_watched(tmp_path, code):
     from rtp_course.confinement.integrity import MARK
     results, text = run(hostile(tmp_path, at_forward(code)), only=("Duplication",))
