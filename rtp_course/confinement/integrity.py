@@ -45,7 +45,7 @@ def _switches() -> list:
     state = commlog.STATE
     pairs = [(state, n) for n in ("nccl_rules", "code_dirs", "guard", "local", "on_status")]
     pairs += [(gpu_placement, "_CODE_DIRS"), (torch.Tensor, "cpu"), (torch.Tensor, "to")]
-    pairs += [(torch, f.__name__) for f in gpu_placement.FACTORIES]
+    pairs += [(torch, f.__name__) for f in (*gpu_placement.FACTORIES, *gpu_placement.HOST_ONLY)]
     pairs += list(gpu_placement.PLACED)
     return pairs
 
