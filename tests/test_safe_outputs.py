@@ -72,6 +72,26 @@ def test_outputs_keep_only_escaped_text_and_base64_images():
     assert "widgets" not in nb.metadata
 
 
+def test_an_oversized_output_keeps_its_head_and_says_how_much_went(monkeypatch):
+    """A cell printing hundreds of megabytes (a red team's: three 400 MB images, a 100 MB
+    line) made the autograded notebook 1.3 GB, which formgrader and feedback read whole."""
+    from rtp_course.instructor import safe_outputs
+    monkeypatch.setattr(safe_outputs, "MAX_OUTPUT", 1000)
+    nb = new_notebook(cells=[new_code_cell("x", outputs=[
+        new_output("stream", name="stdout", text="y" * 5000),
+        new_output("display_data", data={"image/png": "A" * 5000, "text/plain": "<Figure>"}),
+        new_output("execute_result", data={"text/plain": "z" * 5000}, execution_count=1),
+        new_output("display_data", data={"image/png": PNG})])])
+    nb, _ = SafeOutputs()(nb, {})
+    nbformat.validate(nb)
+    stream, image, text, small = nb.cells[0].outputs
+    assert stream.text.startswith("y" * 1000) and "4000 more characters" in stream.text
+    assert len(stream.text) < 1200
+    assert "image/png" not in image.data and image.data["text/plain"] == "<Figure>"
+    assert text.data["text/plain"].startswith("z" * 1000) and len(text.data["text/plain"]) < 1200
+    assert small.data == {"image/png": PNG}
+
+
 def test_the_sanitised_notebook_renders_no_student_script():
     nb, _ = SafeOutputs()(hostile_notebook(), {})
     page = render(nb)

@@ -14,7 +14,9 @@ GIF images whose data is base64. Every other MIME type is removed; where nothing
 show, its text becomes the "text/plain" (shown escaped, as source). Outputs' metadata and the
 notebook's widget state are removed, a stream's name is stdout or stderr. Errors stay (their
 traceback is escaped, and autograde scores a test cell by them). Markdown and raw cells are
-the notebook's own source, not outputs: not changed here.
+the notebook's own source, not outputs: not changed here. An output's text or image over
+`MAX_OUTPUT` characters is cut to its head and a line that says how much was removed: the
+autograded notebook, which formgrader and generate_feedback read whole, stays small.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from traitlets import Bool
 
 TEXT = "text/plain"
 IMAGES = ("image/png", "image/jpeg", "image/gif")
+MAX_OUTPUT = 2 << 20       # characters of one output's text or image (a plot is ~100 KB)
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*\Z")
 
 
@@ -51,6 +54,7 @@ def safe_output(output):
     if kind == "stream":
         if output.get("name") not in ("stdout", "stderr"):
             output["name"] = "stdout"
+        output["text"] = _cut(output.get("text", ""))
         return output
     if kind == "error":
         return output
@@ -59,13 +63,27 @@ def safe_output(output):
     data, kept, removed = output.get("data", {}), {}, []
     for mime, value in data.items():
         if mime == TEXT and isinstance(value, str):
-            kept[mime] = value
+            kept[mime] = _cut(value)
+        elif mime in IMAGES and isinstance(value, str) and len(value) > MAX_OUTPUT:
+            kept.setdefault(TEXT, f"[an image of {len(value) >> 20} MB was removed: an "
+                                  f"output keeps at most {MAX_OUTPUT >> 20} MB]")
         elif mime in IMAGES and isinstance(value, str) and _BASE64.match(value):
             kept[mime] = value
         else:
             removed.append(value if isinstance(value, str) else json.dumps(value, default=str))
     if removed and not kept:
-        kept[TEXT] = removed[0]                # the HTML (or script) as text: shown escaped
+        kept[TEXT] = _cut(removed[0])          # the HTML (or script) as text: shown escaped
     output["data"] = NotebookNode(kept)
     output["metadata"] = NotebookNode()
     return output
+
+
+def _cut(text):
+    """`text` (a string, or a stream's list of strings), its head kept if it is over
+    MAX_OUTPUT characters."""
+    if isinstance(text, list):
+        text = "".join(t for t in text if isinstance(t, str))
+    if not isinstance(text, str) or len(text) <= MAX_OUTPUT:
+        return text
+    return (text[:MAX_OUTPUT] + f"\n[... {len(text) - MAX_OUTPUT} more characters of output "
+                                f"were removed: an output keeps at most {MAX_OUTPUT >> 20} MB]\n")
