@@ -595,7 +595,7 @@ class Box:
         print("never")
 '''
     text = normalize(code)
-    assert "out = dist.all_reduce(t)" in text
+    assert "return dist.all_reduce(t)" in text          # `out`, a temporary returned, inlined
     assert "def _i" not in text and "def _j" not in text and "ident" not in text and "lambda" not in text
     assert "False" not in text and "total" not in text and "never" not in text
     assert "def same" in text                       # a method stays: something may call it
@@ -718,10 +718,15 @@ RETURN = "\nreturn (y, ok, n, r, z)"      # what each case computes, read (a sto
     ("r = {k: f(k) for k in ks}", "r = dict()\nfor k in ks:\n    r[k] = f(k)"),
 ])
 def test_the_normal_form_makes_one_of_each_spelling_and_order(one, other):
-    head = "import torch\n\n\ndef go(a, b, c, d, e, f, g, n, o, p, t, u, x, xs, y, ks):\n"
+    one, other = normal_forms("import torch\n\n\ndef go(a, b, c, d, e, f, g, n, o, p, t, u, x, xs, y, ks):\n",
+                              one, other)
+    assert one == other, (one, other)
+
+
+def normal_forms(head, *bodies):
+    """normalize() of `head` followed by each body, indented, ending with RETURN."""
     indent = lambda code: "".join(f"    {line}\n" for line in (code + RETURN).splitlines())  # noqa: E731
-    assert normalize(head + indent(one)) == normalize(head + indent(other)), (normalize(head + indent(one)),
-                                                                            normalize(head + indent(other)))
+    return [normalize(head + indent(body)) for body in bodies]
 
 
 @pytest.mark.parametrize("one, other", [
@@ -741,9 +746,8 @@ def test_the_normal_form_makes_one_of_each_spelling_and_order(one, other):
     ("y = type(u).m(t)", "y = t.m()"),
 ])
 def test_the_normal_form_keeps_what_differs(one, other):
-    head = "def go(a, b, f, g, t, u, xs, y):\n"
-    indent = lambda code: "".join(f"    {line}\n" for line in (code + RETURN).splitlines())  # noqa: E731
-    assert normalize(head + indent(one)) != normalize(head + indent(other))
+    one, other = normal_forms("def go(a, b, f, g, t, u, xs, y):\n", one, other)
+    assert one != other
 
 
 def test_a_name_bound_once_to_a_constant_is_folded_for_the_padding_and_dead_code_tests():
@@ -854,6 +858,185 @@ def test_a_copy_rewritten_mechanically_is_a_near_copy(exercise):
     assert similarity(fingerprints(ref, base), fingerprints(copy, base)) >= 0.85
 
 
+# The ninth red team's scripts (rt9 A02-A04), written out again: each keeps what the module does.
+
+def three_address(source):
+    """Every call or operation nested in another expression hoisted into a temporary assigned
+    just before its statement (`return f(g(x))` -> `_t1 = g(x); return f(_t1)`), as are an
+    `if` test and a `for` iterable; lambdas, comprehensions, `and`/`or`, `a if c else b` left."""
+    count = iter(range(1, 10 ** 6))
+    opaque = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.IfExp, ast.BoolOp)
+
+    def inner(e, out):
+        if not isinstance(e, opaque):
+            for field, value in ast.iter_fields(e):
+                if isinstance(value, ast.expr):
+                    setattr(e, field, hoist(value, out))
+                elif isinstance(value, list):
+                    for v in value:
+                        if isinstance(v, ast.keyword):
+                            v.value = hoist(v.value, out)
+                    setattr(e, field, [hoist(v, out) if isinstance(v, ast.expr) else v for v in value])
+        return e
+
+    def hoist(e, out):
+        e = inner(e, out)
+        if isinstance(e, (ast.Call, ast.BinOp)) and not (isinstance(e.func, ast.Name) and e.func.id == "super"
+                                                          if isinstance(e, ast.Call) else False):
+            name = f"_t{next(count)}"
+            out.append(ast.Assign([ast.Name(name, ast.Store())], e))
+            return ast.Name(name, ast.Load())
+        return e
+
+    def block(stmts):
+        new = []
+        for st in stmts:
+            out = []
+            if isinstance(st, (ast.Return, ast.Expr, ast.Assign, ast.AugAssign)) and st.value is not None:
+                st.value = inner(st.value, out)
+            elif isinstance(st, ast.If):
+                st.test = hoist(st.test, out)
+            elif isinstance(st, ast.For):
+                st.iter = hoist(st.iter, out)
+            for field in ("body", "orelse", "finalbody"):
+                if isinstance(getattr(st, field, None), list):
+                    setattr(st, field, block(getattr(st, field)))
+            for h in getattr(st, "handlers", ()):
+                h.body = block(h.body)
+            new += out + [st]
+        return new
+    tree = ast.parse(source)
+    tree.body = block(tree.body)
+    return ast.unparse(ast.fix_missing_locations(tree))
+
+
+def control_flow(source):
+    """`for v in range(a, b)` as `_n = b; v = a; while v < _n: ...; v += 1`, any other `for v in
+    xs` as an index loop over `_L = list(xs)` (loops without break, continue or else); `if c: A
+    else: B` as `if not c: B else: A` (`if c: A` as `if not c: pass else: A`); `a += b` as `a = a
+    + b`; `return e` as `_r = e; return _r`."""
+    count = iter(range(1, 10 ** 6))
+    parse = lambda text: ast.parse(text).body  # noqa: E731
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_For(self, node):
+            self.generic_visit(node)
+            if node.orelse or any(isinstance(x, (ast.Break, ast.Continue)) for x in ast.walk(node)):
+                return node
+            it, n = node.iter, next(count)
+            if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+                    and isinstance(node.target, ast.Name) and len(it.args) <= 2 and not it.keywords:
+                start, stop = (it.args[0], it.args[1]) if len(it.args) == 2 else (ast.Constant(0), it.args[0])
+                v = node.target.id
+                return [ast.Assign([ast.Name(f"_n{n}", ast.Store())], stop), ast.Assign([node.target], start),
+                        ast.While(ast.parse(f"{v} < _n{n}", mode="eval").body, node.body + parse(f"{v} += 1"), [])]
+            head = parse(f"_L{n} = list(xs)\n_i{n} = 0")
+            head[0].value.args = [it]
+            first = ast.Assign([node.target], ast.parse(f"_L{n}[_i{n}]", mode="eval").body)
+            return head + [ast.While(ast.parse(f"_i{n} < len(_L{n})", mode="eval").body,
+                                     [first, *node.body, *parse(f"_i{n} += 1")], [])]
+
+        def visit_If(self, node):
+            self.generic_visit(node)
+            return ast.If(ast.UnaryOp(ast.Not(), node.test), node.orelse or [ast.Pass()], node.body)
+
+        def visit_AugAssign(self, node):
+            self.generic_visit(node)
+            if isinstance(node.target, ast.Name):
+                return ast.Assign([ast.Name(node.target.id, ast.Store())],
+                                  ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value))
+            return node
+
+        def visit_Return(self, node):
+            if node.value is None:
+                return node
+            name = f"_r{next(count)}"
+            return [ast.Assign([ast.Name(name, ast.Store())], self.visit(node.value)),
+                    ast.Return(ast.Name(name, ast.Load()))]
+    return ast.unparse(ast.fix_missing_locations(Rewrite().visit(ast.parse(source))))
+
+
+def arithmetic_builtins(source):
+    """`a + b` as `sum((a, b))`, `a - b` as `sum((a, -b))`, `a * b` as `math.prod((a, b))`, but
+    where an operand may be a sequence (a string, list or tuple, a slice, a shape)."""
+    def sequence(e):
+        return isinstance(e, (ast.List, ast.Tuple, ast.JoinedStr, ast.ListComp)) \
+            or isinstance(e, ast.Constant) and isinstance(e.value, str) \
+            or isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Slice) \
+            or isinstance(e, ast.Attribute) and e.attr == "shape" \
+            or isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in ("list", "tuple", "str") \
+            or isinstance(e, ast.BinOp) and (sequence(e.left) or sequence(e.right))
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_BinOp(self, node):
+            self.generic_visit(node)
+            if sequence(node.left) or sequence(node.right):
+                return node
+            pair = ast.Tuple([node.left, node.right], ast.Load())
+            if isinstance(node.op, ast.Sub):
+                pair.elts[1] = ast.UnaryOp(ast.USub(), node.right)
+            func = {ast.Add: "sum", ast.Sub: "sum", ast.Mult: "math.prod"}.get(type(node.op))
+            return node if func is None else ast.Call(ast.parse(func, mode="eval").body, [pair], [])
+    return "import math\n" + ast.unparse(ast.fix_missing_locations(Rewrite().visit(ast.parse(source))))
+
+
+RT9 = {"three-address code": three_address, "control flow": control_flow,
+       "arithmetic through sum and math.prod": arithmetic_builtins,
+       "control flow, then three-address code": lambda s: three_address(control_flow(s)),
+       "all three": lambda s: arithmetic_builtins(three_address(control_flow(s)))}
+
+
+@pytest.mark.parametrize("name", RT9)
+@pytest.mark.parametrize("exercise", ["comm", "data_parallel", "sharding"])
+def test_a_copy_made_by_the_ninth_red_teams_scripts_is_a_near_copy(exercise, name):
+    """A02 (every nested call hoisted into a temporary) took the reference to 0.33-0.48 against
+    itself, A03 (for as while, if/else inverted, `a = a + b`, a return through a temporary) to
+    0.42-0.48, both at once to 0.22-0.49 on every exercise: full points and no near-copy row.
+    Temporaries are inlined, counting loops are `for` loops again, and the spellings made one."""
+    ref, base = reference(exercise), stub(exercise)
+    copy = RT9[name](ref)
+    assert copy != ref
+    score = similarity(reference_prints(exercise), fingerprints(copy, base))
+    assert score >= 0.9, (name, score)
+
+
+def test_the_ninth_red_teams_rewrites_change_the_code():
+    ref = reference("comm")
+    assert "_t1 = " in three_address(ref) and "return _t" in three_address(ref)
+    assert "while " in control_flow(reference("sharding")) and "if not " in control_flow(ref)
+    assert "math.prod((" in arithmetic_builtins(ref)
+    for make in RT9.values():
+        ast.parse(make(reference("sharding")))
+
+
+@pytest.mark.parametrize("one, other", [
+    ("y = f(g(a), h(b) * c)", "_t1 = g(a)\n_t2 = h(b)\n_t3 = _t2 * c\ny = f(_t1, _t3)"),
+    ("y, z = f(a), g(b)\nn = y - 1", "_t1 = f(a)\n_t2 = g(b)\ny, z = (_t1, _t2)\n_t3 = y - 1\nn = _t3"),
+    ("t.x().y()", "_t1 = t.x()\n_t1.y()"),
+    ("if f(a):\n    g(b)", "_t1 = f(a)\nif _t1:\n    g(b)"),
+    ("for v in range(n):\n    g(v)", "_n1 = n\nv = 0\nwhile v < _n1:\n    g(v)\n    v += 1"),
+    ("for v in range(a, n):\n    g(v)", "v = a\nwhile n > v:\n    g(v)\n    v = v + 1"),
+    ("for v in xs:\n    g(v)", "_L = list(xs)\n_i = 0\nwhile _i < len(_L):\n    v = _L[_i]\n    g(v)\n    _i += 1"),
+    ("if c:\n    g(a)\nelse:\n    g(b)", "if not c:\n    g(b)\nelse:\n    g(a)"),
+    ("if c:\n    g(a)", "if not c:\n    pass\nelse:\n    g(a)"),
+    ("y += b * c", "y = y + b * c"),
+    ("y = a + b - c * d", "y = sum((sum((a, b)), -math.prod((c, d))))"),
+])
+def test_the_normal_form_undoes_temporaries_counting_loops_and_arithmetic_builtins(one, other):
+    one, other = normal_forms("import math\n\n\ndef go(a, b, c, d, f, g, h, n, t, xs, y):\n", one, other)
+    assert one == other, (one, other)
+
+
+def test_a_temporary_is_inlined_only_into_the_statement_after_it():
+    """Not past another statement (its calls would move past that one's), not into a `while`
+    test, a lambda or a comprehension (where it would run more or less often)."""
+    head = "def go(a, f, g, h, xs):\n"
+    for code in ("    y = f(a)\n    g(a)\n    return h(y)\n", "    y = f(a)\n    while y:\n        g(a)\n",
+                 "    y = f(a)\n    return [y + v for v in xs]\n", "    y = f(a)\n    return lambda: y\n"):
+        assert "y = f(a)" in normalize(head + code), normalize(head + code)
+    assert normalize(head + "    y = f(a)\n    return y\n").endswith("return f(a)")
+
+
 def test_a_copy_padded_with_no_op_calls_is_flagged():
     """The red team's padding: `torch.is_grad_enabled()` and `torch.get_default_dtype()` before and
     after every statement of the comm reference scored 0.275 (a call through a module was not
@@ -868,13 +1051,18 @@ def test_a_copy_padded_with_no_op_calls_is_flagged():
 def test_barriers_everywhere_do_not_make_honest_code_alike():
     """Two independent hands that both call `dist.barrier()` after every statement: the calls,
     the same in every file, once raised their score from 0.04 to 0.13 (and against the
-    reference so padded from 0.14 to 0.22); set aside, they score as without."""
+    reference so padded from 0.14 to 0.22); set aside, they score as without (ROTATION_A 0.21
+    against the reference: its `rotate` is the stub's hint, `rotate_async(...).wait()`, through
+    a temporary, and its counting `while` the reference's `for k in range(1, world)`)."""
     base = stub("rotation")
     plain = similarity(fingerprints(ROTATION_A, base), fingerprints(ROTATION_B, base))
     a, b = (pad(code, "dist.barrier()") for code in (ROTATION_A, ROTATION_B))
     assert similarity(fingerprints(a, base), fingerprints(b, base)) <= plain + 0.01
     ref = fingerprints(pad(reference("rotation"), "dist.barrier()"), base)
-    assert similarity(fingerprints(a, base), ref) < 0.2 and similarity(fingerprints(b, base), ref) < 0.2
+    unpadded = fingerprints(reference("rotation"), base)
+    for code, padded in ((ROTATION_A, a), (ROTATION_B, b)):
+        alone = similarity(fingerprints(code, base), unpadded)
+        assert similarity(fingerprints(padded, base), ref) <= alone + 0.01 and alone < 0.3
 
 
 def test_the_normalisation_sets_aside_what_only_asks_and_keeps_what_takes_the_files_data():

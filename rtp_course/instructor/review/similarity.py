@@ -16,7 +16,9 @@ arguments or none, `torch.is_grad_enabled()`, `os.getpid()`, `dist.barrier()`: `
 name bound once to a constant is that constant there (`time.sleep(_NAP)` with `_NAP = 0`).
 What takes the file's own data (`dist.all_reduce(t)`, `t.add_(1)`, `work.wait()`) stays.
 Spellings and orders that say the same are made one first (`_Canonical`: `b > a` is `a < b`,
-`type(x).m(x)` is `x.m()`, a loop of `r.append(e)` is the comprehension, ...).
+`type(x).m(x)` is `x.m()`, a loop of `r.append(e)` is the comprehension, a `while` that counts
+is its `for`, `sum((a, b))` is `a + b`, ...), and temporaries are inlined
+(`_inline_temporaries`: `_t1 = g(x); y = f(_t1)` is `y = f(g(x))`).
 Names moved onto an object are moved back: a holder (a name bound once, to a call with no
 positional argument, `_s = SimpleNamespace(x=x)`, and otherwise only read as the root of an
 attribute) gives way to its attributes (`_s.x` is `x`, and `x = x` is gone).
@@ -55,8 +57,8 @@ W = 5               # winnowing window: any shared run of W + K - 1 = 17 tokens 
 FLOOR = 20          # the smaller set counts as at least this many fingerprints (see similarity)
 # Score at or above which a pair is a near copy, calibrated in tests/unit/test_review_similarity.py:
 # the reference renamed, reformatted, reordered, identity-wrapped, padded with dead code or
-# no-op statements, its locals moved onto a per-call namespace, its comments and docstrings
-# changed scores 0.97-1.0 against itself (0.88-1.0 with its locals on one module-level object);
+# no-op statements, its locals moved onto a namespace, flattened into temporaries, its loops
+# and tests spelled otherwise, its comments and docstrings changed scores 0.97-1.0 against itself;
 # its correct alternatives (tests/correct/: edits of it) 0.66-1.0, median 0.96; independent
 # implementations 0.03-0.21, the highest where the stub all but dictates the code (comm,
 # data_parallel; the tests' own comm, groups, rotation and data_parallel ones: 0.03-0.21).
@@ -97,6 +99,9 @@ class Pair:
 MAX_SOURCE = 2 << 20            # longer sources are tokenized as they are (the scan says so)
 MAX_PASSES = 8                  # wrappers of wrappers: inlined a pass at a time
 MAX_FOLD = 32                   # deepest expression folded to a constant (_value)
+MAX_ROUNDS = 3                  # temporaries inlined, then spellings made one, again
+MAX_CHAIN = 32                  # temporaries inlined one into the next (the depth they add)
+_HOISTED = (ast.Call, ast.BinOp, ast.Name)   # what a temporary holds (any value, if returned)
 
 
 def normalize(source: str) -> str:
@@ -111,7 +116,7 @@ def _normalized(source: str):
         return source, None
     try:
         tree = ast.parse(source)
-        tree = _Canonical(tree).visit(tree)
+        tree = _Canonical(tree, split=False).visit(tree)  # `a, b = _t1, _t2`: split once inlined
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, set(), _scope(nodes), False, keep_one=False)
         nodes = list(ast.walk(tree))        # dead code out first: `return x` then padding
@@ -123,7 +128,10 @@ def _normalized(source: str):
             nodes = list(ast.walk(tree))
         gone = set(identities[0])           # methods stay: torch may call them (forward)
         tree = _Unhold(tree).visit(tree)    # `_s = SimpleNamespace(); _s.x = x; ... _s.x`: x
-        tree = _Canonical(tree).visit(tree)   # `_s.a, _s.b = x, y` is now `a, b = x, y`
+        for again in range(MAX_ROUNDS):     # `_t = [...]; return _t` once a loop is a comprehension
+            if not _inline_temporaries(tree) and again:
+                break
+            tree = _Canonical(tree).visit(tree)   # `_s.a, _s.b = x, y` is now `a, b = x, y`
         nodes = list(ast.walk(tree))
         tree.body = _live_block(tree.body, gone, _scope(nodes), False, keep_one=False)
         return ast.unparse(tree), tree
@@ -191,8 +199,9 @@ class _Canonical(ast.NodeTransformer):
     become, whatever the file names its own things), then, where that is the same, by their
     text."""
 
-    def __init__(self, tree):
+    def __init__(self, tree, split=True):
         nodes = list(ast.walk(tree))
+        self.split = split
         self.operators = _operator_names(nodes)
         self.shape = _Shape(_names(tree, nodes), _bound(nodes))
         self.bound = self.shape.bound
@@ -221,7 +230,7 @@ class _Canonical(ast.NodeTransformer):
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
             if isinstance(block, list) and len(block) > 1 and isinstance(block[0], ast.stmt):
-                setattr(node, field, self._comprehensions(block))
+                setattr(node, field, self._comprehensions(self._loops(block)))
         return node
 
     # -- tests, operands and keywords in one order --------------------------------------------
@@ -242,9 +251,22 @@ class _Canonical(ast.NodeTransformer):
     def visit_If(self, node):
         self.generic_visit(node)
         node.test = self._test(node.test)
-        return node
+        return self._unnegated(node) if isinstance(node, ast.If) else node
 
     visit_While = visit_IfExp = visit_Assert = visit_If
+
+    @staticmethod
+    def _unnegated(node):
+        """`if not c: A else: B` as `if c: B else: A`, `if c: pass else: A` as `if not c: A`, an
+        `else: pass` dropped (undoes A03's `if c: A` written `if not c: pass else: A`)."""
+        negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+        if node.orelse and negated:
+            node.test, node.body, node.orelse = node.test.operand, node.orelse, node.body
+        elif node.orelse and all(isinstance(s, ast.Pass) for s in node.body):
+            node.test, node.body, node.orelse = ast.UnaryOp(ast.Not(), node.test), node.orelse, []
+        if all(isinstance(s, ast.Pass) for s in node.orelse):
+            node.orelse = []
+        return node
 
     def visit_comprehension(self, node):
         self.generic_visit(node)
@@ -299,6 +321,9 @@ class _Canonical(ast.NodeTransformer):
         node.args = [e for a in node.args for e in (
             a.value.elts if isinstance(a, ast.Starred) and isinstance(a.value, (ast.Tuple, ast.List))
             else [a])]
+        spelled = self._arithmetic(node)
+        if spelled is not None:
+            return ast.copy_location(spelled, node)
         for _ in range(4):                  # type(x).size(x, 0): x.size(0), then x.shape[0]
             again = self._method(node)
             if again is None:
@@ -327,6 +352,29 @@ class _Canonical(ast.NodeTransformer):
             node.keywords = sorted(node.keywords, key=lambda k: (self.shape.key(k.value), k.arg))
         return node
 
+    def _arithmetic(self, node):
+        """`sum((a, b))` as `a + b` (`sum((a, -b))` as `a - b`), `math.prod((a, b))` as `a * b`
+        (undoes A04's arithmetic through builtins); None for any other call."""
+        f, args = node.func, node.args
+        if node.keywords or len(args) != 1 or not isinstance(args[0], (ast.Tuple, ast.List)) \
+                or len(args[0].elts) < 2 or any(isinstance(e, ast.Starred) for e in args[0].elts):
+            return None
+        aliases = self.shape.aliases
+        if isinstance(f, ast.Name) and f.id == "sum" and "sum" not in self.bound:
+            op = ast.Add
+        elif isinstance(f, ast.Name) and aliases.get(f.id) == "math.prod" or isinstance(f, ast.Attribute) \
+                and f.attr == "prod" and isinstance(f.value, ast.Name) and aliases.get(f.value.id) == "math":
+            op = ast.Mult
+        else:
+            return None
+        made, *rest = args[0].elts
+        for e in rest:
+            if op is ast.Add and isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+                made = ast.BinOp(made, ast.Sub(), e.operand)
+            else:
+                made = self._ordered(ast.BinOp(made, op(), e))
+        return made
+
     def _method(self, node):
         """`x.m(...)` for `torch.Tensor.m(x, ...)`, `type(x).m(x, ...)`, `x.__class__.m(x, ...)`;
         None for any other call."""
@@ -347,7 +395,10 @@ class _Canonical(ast.NodeTransformer):
     def visit_Assign(self, node):
         self.generic_visit(node)
         left, right = node.targets[0], node.value
-        if len(node.targets) == 1 and isinstance(left, ast.Tuple) and isinstance(right, ast.Tuple) \
+        step = _updated(node)
+        if step is not None:
+            return ast.copy_location(ast.AugAssign(ast.Name(left.id, ast.Store()), right.op, step), node)
+        if self.split and len(node.targets) == 1 and isinstance(left, ast.Tuple) and isinstance(right, ast.Tuple) \
                 and len(left.elts) == len(right.elts) \
                 and all(isinstance(t, (ast.Name, ast.Attribute)) and _root(t) for t in left.elts) \
                 and not any(isinstance(v, ast.Starred) for v in right.elts):
@@ -356,6 +407,57 @@ class _Canonical(ast.NodeTransformer):
                 return [ast.copy_location(ast.Assign([t], v), node)
                         for t, v in zip(left.elts, right.elts)]
         return node
+
+    # -- loops that count, and loops that build a list, set or dict -----------------------------
+
+    def _loops(self, block: list) -> list:
+        """`while` loops that count, each with the statements that start its counter, as the
+        `for` loops they are (`_counted`)."""
+        out = []
+        for stmt in block:
+            made = self._counted(out, stmt) if out and isinstance(stmt, ast.While) else None
+            out.append(stmt if made is None else ast.copy_location(made, stmt))
+        return out
+
+    def _counted(self, before: list, loop):
+        """The `for` that `loop` (a `while` without else, break or continue) and the statements
+        `before` it start are, taking those out of `before` (undoes A03's `for` as `while`):
+        `i = a` then `while i < n: ...; i += s`: `for i in range(a, n, s): ...` (`range(n)` from 0
+        by 1); `_i = 0` (after `_L = list(xs)`) then `while _i < len(_L): v = _L[_i]; ...; _i += 1`,
+        `_i` and `_L` read nowhere else in it: `for v in xs: ...`. None when it is not such."""
+        counter, test = _assigned(before[-1]), loop.test
+        if counter is None or loop.orelse or _leaves_loop(loop.body) or not isinstance(test, ast.Compare) \
+                or len(test.ops) != 1 or len(loop.body) < 2:
+            return None
+        stop = test.comparators[0] if isinstance(test.ops[0], ast.Lt) and _is_name(test.left, counter) \
+            else test.left if isinstance(test.ops[0], ast.Gt) and _is_name(test.comparators[0], counter) else None
+        step = _increment(loop.body[-1], counter)
+        if stop is None or step is None:
+            return None
+        start, body, one = before[-1].value, loop.body[:-1], isinstance(step, ast.Constant) and step.value == 1
+        first = body[0]
+        items = stop.args[0] if isinstance(stop, ast.Call) and _callee(stop.func) == "len" \
+            and isinstance(stop.func, ast.Name) and "len" not in self.bound and len(stop.args) == 1 \
+            and not stop.keywords and isinstance(stop.args[0], ast.Name) else None
+        if one and _is_zero(start) and items is not None and isinstance(first, ast.Assign) \
+                and len(first.targets) == 1 and isinstance(first.value, ast.Subscript) \
+                and _is_name(first.value.value, items.id) and _is_name(first.value.slice, counter) \
+                and not {counter, items.id} & {n.id for s in body[1:] for n in ast.walk(s) if isinstance(n, ast.Name)}:
+            before.pop()
+            made = before[-1].value if before and _assigned(before[-1]) == items.id else None
+            if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) and made.func.id == "list" \
+                    and "list" not in self.bound and len(made.args) == 1 and not made.keywords \
+                    and not isinstance(made.args[0], ast.Starred):
+                before.pop()
+                items = made.args[0]
+            return ast.For(first.targets[0], items, body[1:] or [ast.Pass()], [])
+        if any(isinstance(n, ast.Name) and n.id == counter and not isinstance(n.ctx, ast.Load)
+               for s in body for n in ast.walk(s)):
+            return None
+        before.pop()
+        bounds = [stop] if one and _is_zero(start) else [start, stop] if one else [start, stop, step]
+        return ast.For(ast.Name(counter, ast.Store()), ast.Call(ast.Name("range", ast.Load()), bounds, []),
+                       body, [])
 
     # -- loops that build a list, set or dict --------------------------------------------------
 
@@ -429,6 +531,38 @@ _FLIP = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast
          ast.NotEq: ast.NotEq, ast.Is: ast.Is, ast.IsNot: ast.IsNot}
 _RANK = {op: i for i, op in enumerate((ast.Lt, ast.LtE, ast.Eq, ast.NotEq, ast.Is, ast.IsNot, ast.Gt, ast.GtE))}
 MAX_NESTING = 16                # loops and ifs in one loop made a comprehension
+
+
+def _is_name(node, name) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_zero(node) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value == 0
+
+
+def _increment(stmt, name):
+    """What `stmt` adds to `name` (`name += s`, `name = name + s`), or None."""
+    if isinstance(stmt, ast.AugAssign) and _is_name(stmt.target, name) and isinstance(stmt.op, ast.Add):
+        return stmt.value
+    if _assigned(stmt) == name and isinstance(stmt.value, ast.BinOp) and isinstance(stmt.value.op, ast.Add):
+        left, right = stmt.value.left, stmt.value.right
+        return right if _is_name(left, name) else left if _is_name(right, name) else None
+    return None
+
+
+def _updated(node):
+    """What `node`, an assignment `a = a <op> b` (or `a = b <op> a` where the operands' order is
+    made one), gives `a` to combine with: `b`, so that it is `a <op>= b` (undoes A03's `a += b`
+    written `a = a + b`); None otherwise."""
+    name, value = _assigned(node), node.value
+    if name is None or not isinstance(value, ast.BinOp):
+        return None
+    if _is_name(value.left, name):
+        return value.right
+    ordered = isinstance(value.op, _COMMUTATIVE) and not (isinstance(value.op, ast.Add) and (
+        _sequence(value.left) or _sequence(value.right)))
+    return value.left if ordered and _is_name(value.right, name) else None
 
 
 def _sequence(node) -> bool:
@@ -600,22 +734,27 @@ def _scope_nodes(body: list) -> list:
     return out
 
 
-def _holders(body: list, parameters: set) -> set:
+def _holders(body: list, parameters: set, nodes=None) -> set:
     """The names of a scope that only hold other names as attributes (`_s = SimpleNamespace()`,
     `_f = _Frame(x=x)`, then only `_s.x` read and written): bound once, by an assignment of a
-    call with no positional argument, and otherwise only the root of an attribute."""
-    nodes = _scope_nodes(body)
-    made, bound, bare, rooted = {}, {}, {}, {}
+    call with no positional argument, and otherwise only the root of an attribute that it holds
+    (a keyword of that call, or one stored on it: `_t = x.contiguous()`, then `_t.clone()`, holds
+    nothing). nodes: where the names are used (default: the scope's own nodes)."""
+    nodes = _scope_nodes(body) if nodes is None else nodes
+    made, bound, bare, rooted, held, read = {}, {}, {}, {}, {}, {}
     for n in nodes:
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
                 and isinstance(n.value, ast.Call) and not n.value.args \
                 and all(k.arg is not None for k in n.value.keywords):
             made[n.targets[0].id] = made.get(n.targets[0].id, 0) + 1
+            held.setdefault(n.targets[0].id, set()).update(k.arg for k in n.value.keywords)
         if isinstance(n, ast.Name):
             table = bare if isinstance(n.ctx, ast.Load) else bound
             table[n.id] = table.get(n.id, 0) + 1
         elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
             rooted[n.value.id] = rooted.get(n.value.id, 0) + 1
+            table = read if isinstance(n.ctx, ast.Load) else held
+            table.setdefault(n.value.id, set()).add(n.attr)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound[n.name] = 2
         elif isinstance(n, ast.alias):
@@ -625,24 +764,29 @@ def _holders(body: list, parameters: set) -> set:
         elif isinstance(n, ast.ExceptHandler) and n.name:
             bound[n.name] = 2
     return {name for name, count in made.items() if count == 1 and bound.get(name) == 1
-            and name not in parameters and bare.get(name, 0) == rooted.get(name, 0)}
+            and name not in parameters and bare.get(name, 0) == rooted.get(name, 0)
+            and read.get(name, set()) <= held.get(name, set())}
 
 
 class _Unhold(ast.NodeTransformer):
     """Names moved onto a holder object moved back: in each scope whose `_holders` are known,
-    `_s.x` is `x`, `_s = Ns(a=e)` is `a = e`, and `x = x` is gone."""
+    `_s.x` is `x`, `_s = Ns(a=e)` is `a = e`, and `x = x` is gone; a module's holder (`_G =
+    _State()`, then `_G.x = x` in every function) in the whole file."""
 
     def __init__(self, tree):
         self.attrs, self.made = set(), set()
-        scopes = [(tree.body, set())] + [
-            (n.body, {a.arg for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
-                                      *(x for x in (n.args.vararg, n.args.kwarg) if x)]})
-            for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        for body, parameters in scopes:
-            held = _holders(body, parameters)
+        everywhere = list(ast.walk(tree))
+        scopes = [(n.body, {a.arg for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
+                                             *(x for x in (n.args.vararg, n.args.kwarg) if x)]}, None)
+                  for n in everywhere if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        scopes.append((tree.body, {n.arg for n in everywhere if isinstance(n, ast.arg)}, everywhere))
+        for body, parameters, nodes in scopes:
+            held = _holders(body, parameters, nodes)        # the module's: used by every function
+            if nodes is not None:
+                held &= {_assigned(n) for n in tree.body}
             if not held:
                 continue
-            for n in _scope_nodes(body):
+            for n in _scope_nodes(body) if nodes is None else nodes:
                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in held:
                     self.attrs.add(id(n))
                 elif isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) \
@@ -664,6 +808,96 @@ class _Unhold(ast.NodeTransformer):
                 and isinstance(node.value, ast.Name) and node.targets[0].id == node.value.id:
             return None                     # `_s.x = x`, now `x = x`
         return node
+
+
+def _inline_temporaries(tree) -> bool:
+    """Each name bound once and read once in its scope (a function's body, the module's), read by
+    the statement right after its binding, or by temporaries inlined there, is its value there
+    (undoes A02's three-address code and A03's return through a temporary): `_t1 = g(x); _t2 =
+    f(_t1); y = h(_t2)` is `y = h(f(g(x)))`, `_r = e; return _r` is `return e`. A fingerprint's
+    approximation: the value's calls may move past what that statement evaluates first. Returns
+    whether it inlined any."""
+    values = {}                             # id(the name read) -> the value that replaces it
+    scopes = [(tree.body, [])] + [(n.body, [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs,
+                                            *(a for a in (n.args.vararg, n.args.kwarg) if a)])
+                                  for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for body, parameters in scopes:
+        nodes = _scope_nodes(body)
+        binds, reads = {a.arg: 1 for a in parameters}, {}
+        for n in nodes:
+            for name in _BINDS.get(type(n), lambda n: ())(n):
+                binds[name] = binds.get(name, 0) + 1
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                reads[n.id] = None if n.id in reads else n
+        once = {name: n for name, n in reads.items() if n is not None and binds.get(name) == 1}
+        if once:
+            for block in [body] + [b for n in nodes if not isinstance(n, _SCOPES)
+                                   for b in _blocks(n)]:
+                _inline_block(block, once, values)
+    _Substitute(values).visit(tree)
+    return bool(values)
+
+
+def _blocks(node) -> list:
+    """The statement lists `node` holds (a loop's body and else, a handler's body, ...)."""
+    return [b for b in (getattr(node, f, None) for f in ("body", "orelse", "finalbody"))
+            if isinstance(b, list) and b and isinstance(b[0], ast.stmt)]
+
+
+def _inline_block(block: list, once: dict, values: dict) -> None:
+    """_inline_temporaries in one block, from its end: `block` less the bindings inlined, their
+    values recorded in `values` under the name each replaces."""
+    where = {id(n): i for i, stmt in enumerate(block) for n in _plain_reads(stmt) if once.get(n.id) is n}
+    kept, into = [], None                   # into: the index of the statement they go into
+    for i in range(len(block) - 1, -1, -1):
+        name, stmt = _assigned(block[i]), block[i]
+        read = once.get(name) if name else None
+        if into is not None and read is not None and i < where.get(id(read), -1) <= into \
+                and into - i <= MAX_CHAIN and (isinstance(stmt.value, _HOISTED) or _returns(block[into], name)):
+            values[id(read)] = stmt.value
+        else:
+            kept.append(stmt)
+            into = i
+    block[:] = kept[::-1]
+
+
+def _returns(stmt, name) -> bool:
+    return isinstance(stmt, ast.Return) and _is_name(stmt.value, name)
+
+
+def _plain_reads(stmt):
+    """The names `stmt` itself reads, once each time it runs: not those in the statements it
+    holds, in a `while` test, a lambda, a comprehension, or what `and`/`or` and `a if c else b`
+    may skip (nor in a definition)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return
+    todo = [v for f, v in ast.iter_fields(stmt) if f not in ("body", "orelse", "finalbody", "handlers", "cases")
+            and not (f == "test" and isinstance(stmt, ast.While))]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, list):
+            todo += n
+        elif isinstance(n, ast.Name):
+            if isinstance(n.ctx, ast.Load):
+                yield n
+        elif isinstance(n, ast.BoolOp):
+            todo.append(n.values[0])
+        elif isinstance(n, ast.IfExp):
+            todo.append(n.test)
+        elif isinstance(n, ast.AST) and not isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp,
+                                                            ast.DictComp, ast.GeneratorExp)):
+            todo += list(ast.iter_child_nodes(n))
+
+
+class _Substitute(ast.NodeTransformer):
+    """Each name read that _inline_temporaries inlines, replaced by its value."""
+
+    def __init__(self, values: dict):
+        self.values = values
+
+    def visit_Name(self, node):
+        value = self.values.get(id(node))
+        return node if value is None else self.visit(value)
 
 
 def _never_read(nodes) -> set:
@@ -790,9 +1024,14 @@ def _own_loads(stmt) -> set:
 
 
 def _sinks(nodes) -> set:
-    """Names bound by a plain assignment that the file reads only to write into them again."""
+    """Names bound by a plain assignment that the file reads only to write into them again, to
+    an object it made from nothing (`[]`, `set()`): one that a call returns (`_t =
+    x.untyped_storage()`, then `_t.resize_(0)`) may be shared."""
     assigned = {t.id for n in nodes if isinstance(n, ast.Assign) for t in n.targets
                 if isinstance(t, ast.Name)}
+    assigned -= {t.id for n in nodes if isinstance(n, ast.Assign) and any(
+        isinstance(c, ast.Call) and not (isinstance(c.func, ast.Name) and c.func.id in _PURE)
+        for c in ast.walk(n.value)) for t in n.targets if isinstance(t, ast.Name)}
     read = set()
     for stmt in (n for n in nodes if isinstance(n, ast.stmt)):
         read |= _own_loads(stmt) - {_sink_of(stmt)}
