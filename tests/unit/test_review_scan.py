@@ -268,7 +268,11 @@ def test_a_file_that_does_not_parse_has_no_flag():
     assert scan_source("import ctypes\ndef f(:\n", "comm.py") == []
 
 
-@pytest.mark.parametrize("source", ["x = " + "a+" * 200000 + "a\n", "y = -" + "-" * 100000 + "1\n"])
+@pytest.mark.parametrize("source", [
+    "x = " + "a+" * 200000 + "a\n", "y = -" + "-" * 100000 + "1\n",
+    # deep enough to stop the copy check's normal form, not the parser: a file whose every
+    # disguise would then stay in place
+    "def pad(x):\n    return " + "x + " * 2000 + "x\n"])
 def test_a_deeply_nested_file_is_flagged_not_a_crash(source):
     flags = scan_source(source, "comm.py")
     assert [f.code for f in flags] == ["scan-limit"]

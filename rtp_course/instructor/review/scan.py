@@ -70,6 +70,9 @@ def scan_source(source: str, filename: str) -> list[Flag]:
         return [_too_deep(filename)]
     except MemoryError:                          # the parser's stack, or the scan's memory
         return [_too_deep(filename, ", or too large to parse within the scan's memory: read the file")]
+    if _depth(tree) > MAX_DEPTH:                 # past what the comparison with classmates can
+        return [_too_deep(filename, f" (over {MAX_DEPTH} levels: no copy check could compare "
+                                    f"it; read the file)")]
     scanner = _Scanner(filename)
     try:
         scanner.run(tree)
@@ -107,6 +110,20 @@ def out_of(filename: str, what: str) -> Flag:
 def _too_big(filename: str, size: int) -> Flag:
     return Flag(filename, 1, f"the file could not be scanned: it holds {size >> 20} MB "
                              "(an exercise module is a few dozen KB)", "scan-limit")
+
+
+MAX_DEPTH = 300     # syntax-tree levels: exercise code nests a few dozen; the similarity's
+#                     normal form (recursive) stops near 1000
+
+
+def _depth(tree: ast.AST) -> int:
+    """The syntax tree's depth, walked without recursion."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        deepest = max(deepest, level)
+        todo.extend((child, level + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def _too_deep(filename: str, more: str = "") -> Flag:
