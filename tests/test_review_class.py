@@ -159,6 +159,19 @@ def test_a_tampering_the_page_wraps_across_two_lines_is_a_row(tmp_path):
     assert rows[0][6].startswith(MARK)
 
 
+def test_a_tampering_row_is_said_as_such_in_the_comment_and_the_log():
+    """A red team's class: the forger's comment read "comm.py is a near copy of comm.txt
+    (similarity )", and its REVIEW line did not mention the tampering at all."""
+    row = ("forger", "03_tp", "comm", "tampered", "comm.txt", "",
+           "HARNESS CHANGED: the code under test wrote the checker's own files")
+    assert review_class._said(row, "forger") == (
+        "review: comm: HARNESS CHANGED: the code under test wrote the checker's own files")
+    lines = []
+    review_class._log_flagged("03_tp", [row], {"forger"}, lines.append)
+    assert lines == ["REVIEW  forger/03_tp: comm: its checks' report says the code changed the "
+                     "harness (comm.txt) (review.csv)"], lines
+
+
 @pytest.mark.extended     # the scan's decoding is unit-tested (tests/unit/test_review_scan.py)
 def test_a_module_that_declares_utf7_is_reviewed_as_python_runs_it(tmp_path):
     """The red team's comm.py declared `coding: utf-7` and hid the whole reference and an

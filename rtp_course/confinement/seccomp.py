@@ -13,6 +13,9 @@ metadata, nor which kernel services it may use. Refused here, for every rank:
 
 And for a CPU (gloo) rank, which needs no more than TCP on its own launch's network:
 
+* a socket's own buffer sizes (setsockopt SO_SNDBUF, SO_RCVBUF and their FORCE forms):
+  unread connections would hold the machine's TCP memory past the launch's network's
+  per-socket bound (netns.py);
 * socket() of the Unix and vsock families (argument inspected): Landlock does not govern
   connect() to a Unix socket by its path, and every service of the machine listens on one
   (D-Bus, systemd, a container engine); a vsock reaches the hypervisor. AF_INET/AF_INET6
@@ -49,7 +52,7 @@ _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
 _ALLOW, _REFUSE = 0x7FFF0000, 0x00050000 | errno.EPERM      # SECCOMP_RET_ALLOW, _RET_ERRNO
 _X32_BIT = 0x40000000
-_NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24                       # offsets in seccomp_data (low words)
+_NR, _ARCH, _ARG0, _ARG1, _ARG2 = 0, 4, 16, 24, 32           # offsets in seccomp_data (low words)
 
 # The same number on every architecture (the unified table from Linux 5.1).
 _COMMON = {"pidfd_open": 434, "pidfd_getfd": 438, "io_uring_setup": 425,
@@ -63,7 +66,7 @@ _ARCHES = {
         "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
         "lremovexattr": 198, "fremovexattr": 199, "keyctl": 250, "add_key": 248,
         "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-        "socket": 41, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+        "socket": 41, "setsockopt": 54, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
         "kcmp": 312, "setpriority": 141, "sched_setaffinity": 203, "sched_setscheduler": 144,
         "sched_setparam": 142, "sched_setattr": 314, "prlimit64": 302, "memfd_create": 319,
         "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240, "flock": 73, "fcntl": 72, "ioctl": 16, "inotify_init": 253,
@@ -74,7 +77,8 @@ _ARCHES = {
         "fchmod": 52, "fchmodat": 53, "fchown": 55, "fchownat": 54, "utimensat": 88,
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
         "fremovexattr": 16, "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280,
-        "perf_event_open": 241, "userfaultfd": 282, "socket": 198, "ptrace": 117,
+        "perf_event_open": 241, "userfaultfd": 282, "socket": 198, "setsockopt": 208,
+        "ptrace": 117,
         "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "setpriority": 140,
         "sched_setaffinity": 122, "sched_setscheduler": 119, "sched_setparam": 118,
         "sched_setattr": 274, "prlimit64": 261, "memfd_create": 279, "shmget": 194,
@@ -96,6 +100,9 @@ CPU_ONLY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_op
             "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark")
 
 AF_UNIX, AF_VSOCK = 1, 40
+# setsockopt(fd, SOL_SOCKET, SO_SNDBUF | SO_RCVBUF | SO_SNDBUFFORCE | SO_RCVBUFFORCE): a socket's
+# own buffer size, past the launch network's tcp_rmem/tcp_wmem (netns.SOCKET_BUFFER)
+SOL_SOCKET, BUFFER_SIZES = 1, (7, 8, 32, 33)
 # ioctl: FS_IOC_SETFLAGS (64 and 32-bit forms), FS_IOC_FSSETXATTR: inode flags, project ids;
 # FS_IOC_SETVERSION and ext4's (64 and 32-bit): an inode's generation number
 SET_INODE_FLAGS = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602, 0x40086604,
@@ -125,6 +132,8 @@ def _argument_rules(gpu: bool) -> dict:
         rules["fcntl"] = _refuse_if(_ARG1, LOCKS_AND_WATCHES)
         rules["prlimit64"] = [(_LD_W_ABS, 0, 0, _ARG0), (_JEQ_K, 0, 1, 0),
                               (_RET_K, 0, 0, _ALLOW), (_RET_K, 0, 0, _REFUSE)]
+        rules["setsockopt"] = [(_LD_W_ABS, 0, 0, _ARG1), (_JEQ_K, 1, 0, SOL_SOCKET),
+                               (_RET_K, 0, 0, _ALLOW), *_refuse_if(_ARG2, BUFFER_SIZES)]
     return rules
 
 

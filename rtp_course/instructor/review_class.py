@@ -186,6 +186,8 @@ def _said(row: tuple, student: str) -> str:
     who, _, exercise, kind, where, score, reason = row
     if kind == "flag":
         return f"review: {where}: {reason}"
+    if kind == "tampered":
+        return f"review: {exercise}: {reason}"
     other = where if who == student else who
     other = "the reference solution" if other == "reference" else other
     return f"review: {exercise}.py is a near copy of {other} (similarity {score})"
@@ -217,7 +219,9 @@ def review(course: Path, assignment: str, cells, graded=None, log=print) -> list
 def _log_flagged(assignment: str, rows: list, students, log) -> None:
     """One line per flagged student: their flags, then their near copies, by exercise."""
     for student in sorted(students):
-        said = [f"{r[4]}: {r[6]}" for r in rows if r[3] == "flag" and r[0] == student]
+        said = [f"{r[2]}: its checks' report says the code changed the harness ({r[4]})"
+                for r in rows if r[3] == "tampered" and r[0] == student]
+        said += [f"{r[4]}: {r[6]}" for r in rows if r[3] == "flag" and r[0] == student]
         more = f"; and {len(said) - SHOWN} more flags" if len(said) > SHOWN else ""
         said = said[:SHOWN]
         copies: dict = {}

@@ -154,6 +154,11 @@ _srv.bind(("127.0.0.1", 0))
 _srv.listen()
 _c = _so.create_connection(_srv.getsockname())
 _a, _ = _srv.accept()
+for _s, _opt in ((_c, _so.SO_SNDBUF), (_a, _so.SO_RCVBUF)):
+    try:                              # a socket's own buffer size, which tcp_wmem does not bound
+        _s.setsockopt(_so.SOL_SOCKET, _opt, 4 << 20)
+    except OSError:
+        pass
 _c.setblocking(False)
 _n = 0
 try:
@@ -167,7 +172,8 @@ if _n > 4 * CAP:
 
 def test_a_connection_never_read_buffers_only_so_much(tmp_path):
     """Socket buffers count against no rank limit: in a launch's own network a socket's grow
-    to netns.SOCKET_BUFFER each way (the machine's default lets one connection hold 10 MB)."""
+    to netns.SOCKET_BUFFER each way, and a socket's own size (SO_SNDBUF, SO_RCVBUF) is
+    refused (the machine's defaults let one connection hold 10 MB)."""
     from rtp_course.confinement import netns
     if not netns.available():
         pytest.skip("no private network for a launch on this machine")
