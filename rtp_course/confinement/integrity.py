@@ -98,12 +98,17 @@ class Watch:
         if not found:
             return outcome
         shown = "; ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-        return {**outcome, "status": "error", "type": "HarnessChanged",
-                "phase": outcome.get("phase", "setup"), "where": outcome.get("where", ""),
-                "message": f"{MARK}: the code under test changed the checker's or "
-                           f"torch.distributed's objects: {shown}. Code under test computes "
-                           f"and communicates; it never changes the harness (this is "
-                           f"reported to your instructor)"}
+        return harness_changed(outcome, f"changed the checker's or torch.distributed's "
+                                        f"objects: {shown}")
+
+
+def harness_changed(outcome: dict, what: str) -> dict:
+    """The failed outcome that carries MARK: 'the code under test <what>'."""
+    return {**outcome, "status": "error", "type": "HarnessChanged",
+            "phase": outcome.get("phase", "setup"), "where": outcome.get("where", ""),
+            "message": f"{MARK}: the code under test {what}. Code under test computes and "
+                       f"communicates; it never changes the harness (this is reported to "
+                       f"your instructor)"}
 
 
 class _Ledger(list):

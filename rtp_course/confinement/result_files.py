@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-MARK = "HARNESS CHANGED"      # what review_class lists (confinement/integrity.py)
+from rtp_course.confinement.integrity import harness_changed
 
 
 def held(rundir: Path) -> dict[int, str]:
@@ -45,7 +45,8 @@ class Watch:
     def checked(self, fh, outcome: dict) -> dict:
         """`outcome`, or a HARNESS CHANGED outcome if its file was tampered with."""
         why = self.before_write(fh)
-        return _tampered(outcome, why) if why else outcome
+        return harness_changed(outcome, f"wrote the checker's own files: {why}") if why \
+            else outcome
 
     def before_write(self, fh) -> str | None:
         """Why the outcome about to be written through `fh` cannot be trusted, or None."""
@@ -58,10 +59,3 @@ class Watch:
             return f"a second descriptor of the run's files is open ({', '.join(extra[:3])})"
         return None
 
-
-def _tampered(outcome: dict, why: str) -> dict:
-    return {**outcome, "status": "error", "type": "HarnessChanged",
-            "phase": outcome.get("phase", "setup"), "where": outcome.get("where", ""),
-            "message": f"{MARK}: the code under test wrote the checker's own files: {why}. "
-                       f"Code under test computes and communicates; it never changes the "
-                       f"harness (this is reported to your instructor)"}
